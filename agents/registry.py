@@ -1,0 +1,115 @@
+"""The agent registry: names to callables, with input models and per-agent defaults.
+
+An agent is ``async def fn(data, ctx)`` or a plain ``def`` (run in a thread
+pool so it never blocks the worker's event loop and its lease heartbeats).
+``ctx`` is optional in the signature. With ``input_model``, ``data`` arrives
+as a validated instance; invalid input ends the job ``rejected``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    """What an agent may know of the job it runs."""
+
+    job_id: str
+    agent: str
+    attempt: int
+    max_attempts: int
+    tenant: str | None = None
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    name: str
+    fn: Callable[..., Any]
+    input_model: type[BaseModel] | None = None
+    timeout_s: float | None = None
+    max_attempts: int | None = None
+    is_async: bool = True
+    wants_ctx: bool = False
+    description: str = ""
+
+
+class UnknownAgent(KeyError):
+    """Raised when no agent of that name is registered."""
+
+
+class AgentRegistry:
+    """A mapping of agent names to specs; the worker serves one registry."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, AgentSpec] = {}
+
+    def register(
+        self,
+        name: str | None = None,
+        *,
+        input_model: type[BaseModel] | None = None,
+        timeout_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: ``@registry.register("summarize", input_model=Doc, timeout_s=120)``."""
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(fn, name=name or fn.__name__, input_model=input_model, timeout_s=timeout_s, max_attempts=max_attempts)
+            return fn
+
+        return decorate
+
+    def add(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        input_model: type[BaseModel] | None = None,
+        timeout_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> AgentSpec:
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"agent {name!r}: max_attempts must be >= 1")
+        params = [p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        spec = AgentSpec(
+            name=name,
+            fn=fn,
+            input_model=input_model,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            is_async=inspect.iscoroutinefunction(fn),
+            wants_ctx=len(params) >= 2,
+            description=(inspect.getdoc(fn) or "").split("\n", 1)[0],
+        )
+        self._specs[name] = spec
+        return spec
+
+    def get(self, name: str) -> AgentSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownAgent(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def subset(self, names: Iterable[str]) -> AgentRegistry:
+        """A registry with only ``names``; an unknown name is an error, not a silent no-op."""
+        chosen = AgentRegistry()
+        for name in names:
+            chosen._specs[name] = self.get(name)
+        return chosen
+
+
+default_registry = AgentRegistry()
+agent = default_registry.register

@@ -1,0 +1,305 @@
+"""``streamcrew``: one thin typer entry point; each command parses, builds settings, makes one call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Coroutine
+from enum import IntEnum
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from rich.console import Console
+
+from streams.config import StreamSettings
+from streams.errors import StreamcrewError
+
+T = TypeVar("T")
+
+app = typer.Typer(name="streamcrew", help="Run LLM agent jobs reliably on Redis Streams.", no_args_is_help=True, add_completion=False)
+dead_app = typer.Typer(help="Inspect, replay and purge dead letters.", no_args_is_help=True)
+app.add_typer(dead_app, name="dead")
+out = Console()
+err = Console(stderr=True)
+
+
+class Exit(IntEnum):
+    OK = 0
+    JOB_FAILED = 1
+    USAGE = 2
+    TIMEOUT = 3
+    UNAVAILABLE = 4
+
+
+RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL [env STREAMCREW_REDIS_URL]", show_default=False)]
+Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix [env STREAMCREW_PREFIX]", show_default=False)]
+
+
+def setup_logging(level: str = "info") -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def build(cls: type[T], **overrides: Any) -> T:
+    """Settings from options over ``STREAMCREW_*`` env; a bad value exits with its name."""
+    try:
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        for e in exc.errors():
+            err.print(f"[red]invalid setting {'.'.join(map(str, e['loc']))}: {e['msg']}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine, turning Redis and streamcrew errors into one clear line and an exit code."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    try:
+        return uvloop.run(coro) if uvloop else asyncio.run(coro)
+    except RedisConnectionError as exc:
+        err.print(f"[red]cannot reach Redis: {exc}[/red]")
+        raise typer.Exit(Exit.UNAVAILABLE) from None
+    except StreamcrewError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+
+
+@app.command()
+def worker(
+    agents: Annotated[str | None, typer.Option(help="comma-separated agents to serve [default: all registered]")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="jobs run at once [env STREAMCREW_CONCURRENCY, default 100]")] = None,
+    app_module: Annotated[list[str] | None, typer.Option("--app", help="module to import that registers agents (repeatable)")] = None,
+    lease: Annotated[float | None, typer.Option(help="lease seconds [env STREAMCREW_LEASE_S, default 60]")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off [env STREAMCREW_METRICS_PORT, default 9101]")] = None,
+    grace: Annotated[float | None, typer.Option(help="drain grace seconds [env STREAMCREW_GRACE_S, default 30]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Agent consumer: claims requests from the lanes and runs their agents."""
+    from consumers.settings import WorkerSettings
+    from consumers.worker import load_registry, run_worker
+
+    settings = build(WorkerSettings, agents=agents, concurrency=concurrency, app=app_module or None, lease_s=lease,
+                     metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
+    setup_logging(settings.log_level)
+    try:
+        registry = load_registry(settings)
+    except (ImportError, KeyError) as exc:
+        err.print(f"[red]cannot load agents: {exc}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+    raise typer.Exit(run(run_worker(settings, registry)))
+
+
+@app.command()
+def submit(
+    agent: Annotated[str, typer.Argument(help="agent name")],
+    data: Annotated[str, typer.Option(help="JSON object: the agent's input")] = "{}",
+    priority: Annotated[str | None, typer.Option(help="high, normal, low or 0-10")] = None,
+    webhook: Annotated[str | None, typer.Option(help="URL the notifier POSTs the result to")] = None,
+    id: Annotated[str | None, typer.Option("--id", help="job id and idempotency key")] = None,
+    tenant: Annotated[str | None, typer.Option(help="tenant id")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="attempts before the job fails")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the result and print it")] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 300.0,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Publish one request; prints its job id (and with --wait its result)."""
+    from consumers.ops import Ops
+
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        err.print(f"[red]--data is not JSON: {exc}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+    if not isinstance(payload, dict):
+        err.print("[red]--data must be a JSON object[/red]")
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> int:
+        ops = Ops(settings)
+        try:
+            published, record = await ops.submit(agent, payload, wait_s=timeout if wait else None, priority=priority,
+                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts)
+        except ValueError as exc:
+            err.print(f"[red]{exc}[/red]")
+            return Exit.USAGE
+        finally:
+            await ops.close()
+        if not wait:
+            print(json.dumps({"job_id": published.job_id, "status": published.status, "created": published.created}))
+            return Exit.OK
+        if record is None or not record.terminal:
+            err.print(f"[yellow]job {published.job_id} not finished after {timeout}s (status {record.status if record else 'unknown'})[/yellow]")
+            return Exit.TIMEOUT
+        print(json.dumps(record.as_result().to_json_dict()))
+        return Exit.OK if record.status == "completed" else Exit.JOB_FAILED
+
+    raise typer.Exit(run(go()))
+
+
+@app.command()
+def watch(
+    from_start: Annotated[bool, typer.Option("--from-start", help="replay the results stream from its start")] = False,
+    count: Annotated[int | None, typer.Option(help="stop after this many results")] = None,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Follow the results stream, one JSON line per result."""
+    from consumers.ops import Ops
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> int:
+        ops = Ops(settings)
+        try:
+            async for result in ops.watch(from_id="0" if from_start else "$", count=count):
+                print(json.dumps(result.to_json_dict()), flush=True)
+        finally:
+            await ops.close()
+        return Exit.OK
+
+    try:
+        raise typer.Exit(run(go()))
+    except KeyboardInterrupt:
+        raise typer.Exit(Exit.OK) from None
+
+
+@app.command()
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Lane lengths, pending, lag, dead letters, consumers."""
+    from consumers.ops import Ops
+    from consumers.views import stats_table
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> dict[str, Any]:
+        ops = Ops(settings)
+        try:
+            return await ops.stats()
+        finally:
+            await ops.close()
+
+    figures = run(go())
+    if as_json:
+        print(json.dumps(figures, indent=2))
+    else:
+        out.print(stats_table(figures))
+
+
+@dead_app.command("list")
+def dead_list(
+    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """List dead letters."""
+    from consumers.ops import Ops
+    from consumers.views import dead_table
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> list[Any]:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_list(count)
+        finally:
+            await ops.close()
+
+    letters = run(go())
+    if as_json:
+        for letter in letters:
+            print(letter.model_dump_json())
+    else:
+        out.print(dead_table(letters))
+
+
+@dead_app.command("replay")
+def dead_replay(
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="dead-letter entry IDs")] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Send dead letters back to their lanes with a fresh attempt budget."""
+    from consumers.ops import Ops
+
+    if not entry_ids and not replay_all:
+        err.print("[red]name dead-letter entry IDs or pass --all[/red]")
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> tuple[list[str], list[str]]:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_replay(entry_ids or [], replay_all)
+        finally:
+            await ops.close()
+
+    replayed, skipped = run(go())
+    for reason in skipped:
+        err.print(f"[yellow]skipped: {reason}[/yellow]")
+    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+
+
+@dead_app.command("purge")
+def dead_purge(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Delete every dead letter."""
+    from consumers.ops import Ops
+
+    if not yes and not typer.confirm("Delete every dead letter?"):
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> int:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_purge()
+        finally:
+            await ops.close()
+
+    print(json.dumps({"purged": run(go())}))
+
+
+@app.command()
+def demo(
+    requests: Annotated[int, typer.Option(help="how many requests to play")] = 2000,
+    workers: Annotated[int, typer.Option(help="worker processes")] = 2,
+    concurrency: Annotated[int, typer.Option(help="concurrency per worker")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """The whole pipeline on an embedded Redis (unless STREAMCREW_REDIS_URL is set)."""
+    from consumers.demo import DemoOptions, run_demo
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    setup_logging("warning")
+    report = run(run_demo(settings, DemoOptions(requests=requests, workers=workers, concurrency=concurrency, as_json=as_json)))
+    raise typer.Exit(Exit.OK if report.ok else Exit.JOB_FAILED)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Child streamcrew processes (workers, notifier, gateway) for the demo and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def streamcrew_cmd(*args: str) -> list[str]:
+    """The CLI as a command line, run by this interpreter (works without the console script on PATH)."""
+    return [sys.executable, "-m", "consumers.cli", *args]
+
+
+class Child:
+    """One child process with its log file; ``kill()`` is SIGKILL, ``terminate()`` SIGTERM."""
+
+    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
+        full_env = {**os.environ, **(env or {})}
+        root = str(Path(__file__).resolve().parent.parent)
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH", "")) if p)
+        self.process = subprocess.Popen(self.args, env=full_env, stdout=self._log, stderr=self._log, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.wait(10)
+
+    def terminate(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if hasattr(self._log, "close"):
+            self._log.close()  # type: ignore[union-attr]
+        return code
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        self.terminate()
+        code = self.wait(timeout)
+        if code is None:
+            self.kill()
+        return code
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -1,0 +1,28 @@
+"""Settings of the long-running processes, built once by the CLI and passed down."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from streams.config import StreamSettings
+
+DEFAULT_WORKER_METRICS_PORT = 9101
+DEFAULT_NOTIFIER_METRICS_PORT = 9102
+
+
+class WorkerSettings(StreamSettings):
+    """``streamcrew worker``: every field is also a ``STREAMCREW_*`` variable."""
+
+    concurrency: int = Field(default=100, ge=1, le=100_000, description="jobs run at once by one worker process")
+    agents: list[str] | None = Field(default=None, description="agents this worker serves (default: all registered)")
+    app: list[str] = Field(default_factory=list, description="modules to import that register user agents")
+    metrics_port: int = Field(default=DEFAULT_WORKER_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
+    grace_s: float = Field(default=30.0, ge=0, description="seconds a draining worker lets in-flight jobs finish before handing them back")
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+
+    @field_validator("agents", "app", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value

@@ -1,0 +1,47 @@
+"""Rich tables for the operator commands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from streams.envelope import DeadLetter
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:.1f}"
+
+
+def stats_table(figures: dict[str, Any]) -> Group:
+    streams = Table(title=f"streams (prefix {figures['prefix']})")
+    for column in ("stream", "group", "length", "pending", "lag", "oldest pending s", "consumers"):
+        streams.add_column(column, justify="right" if column not in ("stream", "group") else "left")
+    rows = [(name, s) for name, s in figures["lanes"].items()] + [("results", figures["results"])]
+    for name, s in rows:
+        streams.add_row(name, s["group"], _num(s["length"]), _num(s["pending"]), _num(s["lag"]),
+                        _num(s["oldest_pending_age_s"]), str(len(s["consumers"])))
+    consumers = Table(title="consumers")
+    for column in ("stream", "consumer", "pending", "idle s"):
+        consumers.add_column(column)
+    for name, s in rows:
+        for c in s["consumers"]:
+            consumers.add_row(name, c["name"], _num(c["pending"]), _num(c["idle_s"]))
+    totals = Table(show_header=False, box=None)
+    totals.add_row("dead letters", _num(figures["dead_letters"]))
+    totals.add_row("retrying", _num(figures["retrying"]))
+    totals.add_row("webhook dead letters", _num(figures["webhooks"]["dead_letters"]))
+    return Group(streams, consumers, totals)
+
+
+def dead_table(letters: Sequence[DeadLetter]) -> Table:
+    table = Table(title=f"{len(letters)} dead letters")
+    for column in ("entry", "job id", "agent", "reason", "attempts", "dead at", "error"):
+        table.add_column(column, overflow="fold")
+    for d in letters:
+        when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), when, d.error[:200])
+    return table

@@ -1,0 +1,128 @@
+"""The worker process: one envelope in, one agent call, one result out; drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agents import AgentContext, AgentRegistry, default_registry, run_agent
+from agents.builtin import builtin_registry
+from consumers.metrics_server import serve_metrics
+from consumers.settings import WorkerSettings
+from streams.connection import connect, require_version
+from streams.envelope import JobRequest
+from streams.groups import ensure_groups, standard_groups
+from streams.jobs import JobProcessor
+from streams.keys import WORKERS_GROUP, Keys
+from streams.runtime import GroupRuntime
+
+log = logging.getLogger("streamcrew.worker")
+
+
+class AgentExecutor:
+    """Runs registered agents for the job runtime (the :class:`streams.jobs.JobExecutor`)."""
+
+    def __init__(self, registry: AgentRegistry, settings: WorkerSettings, pool: ThreadPoolExecutor) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.pool = pool
+
+    def check(self, request: JobRequest) -> str | None:
+        if request.agent in self.registry:
+            return None
+        return f"unknown agent {request.agent!r}; this worker serves: {', '.join(self.registry.names())}"
+
+    def max_attempts(self, request: JobRequest) -> int:
+        if request.max_attempts is not None:
+            return request.max_attempts
+        spec = self.registry.get(request.agent)
+        return spec.max_attempts or self.settings.default_max_attempts
+
+    async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
+        spec = self.registry.get(request.agent)
+        ctx = AgentContext(job_id=job_id, agent=request.agent, attempt=attempt, max_attempts=max_attempts,
+                           tenant=request.tenant, traceparent=request.traceparent)
+        return await run_agent(spec, request.data, ctx, timeout_s=request.timeout_s or spec.timeout_s, executor=self.pool)
+
+
+def load_registry(settings: WorkerSettings) -> AgentRegistry:
+    """Built-in agents, plus those the ``--app`` modules register, limited to ``--agents``."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in settings.app:
+        importlib.import_module(module)
+    registry = builtin_registry()
+    for name in default_registry.names():
+        spec = default_registry.get(name)
+        registry.add(spec.fn, name=name, input_model=spec.input_model, timeout_s=spec.timeout_s, max_attempts=spec.max_attempts)
+    return registry.subset(settings.agents) if settings.agents else registry
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+async def run_worker(settings: WorkerSettings, registry: AgentRegistry) -> int:
+    """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once."""
+    keys = Keys(settings.prefix)
+    redis = connect(settings.effective_redis_url)
+    pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
+    _configure_agents(settings)
+    await require_version(redis)
+    await ensure_groups(redis, standard_groups(keys))
+    name = consumer_name()
+    runtime = GroupRuntime(redis, streams=keys.lanes, group=WORKERS_GROUP, consumer=name,
+                           concurrency=settings.concurrency, lease_s=settings.lease_s)
+    processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool))
+    if settings.metrics_port:
+        serve_metrics(settings.metrics_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("%s: draining (grace %.0fs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    settle_task = asyncio.create_task(processor.settler.run())
+    run_task = asyncio.create_task(runtime.run())
+    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s", name, ",".join(registry.names()),
+             settings.concurrency, settings.lease_s, settings.prefix)
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    if run_task.done() and run_task.exception():
+        raise run_task.exception()  # type: ignore[misc]
+    finished, handed_back = await runtime.drain(settings.grace_s)
+    await processor.settler.close(settle_task)
+    stop_task.cancel()
+    run_task.cancel()
+    await asyncio.gather(run_task, return_exceptions=True)
+    log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
+    pool.shutdown(wait=False, cancel_futures=True)
+    await redis.aclose()
+    return 0
+
+
+def _configure_agents(settings: WorkerSettings) -> None:
+    """Size shared agent resources (e.g. the crew executor) to this worker's concurrency."""
+    if importlib.util.find_spec("agents.crews") is None:
+        return
+    crews = importlib.import_module("agents.crews")
+    configure = getattr(crews, "configure_executor", None)
+    if configure is not None:
+        configure(settings.concurrency)

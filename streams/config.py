@@ -1,0 +1,29 @@
+"""Settings of the Redis Streams layer, read once at the edge (``STREAMCREW_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StreamSettings(BaseSettings):
+    """What every streamcrew process needs to talk to its streams."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMCREW_", extra="ignore")
+
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis to use (rediss:// for TLS); unset means the embedded Redis where a command allows it, else redis://localhost:6379/0",
+    )
+    prefix: str = Field(default="streamcrew", min_length=1, description="key prefix")
+    lease_s: float = Field(default=60.0, gt=0, description="seconds a claimed job may go without a heartbeat before it is reclaimed")
+    max_request_bytes: int = Field(default=1_048_576, gt=0, description="largest encoded request accepted")
+    results_maxlen: int = Field(default=1_000_000, gt=0, description="approximate MAXLEN of the results stream")
+    job_ttl_s: int = Field(default=7 * 24 * 3600, gt=0, description="seconds a job record lives after the job ends")
+    retry_backoff_s: float = Field(default=1.0, ge=0, description="first retry delay of a failed job, doubled per attempt, with jitter")
+    retry_backoff_max_s: float = Field(default=300.0, ge=0, description="longest retry delay")
+    default_max_attempts: int = Field(default=3, ge=1, description="max_attempts of a request that does not set it")
+
+    @property
+    def effective_redis_url(self) -> str:
+        return self.redis_url or "redis://localhost:6379/0"

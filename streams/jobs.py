@@ -1,0 +1,259 @@
+"""Job semantics on top of the group runtime: start, run, retry, dead-letter, settle.
+
+The worker supplies a :class:`JobExecutor` (agents live above this package);
+everything here is about the request's life in Redis, fenced so that each job
+yields exactly one result event whatever crashes, reclaims or duplicates occur.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+
+from streams import metrics
+from streams.config import StreamSettings
+from streams.envelope import JobRequest, JobResult, Status, dumps, entry_ms, now_ms
+from streams.errors import DecodeError, Reject, RetryLater
+from streams.keys import Keys
+from streams.runtime import Entry, GroupRuntime, Slot
+from streams.scripts import Scripts
+from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
+
+log = logging.getLogger("streamcrew.jobs")
+
+PROMOTE_BATCH = 500
+UNKNOWN_AGENT_LABEL = "_unknown"
+
+
+class JobExecutor(Protocol):
+    """What the worker plugs in: agent lookup, attempt budget and the call itself."""
+
+    def check(self, request: JobRequest) -> str | None:
+        """None when this worker can run the request, else why it cannot (→ rejected)."""
+
+    def max_attempts(self, request: JobRequest) -> int: ...
+
+    async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
+        """Run one attempt; returns ``(output, usage)``; raises to fail the attempt."""
+
+
+@dataclass(slots=True)
+class Claimed:
+    stream: str
+    lane: str
+    entry_id: str
+    job_id: str
+    request: JobRequest
+    raw: dict[str, str]
+    max_attempts: int
+    submitted_at: int
+
+    @property
+    def source(self) -> str:
+        return f"{self.lane}/{self.entry_id}"
+
+
+@dataclass(slots=True)
+class Running:
+    claimed: Claimed
+    attempt: int
+    used: int
+    started_at: int
+
+
+class JobProcessor:
+    """The :class:`~streams.runtime.EntryHandler` of the ``workers`` group."""
+
+    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.settings = settings
+        self.runtime = runtime
+        self.executor = executor
+        self.worker = runtime.consumer
+        self._scripts = Scripts(redis)
+        self.settler = Settler(
+            redis, keys, group=runtime.group, results_maxlen=settings.results_maxlen,
+            job_ttl_s=settings.job_ttl_s, release=runtime.release,
+        )
+        self._running: dict[Slot, Running] = {}
+        runtime.handler = self
+
+    # -- entries in ----------------------------------------------------------
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        lane = self.keys.lane_name(stream)
+        if reclaimed:
+            metrics.reclaimed(lane).inc(len(entries))
+        claimed: list[Claimed] = []
+        for entry_id, raw in entries:
+            if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)
+                self.settler.submit(drop_op(stream, entry_id))
+                continue
+            job_id = raw.get("id") or entry_id
+            try:
+                request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes)
+                problem = self.executor.check(request)
+                if problem:
+                    raise DecodeError(problem, raw)
+            except DecodeError as exc:
+                self._reject_invalid(stream, lane, entry_id, job_id, raw, exc.reason)
+                continue
+            submitted = request.submitted_at or entry_ms(entry_id)
+            claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, self.executor.max_attempts(request), submitted))
+        if claimed:
+            await self._start(stream, lane, claimed)
+
+    async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
+        now = now_ms()
+        args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker]
+        for c in claimed:
+            args += [c.entry_id, c.job_id, c.request.agent, c.submitted_at, c.max_attempts, c.request.deadline if c.request.deadline is not None else ""]
+        reply = await self._scripts.start(keys=[stream], args=args)
+        for c, (decision, attempts, used) in zip(claimed, reply, strict=True):
+            attempts, used = int(attempts), int(used)
+            if decision == "run":
+                run = Running(c, attempts, used, now)
+                self._running[(stream, c.entry_id)] = run
+                self.runtime.attach(stream, c.entry_id, asyncio.create_task(self._run(run)))
+            elif decision == "dup":
+                log.info("job=%s entry=%s outcome=duplicate (already owned or ended)", c.job_id, c.entry_id)
+                self.settler.submit(drop_op(stream, c.entry_id))
+            elif decision == "exhausted":
+                error = f"attempts exhausted: {used} of {c.max_attempts} used (worker crashes and reclaims count)"
+                self._finish(c, Status.FAILED, attempts=attempts, started_at=None, error=error, dead_reason="exhausted")
+            else:
+                self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error="deadline passed before the job started", dead_reason="expired")
+
+    # -- one attempt ---------------------------------------------------------
+
+    async def _run(self, run: Running) -> None:
+        c = run.claimed
+        agent = c.request.agent
+        if run.attempt == 1:
+            metrics.queue_wait(agent, c.lane).observe(max(0.0, (run.started_at - c.submitted_at) / 1000))
+        gauge = metrics.in_flight(agent)
+        gauge.inc()
+        t0 = time.perf_counter()
+        outcome = "completed"
+        try:
+            output, usage = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
+            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output, usage=usage)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Reject as exc:
+            outcome = "rejected"
+            self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected")
+        except RetryLater as exc:
+            outcome = self._fail_or_retry(run, exc.reason, delay_s=exc.delay_s)
+        except TimeoutError:
+            limit = c.request.timeout_s
+            outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out")
+        except Exception as exc:  # an agent failure is data, not a crash of the worker
+            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}")
+        finally:
+            seconds = time.perf_counter() - t0
+            gauge.dec()
+            metrics.duration(agent).observe(seconds)
+            if outcome != "cancelled":  # a cancelled attempt is handed back by the drain, which needs it
+                self._running.pop((c.stream, c.entry_id), None)
+            log.info("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
+
+    def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None) -> str:
+        c = run.claimed
+        if run.used >= c.max_attempts:
+            self._finish(c, Status.FAILED, attempts=run.attempt, started_at=run.started_at,
+                         error=f"{error} (attempt {run.used} of {c.max_attempts})", dead_reason="exhausted")
+            return "failed"
+        if delay_s is None:
+            base = self.settings.retry_backoff_s * (2 ** (run.used - 1))
+            delay_s = min(self.settings.retry_backoff_max_s, base) * random.uniform(0.5, 1.0)
+        fields = dict(c.raw)
+        fields["id"] = c.job_id
+        fields.setdefault("submitted_at", str(c.submitted_at))
+        member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
+        metrics.retries(c.request.agent).inc()
+        self.settler.submit(retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error))
+        return f"retry_in_{delay_s:.2f}s"
+
+    # -- endings -------------------------------------------------------------
+
+    def _finish(
+        self, c: Claimed, status: Status, *, attempts: int, started_at: int | None,
+        result: Any = None, usage: dict[str, Any] | None = None, error: str | None = None, dead_reason: str | None = None,
+    ) -> None:
+        r = c.request
+        finished = now_ms()
+        event = JobResult(
+            id=c.job_id, agent=r.agent, status=status, result=result, error=error, attempts=attempts,
+            submitted_at=c.submitted_at, started_at=started_at, finished_at=finished, worker=self.worker,
+            usage=usage, webhook=r.webhook, tenant=r.tenant, traceparent=r.traceparent,
+        )
+        dead = None
+        if dead_reason:
+            dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
+        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead)
+        op.on_written = _count(r.agent, str(status), dead_reason)
+        self.settler.submit(op)
+
+    def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
+        finished = now_ms()
+        agent = raw.get("agent", "")
+        fields = {"id": job_id, "agent": agent, "status": "rejected", "error": reason, "attempts": "0",
+                  "submitted_at": str(entry_ms(entry_id)), "finished_at": str(finished), "worker": self.worker}
+        for name in ("webhook", "tenant", "traceparent"):
+            if raw.get(name):
+                fields[name] = raw[name]
+        dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
+        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead)
+        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid")
+        log.info("job=%s entry=%s outcome=rejected reason=%r", job_id, entry_id, reason)
+        self.settler.submit(op)
+
+    @staticmethod
+    def _dead_fields(job_id: str, agent: str, reason: str, error: str, stream: str, entry_id: str, attempts: int, raw: dict[str, str], dead_at: int) -> dict[str, str]:
+        return {"id": job_id, "agent": agent, "reason": reason, "error": error, "source_stream": stream,
+                "source_id": entry_id, "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(raw)}
+
+    # -- upkeep and drain ----------------------------------------------------
+
+    async def tick(self) -> None:
+        """Move due retries back to their lanes (any worker may; the script is atomic)."""
+        while True:
+            moved = await self._scripts.promote(
+                keys=[self.keys.delayed], args=[now_ms(), PROMOTE_BATCH, self.keys.job_prefix, f"{self.keys.prefix}:requests:"]
+            )
+            if int(moved) < PROMOTE_BATCH:
+                return
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted."""
+        ops: list[SettleOp] = []
+        for slot in slots:
+            run = self._running.pop(slot, None)
+            if run is None:
+                continue
+            c = run.claimed
+            fields = dict(c.raw)
+            fields["id"] = c.job_id
+            fields.setdefault("submitted_at", str(c.submitted_at))
+            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields))
+        for op in ops:
+            self.settler.submit(op)
+        await self.settler.flush()
+
+
+def _count(agent: str, status: str, dead_reason: str | None):  # type: ignore[no-untyped-def]
+    def written(wrote: bool) -> None:
+        if wrote:
+            metrics.jobs(agent, status).inc()
+            if dead_reason:
+                metrics.dead_letters(dead_reason).inc()
+    return written

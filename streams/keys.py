@@ -1,0 +1,67 @@
+"""Every Redis key streamcrew owns, built from one prefix.
+
+All keys start with ``<prefix>:`` so ``SCAN MATCH <prefix>:*`` finds every key
+the system owns and nothing else. With Redis Cluster, a prefix like
+``{streamcrew}`` puts every key in one hash slot, which the Lua scripts need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LANES: tuple[str, ...] = ("high", "normal", "low")
+WORKERS_GROUP = "workers"
+NOTIFIER_GROUP = "notifier"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "streamcrew"
+
+    def lane(self, name: str) -> str:
+        if name not in LANES:
+            raise ValueError(f"unknown lane {name!r}; lanes are {', '.join(LANES)}")
+        return f"{self.prefix}:requests:{name}"
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """Lane stream keys in strict priority order, high first."""
+        return tuple(self.lane(n) for n in LANES)
+
+    def lane_name(self, key: str) -> str:
+        return key.rsplit(":", 1)[-1]
+
+    @property
+    def results(self) -> str:
+        return f"{self.prefix}:results"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def webhooks_dead(self) -> str:
+        return f"{self.prefix}:webhooks:dead"
+
+    @property
+    def delayed(self) -> str:
+        """Sorted set of requests waiting for their retry time (score: due epoch ms)."""
+        return f"{self.prefix}:delayed"
+
+    @property
+    def webhooks_delayed(self) -> str:
+        return f"{self.prefix}:webhooks:delayed"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    @property
+    def job_prefix(self) -> str:
+        return f"{self.prefix}:job:"
+
+    def ratelimit(self, name: str) -> str:
+        return f"{self.prefix}:ratelimit:{name}"
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.prefix}:*"

@@ -1,0 +1,60 @@
+"""Worker-side Prometheus metrics (contract §8), on the process's default registry.
+
+Children of labelled metrics are cached: ``labels()`` costs more than the
+observation itself on a hot path of thousands of jobs a second.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from prometheus_client import Counter, Gauge, Histogram
+
+JOBS = Counter("streamcrew_jobs_total", "Jobs ended, by agent and terminal status", ["agent", "status"])
+JOB_DURATION = Histogram(
+    "streamcrew_job_duration_seconds", "Run time of one attempt", ["agent"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+QUEUE_WAIT = Histogram(
+    "streamcrew_queue_wait_seconds", "Time from submission to the start of the first attempt", ["agent", "lane"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+IN_FLIGHT = Gauge("streamcrew_jobs_in_flight", "Attempts running now", ["agent"])
+RETRIES = Counter("streamcrew_retries_total", "Attempts that failed and were scheduled again", ["agent"])
+RECLAIMED = Counter("streamcrew_reclaimed_total", "Entries taken over from stalled consumers", ["lane"])
+DEAD_LETTERS = Counter("streamcrew_dead_letters_total", "Requests dead-lettered, by reason", ["reason"])
+
+
+@cache
+def jobs(agent: str, status: str) -> Counter:
+    return JOBS.labels(agent=agent, status=status)
+
+
+@cache
+def duration(agent: str) -> Histogram:
+    return JOB_DURATION.labels(agent=agent)
+
+
+@cache
+def queue_wait(agent: str, lane: str) -> Histogram:
+    return QUEUE_WAIT.labels(agent=agent, lane=lane)
+
+
+@cache
+def in_flight(agent: str) -> Gauge:
+    return IN_FLIGHT.labels(agent=agent)
+
+
+@cache
+def retries(agent: str) -> Counter:
+    return RETRIES.labels(agent=agent)
+
+
+@cache
+def reclaimed(lane: str) -> Counter:
+    return RECLAIMED.labels(lane=lane)
+
+
+@cache
+def dead_letters(reason: str) -> Counter:
+    return DEAD_LETTERS.labels(reason=reason)

@@ -1,0 +1,93 @@
+"""Publishing requests: one job per id, lanes by priority, batches in one round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from streams.envelope import JobRequest, lane_for_priority, now_ms
+from streams.errors import RequestTooLarge
+from streams.groups import ensure_groups, standard_groups
+from streams.keys import Keys
+from streams.scripts import Scripts
+
+PUBLISH_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What a publish did: ``created`` is False when the id already named a live or finished job."""
+
+    job_id: str
+    status: str
+    created: bool
+    lane: str
+
+
+class Producer:
+    """Puts requests into the lanes; safe to share across tasks."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int = 1_048_576) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.max_request_bytes = max_request_bytes
+        self._scripts = Scripts(redis)
+        self._groups_ready = False
+
+    async def ensure_groups(self) -> None:
+        if not self._groups_ready:
+            await ensure_groups(self.redis, standard_groups(self.keys))
+            self._groups_ready = True
+
+    async def publish(
+        self,
+        agent: str,
+        data: dict[str, Any],
+        *,
+        priority: int | str | None = None,
+        id: str | None = None,
+        webhook: str | None = None,
+        tenant: str | None = None,
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+        deadline: int | None = None,
+        traceparent: str | None = None,
+    ) -> Published:
+        """Publish one request; returns its job id. Idempotent on ``id``."""
+        request = JobRequest(
+            agent=agent, data=data, id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
+            timeout_s=timeout_s, deadline=deadline, traceparent=traceparent, submitted_at=now_ms(),
+        )
+        (published,) = await self.publish_many([request], priority=priority)
+        return published
+
+    async def publish_many(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published]:
+        """Publish requests to one lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept."""
+        lane_name = lane_for_priority(priority)
+        await self.ensure_groups()
+        out: list[Published] = []
+        chunk: list[JobRequest] = []
+        for request in requests:
+            chunk.append(request)
+            if len(chunk) >= PUBLISH_CHUNK:
+                out.extend(await self._publish_chunk(chunk, lane_name))
+                chunk = []
+        if chunk:
+            out.extend(await self._publish_chunk(chunk, lane_name))
+        return out
+
+    async def _publish_chunk(self, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
+        args: list[str | int] = [self.keys.job_prefix, lane_name, now_ms(), ""]
+        for request in chunk:
+            fields = request.to_fields()
+            size = sum(len(k) + len(v) for k, v in fields.items())
+            if size > self.max_request_bytes:
+                raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
+            args += [request.id or "", request.agent, request.submitted_at or "", len(fields)]
+            for key, value in fields.items():
+                args += [key, value]
+        reply = await self._scripts.publish(keys=[self.keys.lane(lane_name)], args=args)
+        return [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]

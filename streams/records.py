@@ -1,0 +1,75 @@
+"""Job status records (``<prefix>:job:<id>``), read side; the Lua scripts write them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+from redis.asyncio import Redis
+
+from streams.envelope import TERMINAL, JobResult
+from streams.keys import Keys
+
+INTERNAL_FIELDS = frozenset({"source", "base"})
+
+
+class JobRecord(BaseModel):
+    """The status of one job as users see it (contract §4)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    status: str
+    agent: str = ""
+    attempts: int = 0
+    lane: str | None = None
+    submitted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    result: Any = None
+    error: str | None = None
+    usage: dict[str, Any] | None = None
+    webhook: str | None = None
+    tenant: str | None = None
+    traceparent: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def as_result(self) -> JobResult:
+        """The job's result event, rebuilt from the record (identical fields)."""
+        return JobResult.model_validate(self.model_dump(exclude={"lane"}))
+
+
+def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
+    values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS}
+    for name in ("result", "usage"):
+        if name in values:
+            try:
+                values[name] = orjson.loads(values[name])
+            except orjson.JSONDecodeError:
+                pass
+    values["id"] = job_id
+    return JobRecord.model_validate(values)
+
+
+async def get_job(redis: Redis, keys: Keys, job_id: str) -> JobRecord | None:
+    """The record of ``job_id``, or None when unknown (or expired)."""
+    raw = await redis.hgetall(keys.job(job_id))
+    return _parse(job_id, raw) if raw else None
+
+
+async def wait_for_terminal(redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> JobRecord | None:
+    """Poll the record until the job ends or ``timeout_s`` passes; returns the last record seen."""
+    deadline = time.monotonic() + timeout_s
+    record = await get_job(redis, keys, job_id)
+    while (record is None or not record.terminal) and time.monotonic() < deadline:
+        await asyncio.sleep(poll_s)
+        poll_s = min(poll_s * 1.5, 0.5)
+        record = await get_job(redis, keys, job_id)
+    return record

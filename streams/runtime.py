@@ -1,0 +1,346 @@
+"""The consumer-group runtime: read as much as there are free slots, keep leases, reclaim, drain.
+
+One ``GroupRuntime`` serves one consumer in one group over streams in strict
+priority order. It knows nothing of what an entry means: it holds a slot for
+every entry it reads (so every pending entry belongs to work really under way,
+and the lease heartbeat can vouch for all of them) and hands entries to an
+:class:`EntryHandler`, which releases each slot once the entry is settled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from streams.connection import BLOCK_MS
+from streams.groups import ensure_group
+from streams.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[str, dict[str, str] | None]
+Slot = tuple[str, str]
+
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 5.0
+RECLAIM_BATCH = 100
+
+
+class EntryHandler(Protocol):
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        """Start work for freshly held entries; release each slot once it is settled."""
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        """Give unfinished entries back to the group at once (drain)."""
+
+    async def tick(self) -> None:
+        """Periodic upkeep (e.g. promoting due retries)."""
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
+
+
+class Backoff:
+    """Capped exponential backoff for Redis outages, with one log line per outage."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.delay_s = 0.0
+        self.since: float | None = None
+
+    async def failed(self, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("%s: Redis unavailable (%s: %s); retrying with backoff", self.what, type(exc).__name__, exc)
+        self.delay_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self.delay_s * 2))
+        await asyncio.sleep(self.delay_s)
+
+    def ok(self) -> None:
+        if self.since is not None:
+            log.warning("%s: Redis is back after %.1fs", self.what, time.monotonic() - self.since)
+        self.since = None
+        self.delay_s = 0.0
+
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class GroupRuntime:
+    """Reads one group's streams for one consumer, bounded by ``concurrency``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        streams: Sequence[str],
+        group: str,
+        consumer: str,
+        concurrency: int,
+        lease_s: float,
+        tick_s: float = 0.25,
+        block_ms: int = BLOCK_MS,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.redis = redis
+        self.streams = list(streams)
+        self.group = group
+        self.consumer = consumer
+        self.concurrency = concurrency
+        self.lease_s = lease_s
+        self.tick_s = tick_s
+        self.block_ms = block_ms
+        self.handler: EntryHandler | None = None
+        self._scripts = Scripts(redis)
+        self._slots: dict[Slot, asyncio.Task[None] | None] = {}
+        self._freed = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._accepting = True
+        self._cursors = {s: "0-0" for s in self.streams}
+        self._reader: asyncio.Task[None] | None = None
+
+    # -- slots ---------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        return self.concurrency - len(self._slots)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._slots)
+
+    def _hold(self, stream: str, entry_id: str) -> bool:
+        slot = (stream, entry_id)
+        if slot in self._slots:
+            return False
+        self._slots[slot] = None
+        self._idle.clear()
+        return True
+
+    def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
+        self._slots[(stream, entry_id)] = task
+
+    def release(self, stream: str, entry_id: str) -> None:
+        if self._slots.pop((stream, entry_id), 0) != 0:
+            self._freed.set()
+            if not self._slots:
+                self._idle.set()
+
+    # -- loops ---------------------------------------------------------------
+
+    async def ensure_groups(self) -> None:
+        for stream in self.streams:
+            await ensure_group(self.redis, stream, self.group)
+
+    async def run(self) -> None:
+        """Read until :meth:`stop_accepting`; renewal, reclaim and upkeep run beside it."""
+        assert self.handler is not None, "bind a handler first"
+        backoff = Backoff(f"{self.group}/{self.consumer} start")
+        while True:
+            try:
+                await self.ensure_groups()
+                break
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+        backoff.ok()
+        helpers = [asyncio.create_task(self._renew_loop()), asyncio.create_task(self._sweep_loop()), asyncio.create_task(self._tick_loop())]
+        self._reader = asyncio.create_task(self._read_loop())
+        try:
+            await self._reader
+        except asyncio.CancelledError:
+            if self._accepting:
+                raise
+        finally:
+            self._helpers = helpers
+
+    async def stop_helpers(self) -> None:
+        for task in getattr(self, "_helpers", []):
+            task.cancel()
+        await asyncio.gather(*getattr(self, "_helpers", []), return_exceptions=True)
+
+    def stop_accepting(self) -> None:
+        """Claim nothing more; renewals go on so in-flight work keeps its leases."""
+        self._accepting = False
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read_loop(self) -> None:
+        backoff = Backoff(f"{self.group}/{self.consumer} read")
+        while self._accepting:
+            free = self.free_slots()
+            if free <= 0:
+                self._freed.clear()
+                await self._freed.wait()
+                continue
+            try:
+                got = await self._read_strict(free)
+                if not got:
+                    await self._read_blocking()
+                backoff.ok()
+            except asyncio.CancelledError:
+                raise
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+            except ResponseError as exc:
+                if is_nogroup(exc):
+                    log.warning("%s: consumer group vanished (Redis restarted empty?); recreating it", self.group)
+                    await self._recreate_groups(backoff)
+                else:
+                    log.exception("%s: Redis refused a read", self.group)
+                    await backoff.failed(exc)
+
+    async def _recreate_groups(self, backoff: Backoff) -> None:
+        try:
+            await self.ensure_groups()
+        except RedisError as exc:
+            await backoff.failed(exc)
+
+    async def _read_strict(self, free: int) -> bool:
+        """One non-blocking read per stream, highest first, each sized by the slots still free."""
+        got = False
+        for stream in self.streams:
+            if free <= 0:
+                break
+            reply = await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=free)
+            if reply:
+                entries = reply[0][1]
+                free -= len(entries)
+                got = True
+                await self._deliver(stream, entries, reclaimed=False)
+                break  # re-check from the highest stream: strict priority
+        return got
+
+    async def _read_blocking(self) -> None:
+        """All streams empty: wait for the first entry on any of them (COUNT 1 each)."""
+        reply = await self.redis.xreadgroup(
+            self.group, self.consumer, {s: ">" for s in self.streams}, count=1, block=self.block_ms
+        )
+        for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
+            await self._deliver(stream, entries, reclaimed=False)
+
+    async def _deliver(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        fresh = [(eid, fields) for eid, fields in entries if self._hold(stream, eid)]
+        if not fresh:
+            return
+        assert self.handler is not None
+        backoff = Backoff(f"{self.group}/{self.consumer} start")
+        while True:
+            try:
+                await self.handler.on_entries(stream, fresh, reclaimed=reclaimed)
+                break
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+        backoff.ok()
+
+    async def _renew_loop(self) -> None:
+        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID)."""
+        every_s = max(0.1, self.lease_s / 4)
+        backoff = Backoff(f"{self.group}/{self.consumer} renew")
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.renew()
+                backoff.ok()
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+            except ResponseError as exc:
+                log.warning("%s: lease renewal refused: %s", self.group, exc)
+
+    async def renew(self) -> list[Slot]:
+        by_stream: dict[str, list[str]] = {}
+        for stream, eid in list(self._slots):
+            by_stream.setdefault(stream, []).append(eid)
+        lost: list[Slot] = []
+        for stream, ids in by_stream.items():
+            for start in range(0, len(ids), 1000):
+                chunk = ids[start : start + 1000]
+                gone = await self._scripts.renew(keys=[stream], args=[self.group, self.consumer, *chunk])
+                lost += [(stream, eid) for eid in gone]
+        if lost:
+            log.info("%s: %d held entries are no longer ours (reclaimed or settled elsewhere)", self.group, len(lost))
+        return lost
+
+    async def _sweep_loop(self) -> None:
+        """XAUTOCLAIM entries idle past the lease: their consumer died or hung."""
+        every_s = min(max(0.5, self.lease_s / 2), 10.0)
+        backoff = Backoff(f"{self.group}/{self.consumer} reclaim")
+        while True:
+            await asyncio.sleep(every_s)
+            if not self._accepting:
+                continue
+            try:
+                await self.sweep()
+                backoff.ok()
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+            except ResponseError as exc:
+                if not is_nogroup(exc):
+                    log.warning("%s: reclaim refused: %s", self.group, exc)
+
+    async def sweep(self) -> int:
+        """Take over stalled entries, at most as many as there are free slots; returns how many."""
+        total = 0
+        min_idle_ms = int(self.lease_s * 1000)
+        for stream in self.streams:
+            free = min(self.free_slots(), RECLAIM_BATCH)
+            if free <= 0 or not self._accepting:
+                break
+            reply = await self.redis.xautoclaim(stream, self.group, self.consumer, min_idle_ms, self._cursors[stream], count=free)
+            cursor, entries = reply[0], reply[1]
+            self._cursors[stream] = cursor
+            if entries:
+                total += len(entries)
+                await self._deliver(stream, entries, reclaimed=True)
+        return total
+
+    async def _tick_loop(self) -> None:
+        assert self.handler is not None
+        backoff = Backoff(f"{self.group}/{self.consumer} upkeep")
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                await self.handler.tick()
+                backoff.ok()
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+            except ResponseError as exc:
+                log.warning("%s: upkeep refused: %s", self.group, exc)
+
+    # -- drain ---------------------------------------------------------------
+
+    async def drain(self, grace_s: float) -> tuple[int, int]:
+        """Stop claiming, let held work finish within ``grace_s``, hand the rest back.
+
+        Returns ``(finished, handed_back)``.
+        """
+        self.stop_accepting()
+        before = len(self._slots)
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        except TimeoutError:
+            pass
+        leftover = [slot for slot, task in self._slots.items()]
+        for slot in leftover:
+            task = self._slots.get(slot)
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in self._slots.values() if t is not None), return_exceptions=True)
+        if leftover and self.handler is not None:
+            backoff = Backoff(f"{self.group}/{self.consumer} hand back")
+            for _ in range(20):
+                try:
+                    await self.handler.hand_back(leftover)
+                    break
+                except REDIS_DOWN as exc:
+                    await backoff.failed(exc)
+        await self.stop_helpers()
+        return before - len(leftover), len(leftover)

@@ -1,0 +1,30 @@
+"""The Lua scripts, loaded once per client; redis-py runs them with EVALSHA and reloads on NOSCRIPT."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+
+@cache
+def _source(name: str) -> str:
+    return resources.files("streams").joinpath("lua", f"{name}.lua").read_text()
+
+
+class Scripts:
+    """``publish``, ``start``, ``settle``, ``promote``, ``renew`` and ``replay``, bound to one client."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.publish: AsyncScript = redis.register_script(_source("publish"))
+        self.start: AsyncScript = redis.register_script(_source("start"))
+        self.settle: AsyncScript = redis.register_script(_source("settle"))
+        self.promote: AsyncScript = redis.register_script(_source("promote"))
+        self.renew: AsyncScript = redis.register_script(_source("renew"))
+        self.replay: AsyncScript = redis.register_script(_source("replay"))
+
+
+Reply = Any

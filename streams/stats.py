@@ -1,0 +1,75 @@
+"""Queue figures for ``streamcrew stats``, the gateway and the gauges: one pipelined round."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+
+
+def _age_s(entry_id: str | None, now_ms: int) -> float | None:
+    if not entry_id:
+        return None
+    try:
+        return max(0.0, (now_ms - int(entry_id.split("-", 1)[0])) / 1000)
+    except ValueError:
+        return None
+
+
+async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> dict[str, Any]:
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xlen(stream)
+        pipe.xinfo_groups(stream)
+        pipe.xpending(stream, group)
+        pipe.xinfo_consumers(stream, group)
+        try:
+            length, groups, pending, consumers = await pipe.execute(raise_on_error=False)
+        except ResponseError:
+            length, groups, pending, consumers = 0, [], None, []
+    if isinstance(groups, Exception):
+        groups = []
+    if isinstance(pending, Exception):
+        pending = None
+    if isinstance(consumers, Exception):
+        consumers = []
+    info = next((g for g in groups if g.get("name") == group), None)
+    lag = info.get("lag") if info else None
+    oldest_pending = pending.get("min") if pending else None
+    return {
+        "stream": stream,
+        "group": group,
+        "length": int(length) if not isinstance(length, Exception) else 0,
+        "pending": int(info["pending"]) if info else 0,
+        "lag": int(lag) if lag is not None else None,
+        "last_delivered_id": info.get("last-delivered-id") if info else None,
+        "oldest_pending_age_s": _age_s(oldest_pending, now_ms),
+        "consumers": [
+            {"name": c["name"], "pending": int(c["pending"]), "idle_s": int(c["idle"]) / 1000}
+            for c in consumers
+        ],
+    }
+
+
+async def queue_stats(redis: Redis, keys: Keys) -> dict[str, Any]:
+    """Per lane length, pending, lag (Redis >= 7), oldest pending age and consumers; results; dead letters."""
+    now_ms = int(time.time() * 1000)
+    lanes = {name: await _stream_stats(redis, keys.lane(name), WORKERS_GROUP, now_ms) for name in LANES}
+    results = await _stream_stats(redis, keys.results, NOTIFIER_GROUP, now_ms)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.dead)
+        pipe.zcard(keys.delayed)
+        pipe.xlen(keys.webhooks_dead)
+        pipe.zcard(keys.webhooks_delayed)
+        dead, delayed, wh_dead, wh_delayed = await pipe.execute()
+    return {
+        "prefix": keys.prefix,
+        "lanes": lanes,
+        "results": results,
+        "dead_letters": int(dead),
+        "retrying": int(delayed),
+        "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
+    }
