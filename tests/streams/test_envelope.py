@@ -1,0 +1,55 @@
+"""Decoding requests: every malformed shape is a DecodeError that names the problem and keeps the raw fields."""
+
+import pytest
+
+from streams.envelope import JobRequest, JobResult, Status, lane_for_priority
+from streams.errors import DecodeError
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ({"data": "{}"}, "missing field 'agent'"),
+        ({"agent": "echo"}, "missing field 'data'"),
+        ({"agent": "echo", "data": "{not json"}, "not JSON"),
+        ({"agent": "echo", "data": "[1, 2]"}, "must be a JSON object"),
+        ({"agent": "echo", "data": "{}", "max_attempts": "0"}, "max_attempts"),
+        ({"agent": "echo", "data": "{}", "max_attempts": "2.5"}, "max_attempts"),
+        ({"agent": "echo", "data": "{}", "timeout_s": "soon"}, "timeout_s"),
+        ({"agent": "echo", "data": "{}", "deadline": "tomorrow"}, "deadline"),
+    ],
+)
+def test_malformed_requests_name_their_problem(raw: dict[str, str], reason: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        JobRequest.from_fields(raw)
+    assert reason in caught.value.reason
+    assert caught.value.raw == raw
+
+
+def test_oversized_request_is_refused() -> None:
+    raw = {"agent": "echo", "data": '{"x": "' + "a" * 2000 + '"}'}
+    with pytest.raises(DecodeError, match="over the 1000-byte limit"):
+        JobRequest.from_fields(raw, max_bytes=1000)
+
+
+def test_request_round_trips_through_fields() -> None:
+    request = JobRequest(agent="order", data={"order_id": "ORD-1"}, id="j1", max_attempts=2, tenant="acme")
+    assert JobRequest.from_fields(request.to_fields()) == request
+
+
+def test_result_fields_parse_back_with_json_payloads() -> None:
+    result = JobResult(id="j", agent="echo", status=Status.COMPLETED, result={"a": [1]}, attempts=1,
+                       usage={"model": "m", "prompt_tokens": 1, "completion_tokens": 2, "cost_usd": 0.1})
+    back = JobResult.from_fields(result.to_fields())
+    assert back.result == {"a": [1]}
+    assert back.usage == result.usage
+
+
+@pytest.mark.parametrize(("priority", "lane"), [(10, "high"), (7, "high"), (6, "normal"), (4, "normal"), (3, "low"), (0, "low"), ("low", "low"), (None, "normal")])
+def test_priority_maps_to_lanes(priority: int | str | None, lane: str) -> None:
+    assert lane_for_priority(priority) == lane
+
+
+def test_priority_out_of_range_is_an_error() -> None:
+    with pytest.raises(ValueError, match="0-10"):
+        lane_for_priority(11)

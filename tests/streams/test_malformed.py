@@ -1,0 +1,55 @@
+"""A malformed entry never crashes a worker or blocks the group: it is rejected and dead-lettered."""
+
+import pytest
+
+from streams.dead import list_dead
+from streams.keys import Keys
+from tests.support import wait_results
+
+MALFORMED = {
+    "no-agent": ({"data": "{}"}, "missing field 'agent'"),
+    "no-data": ({"agent": "echo"}, "missing field 'data'"),
+    "non-json": ({"agent": "echo", "data": "{oops"}, "not JSON"),
+    "non-object": ({"agent": "echo", "data": '"just a string"'}, "must be a JSON object"),
+    "unknown-agent": ({"agent": "no-such-agent", "data": "{}"}, "unknown agent 'no-such-agent'"),
+    "oversized": ({"agent": "echo", "data": '{"blob": "' + "x" * 5000 + '"}'}, "over the 4096-byte limit"),
+    "zero-attempts": ({"agent": "echo", "data": "{}", "max_attempts": "0"}, "max_attempts"),
+    "text-attempts": ({"agent": "echo", "data": "{}", "max_attempts": "three"}, "max_attempts"),
+    "bad-timeout": ({"agent": "echo", "data": "{}", "timeout_s": "-1"}, "timeout_s"),
+    "bad-deadline": ({"agent": "echo", "data": "{}", "deadline": "soon"}, "deadline"),
+    "bad-echo-input": ({"agent": "echo", "data": '{"sleep_s": "long"}'}, "sleep_s must be a number"),
+}
+
+
+async def test_every_malformed_entry_is_rejected_and_dead_lettered(redis, keys: Keys, workers) -> None:
+    # Given a worker with a 4 KiB request cap
+    workers.start("--concurrency", "4", env={"STREAMCREW_MAX_REQUEST_BYTES": "4096"})
+    # When every kind of malformed entry is XADDed, with good requests between them
+    ids = {}
+    for name, (fields, _) in MALFORMED.items():
+        ids[name] = await redis.xadd(keys.lane("normal"), {**fields, "id": name})
+        await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": f"good-after-{name}"})
+    got = await wait_results(redis, keys, 2 * len(MALFORMED), timeout=30)
+    by_id = {r.id: r for r in got}
+    # Then each malformed one is rejected with its reason, and every good one completed
+    for name, (_, reason) in MALFORMED.items():
+        assert by_id[name].status == "rejected", (name, by_id[name])
+        assert reason in (by_id[name].error or ""), (name, by_id[name].error)
+        assert by_id[f"good-after-{name}"].status == "completed"
+    # And each has a dead letter naming its reason, with the raw request kept for inspection
+    dead = {d.id: d for d in await list_dead(redis, keys)}
+    assert set(dead) == set(MALFORMED)
+    assert dead["non-json"].request["data"] == "{oops"
+    assert dead["oversized"].source_stream == keys.lane("normal")
+    # And the group is not blocked: nothing pending, the worker alive
+    assert (await redis.xpending(keys.lane("normal"), "workers"))["pending"] == 0
+    assert all(w.alive() for w in workers.children)
+
+
+@pytest.mark.parametrize("field", ["id", "webhook"])
+async def test_empty_optional_fields_do_not_crash(redis, keys: Keys, workers, field: str) -> None:
+    workers.start()
+    await redis.xadd(keys.lane("low"), {"agent": "echo", "data": "{}", field: ""})
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    assert result.status in ("completed", "rejected")
+    assert all(w.alive() for w in workers.children)

@@ -1,0 +1,61 @@
+"""Retries with backoff, exhaustion to the dead stream, and replay of dead letters."""
+
+from streams.dead import list_dead, replay
+from streams.keys import Keys
+from streams.records import get_job
+from tests.support import wait_results
+
+
+async def test_failing_twice_then_completing(redis, keys: Keys, producer, workers) -> None:
+    workers.start()
+    await producer.publish("echo", {"fail_first": 2}, id="flaky", max_attempts=3)
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    assert result.status == "completed"
+    assert result.attempts == 3
+    assert await redis.xlen(keys.dead) == 0
+
+
+async def test_exhausted_retries_end_failed_and_dead(redis, keys: Keys, producer, workers) -> None:
+    workers.start()
+    await producer.publish("echo", {"fail_first": 5}, id="hopeless", max_attempts=2)
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    assert result.status == "failed"
+    assert result.attempts == 2
+    assert "attempt 2 fails on purpose" in (result.error or "")
+    (letter,) = await list_dead(redis, keys)
+    assert (letter.id, letter.reason, letter.attempts) == ("hopeless", "exhausted", 2)
+    record = await get_job(redis, keys, "hopeless")
+    assert record is not None and record.status == "failed"
+    assert await redis.ttl(keys.job("hopeless")) > 0
+
+
+async def test_replay_runs_again_with_a_fresh_budget(redis, keys: Keys, producer, workers) -> None:
+    # Given a job that failed its 2 attempts (it fails while attempt <= 3)
+    workers.start()
+    await producer.publish("echo", {"fail_first": 3}, id="second-chance", max_attempts=2)
+    await wait_results(redis, keys, 1, timeout=20)
+    (letter,) = await list_dead(redis, keys)
+    # When an operator replays it
+    assert await replay(redis, keys, letter.entry_id) == "second-chance"
+    # Then it runs again with a fresh budget of 2, attempts counting on: 3 fails, 4 completes
+    got = await wait_results(redis, keys, 2, timeout=20)
+    assert [r.status for r in got] == ["failed", "completed"]
+    assert got[1].attempts == 4
+    assert await list_dead(redis, keys) == []
+
+
+async def test_agent_timeout_is_a_failed_attempt(redis, keys: Keys, producer, workers) -> None:
+    workers.start()
+    await producer.publish("echo", {"sleep_s": 5}, id="slow", max_attempts=1, timeout_s=0.2)
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    assert result.status == "failed"
+    assert "timed out after 0.2s" in (result.error or "")
+
+
+async def test_deadline_passed_before_start_expires(redis, keys: Keys, producer, workers) -> None:
+    await producer.publish("echo", {}, id="late", deadline=1)
+    workers.start()
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    assert result.status == "expired"
+    (letter,) = await list_dead(redis, keys)
+    assert letter.reason == "expired"

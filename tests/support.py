@@ -1,0 +1,74 @@
+"""Test helpers: bounded waits with clear messages, and worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from consumers.processes import Child, streamcrew_cmd
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
+    """Poll ``check`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+def wait_for_log(child: Child, text: str, *, timeout: float = 20.0) -> None:
+    """Block until ``text`` shows in the child's log (the worker's ready line, say)."""
+    deadline = time.monotonic() + timeout
+    while text not in child.log_text():
+        if not child.alive():
+            raise AssertionError(f"process exited with {child.process.returncode} before logging {text!r}:\n{child.log_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {text!r} in the log:\n{child.log_text()[-3000:]}")
+        time.sleep(0.02)
+
+
+class WorkerFactory:
+    """Starts ``streamcrew worker`` processes against the test's Redis and prefix."""
+
+    def __init__(self, redis_url: str, prefix: str, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.prefix = prefix
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True) -> Child:
+        n = len(self.children)
+        base_env = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": self.prefix,
+                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_RETRY_BACKOFF_S": "0.05"}
+        child = Child(streamcrew_cmd("worker", *args), env={**base_env, **(env or {})}, log_path=self.log_dir / f"worker-{n}.log")
+        self.children.append(child)
+        if wait_ready:
+            wait_for_log(child, " ready: ")
+        return child
+
+    def close(self) -> None:
+        for child in self.children:
+            if child.alive():
+                child.kill()
+
+
+async def results(redis, keys) -> list:  # type: ignore[no-untyped-def]
+    """Every result event on the test's results stream, oldest first."""
+    from streams.envelope import JobResult
+
+    return [JobResult.from_fields(f) for _, f in await redis.xrange(keys.results)]
+
+
+async def wait_results(redis, keys, n: int, *, timeout: float) -> list:  # type: ignore[no-untyped-def]
+    """Wait until at least ``n`` result events exist; returns them all."""
+
+    async def enough() -> bool:
+        return int(await redis.xlen(keys.results)) >= n
+
+    await wait_until(enough, timeout=timeout, what=f"{n} results (have {int(await redis.xlen(keys.results))})")
+    return await results(redis, keys)
