@@ -91,6 +91,7 @@ class JobProcessor:
         lane = self.keys.lane_name(stream)
         if reclaimed:
             metrics.reclaimed(lane).inc(len(entries))
+            log.warning("reclaimed %d %s entries idle past the lease (their consumer died or hung)", len(entries), lane)
         claimed: list[Claimed] = []
         for entry_id, raw in entries:
             if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)

