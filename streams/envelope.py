@@ -65,6 +65,14 @@ def lane_for_priority(priority: int | str | None) -> str:
     return "high" if priority >= 7 else "normal" if priority >= 4 else "low"
 
 
+def flat(fields: Mapping[str, str]) -> list[str]:
+    """``{k: v}`` as ``[k, v, ...]``, the shape XADD and HSET take in Lua."""
+    out: list[str] = []
+    for key, value in fields.items():
+        out += (key, value)
+    return out
+
+
 def dumps(value: Any) -> str:
     return orjson.dumps(value, default=_default).decode()
 

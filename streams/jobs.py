@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
 from redis.asyncio import Redis
 
 from streams import metrics
@@ -113,9 +114,11 @@ class JobProcessor:
 
     async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
         now = now_ms()
-        args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker]
-        for c in claimed:
-            args += [c.entry_id, c.job_id, c.request.agent, c.submitted_at, c.max_attempts, c.request.deadline if c.request.deadline is not None else ""]
+        entries = [
+            (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts), "" if c.request.deadline is None else str(c.request.deadline))
+            for c in claimed
+        ]
+        args = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream], args=args)
         for c, (decision, attempts, used) in zip(claimed, reply, strict=True):
             attempts, used = int(attempts), int(used)

@@ -6,9 +6,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
-from streams.envelope import JobRequest, lane_for_priority, now_ms
+from streams.envelope import JobRequest, flat, lane_for_priority, now_ms
 from streams.errors import RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
@@ -80,14 +81,13 @@ class Producer:
         return out
 
     async def _publish_chunk(self, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
-        args: list[str | int] = [self.keys.job_prefix, lane_name, now_ms(), ""]
+        jobs = []
         for request in chunk:
             fields = request.to_fields()
             size = sum(len(k) + len(v) for k, v in fields.items())
             if size > self.max_request_bytes:
                 raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
-            args += [request.id or "", request.agent, request.submitted_at or "", len(fields)]
-            for key, value in fields.items():
-                args += [key, value]
+            jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields)))
+        args = [self.keys.job_prefix, lane_name, orjson.dumps(jobs).decode()]
         reply = await self._scripts.publish(keys=[self.keys.lane(lane_name)], args=args)
         return [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]

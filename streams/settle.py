@@ -10,10 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from redis.asyncio import Redis
 
+from streams.envelope import flat
 from streams.keys import Keys
 from streams.runtime import REDIS_DOWN, Backoff
 from streams.scripts import Scripts
@@ -25,20 +29,12 @@ SETTLE_CHUNK = 500
 
 @dataclass(slots=True)
 class SettleOp:
-    """One entry's settlement; ``args`` is its slice of ``settle.lua``'s ARGV."""
+    """One entry's settlement; ``op`` is its element of ``settle.lua``'s JSON op list (all strings)."""
 
     stream: str
     entry_id: str
-    args: list[str | int | float]
+    op: list[Any]
     on_written: Callable[[bool], None] | None = None
-    done: asyncio.Future[bool] | None = field(default=None)
-
-
-def kv(fields: dict[str, str]) -> list[str | int | float]:
-    flat: list[str | int | float] = [len(fields)]
-    for key, value in fields.items():
-        flat += [key, value]
-    return flat
 
 
 def drop_op(stream: str, entry_id: str) -> SettleOp:
@@ -46,15 +42,15 @@ def drop_op(stream: str, entry_id: str) -> SettleOp:
 
 
 def done_op(stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None) -> SettleOp:
-    return SettleOp(stream, entry_id, ["done", stream, entry_id, source, job_id, *kv(result), *kv(dead or {})])
+    return SettleOp(stream, entry_id, ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else []])
 
 
 def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str) -> SettleOp:
-    return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, due_ms, member, error])
+    return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error])
 
 
 def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str]) -> SettleOp:
-    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, *kv(fields)])
+    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields)])
 
 
 class Settler:
@@ -109,10 +105,8 @@ class Settler:
                     op.on_written(bool(wrote))
 
     async def _write(self, batch: list[SettleOp]) -> list[int]:
-        args: list[str | int | float] = list(self._head)
-        for op in batch:
-            args += op.args
-        reply = await self._scripts.settle(keys=self._script_keys, args=args)
+        ops = orjson.dumps([op.op for op in batch]).decode()
+        reply = await self._scripts.settle(keys=self._script_keys, args=[*self._head, ops])
         return [int(x) for x in reply]
 
     async def flush(self) -> None:

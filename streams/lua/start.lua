@@ -1,16 +1,15 @@
 -- Start a batch of claimed entries of one lane: decide for each whether it runs.
--- KEYS[1] lane stream; ARGV: job_prefix, lane_name, now_ms, worker, then per entry:
---   entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none)
+-- KEYS[1] lane stream; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
+--   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none)], all strings.
 -- Returns per entry {decision, attempts, used} where decision is
 --   run: record now running, attempts counted; dup: another entry owns this job or it ended;
 --   exhausted: the attempt budget is spent; expired: the deadline passed before it started.
-local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now_n = tonumber(now)
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
-local i = 5
-while i <= #ARGV do
-  local eid, jid, agent, sub, max, deadline = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5]
-  i = i + 6
+for _, e in ipairs(cjson.decode(ARGV[5])) do
+  local eid, jid, agent, sub, max, deadline = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6]
   local key = job_prefix .. jid
   local me = lane_name .. '/' .. eid
   local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base')
@@ -20,7 +19,7 @@ while i <= #ARGV do
     out[#out + 1] = {'dup', att, att - base}
   elseif att - base >= max then
     out[#out + 1] = {'exhausted', att, att - base}
-  elseif deadline ~= '' and now > tonumber(deadline) then
+  elseif deadline ~= '' and now_n > tonumber(deadline) then
     out[#out + 1] = {'expired', att, att - base}
   else
     att = att + 1
