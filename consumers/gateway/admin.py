@@ -1,0 +1,58 @@
+"""Queue-wide operator endpoints: GET /queue/stats, GET /dead, POST /dead/{entry_id}/replay."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from consumers.gateway.auth import Caller, require_operator
+from consumers.gateway.errors import ApiError
+from consumers.gateway.models import ENTRY_ID_PATTERN, DeadLetterPage, QueueStats, Replayed
+from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, json_response
+from consumers.gateway.state import GatewayState, gateway_state
+from streams import dead
+from streams.errors import StreamcrewError
+from streams.stats import queue_stats
+
+router = APIRouter(tags=["operations"])
+State = Annotated[GatewayState, Depends(gateway_state)]
+Operator = Annotated[Caller, Depends(require_operator)]
+EntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="dead-letter stream entry ID, e.g. 1700000000000-0")]
+
+
+@router.get("/queue/stats", response_model=QueueStats, summary="Queue figures", responses=errors(403, *AUTH_ERRORS))
+async def get_queue_stats(state: State, _: Operator) -> Response:
+    """Per lane: length, pending, lag, oldest pending age, consumers and their idle times; the results
+    stream; dead letters and retries. The same figures as ``streamcrew stats --json``."""
+    return json_response(200, await queue_stats(state.redis, state.keys))
+
+
+@router.get("/dead", response_model=DeadLetterPage, summary="List dead letters", responses=errors(403, *AUTH_ERRORS))
+async def list_dead_letters(
+    state: State, _: Operator,
+    count: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
+    after: Annotated[str | None, Query(pattern=ENTRY_ID_PATTERN, description="entry ID the previous page ended with")] = None,
+) -> Response:
+    """Dead letters, oldest first, a page at a time."""
+    letters = await dead.list_dead(state.redis, state.keys, count=count, start=f"({after}" if after else "-")
+    page = [letter.model_dump(mode="json") for letter in letters]
+    next_after = letters[-1].entry_id if len(letters) == count else None
+    return json_response(200, {"dead_letters": page, "next_after": next_after})
+
+
+@router.post(
+    "/dead/{entry_id}/replay", status_code=202, response_model=Replayed, summary="Replay a dead letter",
+    responses=errors(403, 404, 409, *AUTH_ERRORS),
+)
+async def replay_dead_letter(entry_id: EntryId, state: State, _: Operator) -> Response:
+    """Send the dead letter's job back to its lane with a fresh attempt budget (the job keeps its id)."""
+    if not await state.redis.xrange(state.keys.dead, min=entry_id, max=entry_id):
+        raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry_id}")
+    try:
+        job_id = await dead.replay(state.redis, state.keys, entry_id)
+    except (StreamcrewError, ValidationError) as exc:
+        raise ApiError(409, "cannot_replay", str(exc).splitlines()[0]) from None
+    return json_response(202, {"entry_id": entry_id, "job_id": job_id, "status": "queued", "links": job_links(job_id)})

@@ -1,0 +1,49 @@
+"""The FastAPI application: one Redis client for the process, the routers, the middleware."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from consumers.gateway import admin, errors, health, jobs, sse
+from consumers.gateway.limits import BodyLimit
+from consumers.gateway.metrics import RequestMetrics
+from consumers.gateway.settings import GatewaySettings
+from consumers.gateway.state import GatewayState
+from streams.connection import connect
+
+log = logging.getLogger("streamcrew.gateway")
+
+DESCRIPTION = """Submit LLM agent jobs and follow them: `POST /jobs` answers at once (202 and a job id);
+poll `GET /jobs/{job_id}`, wait on `GET /jobs/{job_id}/result`, stream `GET /jobs/{job_id}/events`, or let the
+notifier call your webhook. Errors are `{"error": {"code", "message"}}`."""
+
+
+def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI:
+    """The gateway app; with ``redis`` given it uses (and does not close) that client."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = redis if redis is not None else connect(settings.effective_redis_url)
+        app.state.gateway = GatewayState.build(settings, client)
+        log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,
+                 "on" if settings.api_keys else "off",
+                 f"{settings.rate_limit_per_s}/s burst {settings.effective_burst}" if settings.rate_limit_per_s else "off")
+        try:
+            yield
+        finally:
+            if redis is None:
+                await client.aclose()
+
+    app = FastAPI(title="streamcrew gateway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    errors.install(app)
+    for module in (jobs, sse, admin, health):
+        app.include_router(module.router)
+    # Raw ASGI middleware (not BaseHTTPMiddleware): it costs microseconds on the hot path.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)
+    return app

@@ -1,0 +1,125 @@
+"""Every error the gateway answers has one JSON shape: ``{"error": {"code", "message"}}``.
+
+ApiError                 raised by routes and dependencies; carries status, code, message, headers
+handlers for             FastAPI's RequestValidationError (422), Starlette's HTTPException (404, 405, ...),
+                         Redis connection errors (503) and anything else (500, logged)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("streamcrew.gateway")
+
+MAX_DETAILS = 20
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx and 5xx answer."""
+
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    """An answer other than success, raised anywhere below a route."""
+
+    def __init__(self, status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def error_response(status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None,
+                   details: Sequence[dict[str, Any]] | None = None) -> Response:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        body["details"] = list(details)
+    return Response(orjson.dumps({"error": body}), status_code=status, media_type="application/json", headers=headers)
+
+
+def _code_for(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "error"
+
+
+def _where(loc: Sequence[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] if len(parts) > 1 else parts
+    return ".".join(parts) or "body"
+
+
+def describe_validation(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
+    """One readable sentence naming each bad field, and the structured list."""
+    details = []
+    for err in exc.errors()[:MAX_DETAILS]:
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        details.append({"field": _where(err.get("loc", ())), "message": msg, "type": str(err.get("type", ""))})
+    message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+    return message, details
+
+
+async def _api_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    if exc.status == 204:
+        return Response(status_code=204, headers=exc.headers)
+    return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    message, details = describe_validation(exc)
+    return error_response(422, "invalid_request", message, details=details)
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    if status in (204, 304) or status < 200:
+        return Response(status_code=status, headers=exc.headers)
+    message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    code = getattr(exc, "error_code", None) or _code_for(status)
+    return error_response(status, code, message, headers=exc.headers)
+
+
+async def _redis_down(_: Request, exc: Exception) -> Response:
+    log.warning("redis unavailable: %s", exc)
+    return error_response(503, "redis_unavailable", "the job store (Redis) is unreachable; retry later",
+                          headers={"Retry-After": "1"})
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal server error")
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error the shared shape."""
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RedisConnectionError, _redis_down)
+    app.add_exception_handler(RedisTimeoutError, _redis_down)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,86 @@
+"""POST /jobs, GET /jobs/{job_id}, GET /jobs/{job_id}/result."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from starlette.responses import Response
+
+from consumers.gateway.auth import Caller, authorize
+from consumers.gateway.errors import ApiError
+from consumers.gateway.models import ID_PATTERN, JobAccepted, JobResultView, JobSubmission, JobView
+from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view, json_response
+from consumers.gateway.state import GatewayState, gateway_state
+from streams.errors import RequestTooLarge
+from streams.records import JobRecord, get_job
+
+router = APIRouter(tags=["jobs"])
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+JobIdPath = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN, description="job id")]
+State = Annotated[GatewayState, Depends(gateway_state)]
+Authorized = Annotated[Caller, Depends(authorize)]
+
+
+@router.post(
+    "/jobs", status_code=202, response_model=JobAccepted, summary="Submit a job",
+    responses={200: {"model": JobView, "description": "a job with this id already exists: its record"}, **errors(403, 409, 413, *AUTH_ERRORS)},
+)
+async def submit_job(
+    body: JobSubmission, state: State, caller: Authorized,
+    traceparent: Annotated[str | None, Header(description="W3C trace context, carried to the result")] = None,
+) -> Response:
+    """Queue a job at once: 202 with its id and links; a repeated ``id`` answers 200 with the existing job."""
+    known = state.settings.known_agents
+    if known is not None and body.agent not in known:
+        raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {', '.join(known) or 'no agents'}")
+    tenant = body.tenant
+    if caller.tenant is not None:
+        if tenant is not None and tenant != caller.tenant:
+            raise ApiError(403, "tenant_mismatch", f"this key is bound to tenant {caller.tenant!r}")
+        tenant = caller.tenant
+    try:
+        published = await state.producer.publish(
+            body.agent, body.data, priority=body.priority, id=body.id, webhook=body.webhook, tenant=tenant,
+            max_attempts=body.max_attempts, timeout_s=body.timeout_s,
+            traceparent=traceparent if traceparent and TRACEPARENT.match(traceparent) else None,
+        )
+    except RequestTooLarge as exc:
+        raise ApiError(413, "request_too_large", str(exc)) from None
+    links = job_links(published.job_id)
+    if published.created:
+        return json_response(202, {"job_id": published.job_id, "status": published.status, "lane": published.lane, "links": links},
+                             headers={"Location": links["self"]})
+    record = await get_job(state.redis, state.keys, published.job_id)
+    if record is None:  # ended and expired between the publish and this read
+        return json_response(200, {"job_id": published.job_id, "status": published.status, "links": links})
+    if caller.tenant is not None and record.tenant != caller.tenant:
+        raise ApiError(409, "id_conflict", f"job id {published.job_id!r} is already in use")
+    return json_response(200, job_view(record))
+
+
+async def visible_job(state: GatewayState, caller: Caller, job_id: str) -> JobRecord:
+    """The job's record, or 404; a tenant-bound key sees only its tenant's jobs."""
+    record = await get_job(state.redis, state.keys, job_id)
+    if record is None or (caller.tenant is not None and record.tenant != caller.tenant):
+        raise ApiError(404, "job_not_found", f"no job {job_id!r} (unknown, or its record expired)")
+    return record
+
+
+@router.get("/jobs/{job_id}", response_model=JobView, summary="A job's status", responses=errors(404, *AUTH_ERRORS))
+async def get_job_status(job_id: JobIdPath, state: State, caller: Authorized) -> Response:
+    """The job's status record: queued, running, retrying, or how it ended."""
+    return json_response(200, job_view(await visible_job(state, caller, job_id)))
+
+
+@router.get(
+    "/jobs/{job_id}/result", response_model=JobResultView, summary="A job's result",
+    responses={202: {"model": JobView, "description": "not finished yet: the status record; poll again"}, **errors(404, *AUTH_ERRORS)},
+)
+async def get_job_result(job_id: JobIdPath, state: State, caller: Authorized) -> Response:
+    """200 with the result event once the job ended (completed, failed, rejected, expired); 202 until then."""
+    record = await visible_job(state, caller, job_id)
+    if not record.terminal:
+        return json_response(202, job_view(record), headers={"Retry-After": "1"})
+    return json_response(200, record.as_result().to_json_dict())

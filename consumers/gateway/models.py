@@ -1,0 +1,194 @@
+"""Request and response bodies of the HTTP API; they are what /openapi.json documents."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, PlainValidator, StrictInt, TypeAdapter, ValidationError, WithJsonSchema
+
+from streams.envelope import Status
+from streams.keys import LANES
+
+# Ids travel in URL paths (/jobs/{id}), so no slash, whitespace or control characters.
+ID_PATTERN = r"^[^/\s\x00-\x1f\x7f]+$"
+NAME_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
+ENTRY_ID_PATTERN = r"^\d{1,19}-\d{1,19}$"
+_URL = TypeAdapter(AnyHttpUrl)
+_ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
+
+
+def _http_url(value: str) -> str:
+    """Validate as an http(s) URL but keep the caller's spelling (pydantic would normalise it)."""
+    try:
+        _URL.validate_python(value)
+    except ValidationError:
+        raise ValueError("webhook must be an absolute http:// or https:// URL") from None
+    return value
+
+
+def _priority(value: object) -> int | str:
+    """One clear message instead of one per member of the union."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10:
+        return value
+    if isinstance(value, str) and value in LANES:
+        return value
+    raise ValueError(f"priority must be one of {', '.join(LANES)} or an integer 0-10, got {value!r}")
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=512, pattern=ID_PATTERN)]
+Priority = Annotated[
+    int | str, PlainValidator(_priority),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": 10}, {"type": "string", "enum": list(LANES)}]}),
+]
+WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048, json_schema_extra={"format": "uri"}), AfterValidator(_http_url)]
+
+
+def is_entry_id(value: str) -> bool:
+    return bool(_ENTRY_ID.match(value))
+
+
+class JobSubmission(BaseModel):
+    """POST /jobs: one request for an agent (contract §2 and §6)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"agent": "echo", "data": {"hello": "world"}, "priority": "high", "id": "ORD-12345-status"}]},
+    )
+
+    agent: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN, description="registered agent name")]
+    data: dict[str, Any] = Field(description="the agent's input, a JSON object")
+    priority: Priority | None = Field(default=None, description="lane name, or 0-10 (7-10 high, 4-6 normal, 0-3 low); default normal")
+    webhook: WebhookUrl | None = Field(default=None, description="http(s) URL the notifier POSTs the result to")
+    id: JobId | None = Field(default=None, description="job id and idempotency key; default: the stream entry ID")
+    tenant: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)] | None = Field(
+        default=None, description="tenant id; a tenant-bound API key sets it")
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
+    timeout_s: Annotated[float, Field(gt=0, le=86_400)] | None = Field(default=None, description="seconds one attempt may run")
+
+
+class Links(BaseModel):
+    self: str
+    result: str
+    events: str
+
+
+class JobAccepted(BaseModel):
+    """202: the job is queued."""
+
+    job_id: str
+    status: Status
+    lane: str | None = None
+    links: Links
+
+
+class JobView(BaseModel):
+    """A job's status record (contract §4)."""
+
+    job_id: str
+    status: Status
+    agent: str = ""
+    attempts: int = 0
+    lane: str | None = None
+    submitted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    result: Any = None
+    error: str | None = None
+    usage: dict[str, Any] | None = None
+    webhook: str | None = None
+    tenant: str | None = None
+    traceparent: str | None = None
+    links: Links
+
+
+class JobResultView(BaseModel):
+    """A terminal job's result event (contract §3), ``result`` and ``usage`` parsed."""
+
+    id: str
+    agent: str
+    status: Status
+    result: Any = None
+    error: str | None = None
+    attempts: int
+    submitted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    worker: str | None = None
+    usage: dict[str, Any] | None = None
+    webhook: str | None = None
+    tenant: str | None = None
+    traceparent: str | None = None
+
+
+class ConsumerStats(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    pending: int
+    idle_s: float
+
+
+class StreamStats(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    stream: str
+    group: str
+    length: int
+    pending: int
+    lag: int | None = Field(description="entries not yet delivered to the group (Redis >= 7)")
+    last_delivered_id: str | None = None
+    oldest_pending_age_s: float | None
+    consumers: list[ConsumerStats]
+
+
+class WebhookStats(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    dead_letters: int
+    retrying: int
+
+
+class QueueStats(BaseModel):
+    """The figures of ``streamcrew stats --json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prefix: str
+    lanes: dict[str, StreamStats]
+    results: StreamStats
+    dead_letters: int
+    retrying: int
+    webhooks: WebhookStats
+
+
+class DeadLetterView(BaseModel):
+    entry_id: str
+    id: str
+    agent: str
+    reason: str
+    error: str
+    source_stream: str
+    source_id: str
+    attempts: int
+    dead_at: int
+    request: dict[str, str]
+
+
+class DeadLetterPage(BaseModel):
+    dead_letters: list[DeadLetterView]
+    next_after: str | None = Field(description="pass as ?after= for the next page; null on the last page")
+
+
+class Replayed(BaseModel):
+    """202: the dead letter's job is back in its lane."""
+
+    entry_id: str
+    job_id: str
+    status: Status
+    links: Links
+
+
+class Health(BaseModel):
+    status: str

@@ -1,0 +1,47 @@
+"""Building answers: JSON bytes via orjson, links, and the documented error responses per route."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from starlette.responses import Response
+
+from consumers.gateway.errors import ErrorResponse
+from streams.records import JobRecord
+
+
+def json_response(status: int, payload: Any, *, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+
+
+def job_links(job_id: str) -> dict[str, str]:
+    base = f"/jobs/{quote(job_id, safe='')}"
+    return {"self": base, "result": f"{base}/result", "events": f"{base}/events"}
+
+
+def job_view(record: JobRecord) -> dict[str, Any]:
+    """A status record as the API shows it: ``job_id`` first, ``links`` last."""
+    body = record.model_dump(mode="json", exclude_none=True)
+    body["job_id"] = body.pop("id")
+    body["links"] = job_links(record.id)
+    return body
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route can give, all of the shared shape."""
+    text = {
+        401: "no valid API key (only when keys are configured)",
+        403: "the key's tenant may not do this",
+        404: "not found",
+        409: "conflict",
+        413: "body or encoded request too large",
+        422: "invalid request; the message names each bad field",
+        429: "rate limit exceeded; see Retry-After",
+        503: "Redis unreachable",
+    }
+    return {s: {"model": ErrorResponse, "description": text[s]} for s in statuses}
+
+
+AUTH_ERRORS = (401, 422, 429, 503)

@@ -1,0 +1,24 @@
+"""Running the gateway under uvicorn (``streamcrew gateway``)."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from consumers.gateway.app import create_app
+from consumers.gateway.settings import GatewaySettings
+
+# Open event streams would hold a graceful shutdown forever; they resume with Last-Event-ID anyway.
+GRACEFUL_SHUTDOWN_S = 5
+
+
+def run_gateway(settings: GatewaySettings) -> None:
+    """Serve the HTTP API until SIGINT or SIGTERM; blocks."""
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = uvicorn.Config(
+        create_app(settings), host=settings.host, port=settings.port, loop="auto", http="auto", lifespan="on",
+        access_log=settings.access_log, log_level=settings.log_level, server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None,
+    )
+    uvicorn.Server(config).run()

@@ -1,0 +1,59 @@
+"""Settings of ``streamcrew gateway``: every field is also a ``STREAMCREW_*`` variable."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+from streams.config import StreamSettings
+
+DEFAULT_GATEWAY_PORT = 8000
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class GatewaySettings(StreamSettings):
+    """The HTTP gateway; ``api_keys`` and ``known_agents`` are comma-separated in the environment."""
+
+    host: str = Field(default="127.0.0.1", description="address to bind; 0.0.0.0 to serve other hosts")
+    port: int = Field(default=DEFAULT_GATEWAY_PORT, ge=0, le=65535, description="port to listen on")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="accepted bearer keys, 'key' or 'key:tenant' to bind a tenant; empty = no auth",
+    )
+    known_agents: Annotated[list[str] | None, NoDecode] = Field(
+        default=None, description="agents POST /jobs accepts; unset = any agent name",
+    )
+    max_body_bytes: int = Field(default=2 * 1_048_576, gt=0, description="largest HTTP request body accepted (413 above)")
+    rate_limit_per_s: float = Field(default=0.0, ge=0, description="requests per second per key (token bucket in Redis); 0 = off")
+    rate_limit_burst: int = Field(default=0, ge=0, description="bucket size; 0 = one second's worth of rate_limit_per_s")
+    sse_poll_s: float = Field(default=0.1, gt=0, description="first interval between job-record polls of an event stream")
+    sse_poll_max_s: float = Field(default=1.0, gt=0, description="longest interval between polls while a job does not change")
+    sse_max_s: float = Field(default=300.0, gt=0, description="an event stream closes after this long; clients resume with Last-Event-ID")
+    ready_timeout_s: float = Field(default=1.0, gt=0, description="seconds /readyz waits for Redis to answer PING")
+    access_log: bool = Field(default=False, description="log one line per HTTP request")
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+
+    @field_validator("api_keys", "known_agents", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        return _split(value)
+
+    @property
+    def effective_burst(self) -> int:
+        return self.rate_limit_burst or max(1, math.ceil(self.rate_limit_per_s))
+
+    def key_tenants(self) -> dict[str, str | None]:
+        """Each accepted key with the tenant it is bound to (None when unbound)."""
+        out: dict[str, str | None] = {}
+        for entry in self.api_keys:
+            key, sep, tenant = entry.get_secret_value().partition(":")
+            out[key] = tenant if sep and tenant else None
+        return out

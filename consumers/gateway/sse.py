@@ -1,0 +1,89 @@
+"""GET /jobs/{job_id}/events: the job's status changes as Server-Sent Events, until it ends.
+
+The gateway keeps no history: it polls the job record (every ``sse_poll_s``,
+backing off to ``sse_poll_max_s`` while nothing changes) and sends an event
+whenever the record's *state* changes. An event's id names that state,
+``<attempts>-<status>`` (``0-queued``, ``1-running``, ``1-retrying``,
+``2-running``, ``2-completed``), so it is the same whichever replica sends it.
+A client that reconnects with ``Last-Event-ID`` gets the current state only if
+it differs from the one it last saw; a client that already saw the terminal
+state gets 204, which tells an EventSource to stop reconnecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from consumers.gateway.auth import Caller, authorize
+from consumers.gateway.errors import ApiError
+from consumers.gateway.jobs import JobIdPath, visible_job
+from consumers.gateway.responses import AUTH_ERRORS, errors, job_view
+from consumers.gateway.state import GatewayState, gateway_state
+from streams.records import JobRecord, get_job
+
+router = APIRouter(tags=["jobs"])
+RETRY_MS = 1000
+
+
+def event_id(record: JobRecord) -> str:
+    return f"{record.attempts}-{record.status}"
+
+
+class NothingNew(ApiError):
+    """The client already saw this job's terminal state: 204, so an EventSource stops reconnecting."""
+
+    def __init__(self) -> None:
+        super().__init__(204, "", "")
+
+
+async def _resume_point(
+    job_id: JobIdPath,
+    state: Annotated[GatewayState, Depends(gateway_state)],
+    caller: Annotated[Caller, Depends(authorize)],
+    last_event_id: Annotated[str | None, Header(max_length=200, description="id of the last event received (sent by EventSource on reconnect)")] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=200, description="same as Last-Event-ID, for clients that cannot set headers")] = None,
+) -> tuple[JobRecord, str | None]:
+    """Runs before the stream opens, so an unknown job is a plain 404."""
+    record = await visible_job(state, caller, job_id)
+    seen = last_event_id or last_event_id_query
+    if record.terminal and seen == event_id(record):
+        raise NothingNew
+    return record, seen
+
+
+@router.get(
+    "/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Stream a job's status changes",
+    responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"}, **errors(404, *AUTH_ERRORS)},
+)
+async def job_events(
+    job_id: JobIdPath,
+    state: Annotated[GatewayState, Depends(gateway_state)],
+    start: Annotated[tuple[JobRecord, str | None], Depends(_resume_point)],
+) -> AsyncIterator[ServerSentEvent]:
+    """``event: status`` with the status record as data, one per state change; the stream ends after the
+    terminal state. Reconnect with ``Last-Event-ID`` to resume."""
+    record, last = start
+    settings = state.settings
+    closes_at = time.monotonic() + settings.sse_max_s
+    delay = settings.sse_poll_s
+    first = True
+    while True:
+        current = event_id(record)
+        if current != last:
+            yield ServerSentEvent(event="status", id=current, data=job_view(record), retry=RETRY_MS if first else None)
+            last, first, delay = current, False, settings.sse_poll_s
+        if record.terminal or time.monotonic() >= closes_at:
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, settings.sse_poll_max_s)
+        polled = await get_job(state.redis, state.keys, job_id)
+        if polled is None:
+            yield ServerSentEvent(event="error", data={"error": {"code": "job_not_found", "message": f"job {job_id!r} expired"}})
+            return
+        record = polled

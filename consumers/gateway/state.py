@@ -1,0 +1,39 @@
+"""What every request handler shares: settings, one Redis client, the producer, keys and limiter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from redis.asyncio import Redis
+
+from consumers.gateway.auth import KeyRing
+from consumers.gateway.ratelimit import RateLimiter
+from consumers.gateway.settings import GatewaySettings
+from streams.keys import Keys
+from streams.producer import Producer
+
+
+@dataclass(slots=True)
+class GatewayState:
+    settings: GatewaySettings
+    redis: Redis
+    keys: Keys
+    producer: Producer
+    keyring: KeyRing
+    limiter: RateLimiter
+
+    @classmethod
+    def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
+        keys = Keys(settings.prefix)
+        return cls(
+            settings=settings, redis=redis, keys=keys,
+            producer=Producer(redis, keys, max_request_bytes=settings.max_request_bytes),
+            keyring=KeyRing(settings.key_tenants()),
+            limiter=RateLimiter(redis, keys, rate_per_s=settings.rate_limit_per_s, burst=settings.effective_burst),
+        )
+
+
+def gateway_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
