@@ -1,0 +1,26 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+demo: setup
+	$(BIN)/streamcrew demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python -m bench.bench_core
+
+clean:
+	rm -rf $(VENV) *.egg-info
