@@ -1,0 +1,117 @@
+"""The job lifecycle over HTTP against a real gateway process and a real worker."""
+
+from __future__ import annotations
+
+import httpx
+
+from streams.keys import Keys
+from tests.consumers.gateway.support import GatewayFactory, sse_events
+from tests.support import WorkerFactory, wait_until
+
+TERMINAL = {"completed", "failed", "rejected", "expired"}
+
+
+async def test_full_lifecycle_202_status_events_result(gateways: GatewayFactory, workers: WorkerFactory) -> None:
+    # Given a gateway and a worker
+    gateway = await gateways.start()
+    workers.start("--concurrency", "50")
+    async with gateway.client() as client:
+        # When a job is submitted
+        posted = await client.post("/jobs", json={"agent": "echo", "data": {"hello": "world", "sleep_s": 0.3}, "priority": 8})
+        # Then it is accepted at once with its id, status and links
+        assert posted.status_code == 202, posted.text
+        body = posted.json()
+        job_id = body["job_id"]
+        assert body["status"] == "queued" and body["lane"] == "high"
+        assert body["links"] == {"self": f"/jobs/{job_id}", "result": f"/jobs/{job_id}/result", "events": f"/jobs/{job_id}/events"}
+        assert posted.headers["location"] == f"/jobs/{job_id}"
+
+        status = await client.get(f"/jobs/{job_id}")
+        assert status.status_code == 200
+        assert status.json()["job_id"] == job_id and status.json()["status"] in {"queued", "running", "completed"}
+
+        # And its events stream shows it running, then completed, and closes
+        seen: list[dict[str, str]] = []
+        async with sse_events(client, f"/jobs/{job_id}/events") as events:
+            async for event in events:
+                seen.append(event)
+        statuses = [httpx.Response(200, content=e["data"]).json()["status"] for e in seen]
+        assert statuses[-1] == "completed", statuses
+        assert "running" in statuses, statuses
+        assert all(e["event"] == "status" for e in seen)
+        assert seen[-1]["id"] == "1-completed"
+        assert len({e["id"] for e in seen}) == len(seen), "every event names a distinct state"
+
+        # And the result is there
+        result = await client.get(f"/jobs/{job_id}/result")
+        assert result.status_code == 200
+        assert result.json()["status"] == "completed"
+        assert result.json()["result"] == {"echo": {"hello": "world", "sleep_s": 0.3}}
+        assert result.json()["attempts"] == 1
+
+        # And a client that already saw the end is told there is nothing more (204 stops EventSource)
+        again = await client.get(f"/jobs/{job_id}/events", headers={"Last-Event-ID": "1-completed"})
+        assert again.status_code == 204 and again.content == b""
+
+
+async def test_events_resume_after_last_event_id(gateways: GatewayFactory, workers: WorkerFactory) -> None:
+    # Given a queued job and no worker yet
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        job_id = (await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "resume-1"})).json()["job_id"]
+        pending = await client.get(f"/jobs/{job_id}/result")
+        assert pending.status_code == 202 and pending.json()["status"] == "queued"
+
+        # When a client reconnects having seen the queued state, and a worker then runs the job
+        seen: list[dict[str, str]] = []
+        async with sse_events(client, f"/jobs/{job_id}/events", headers={"Last-Event-ID": "0-queued"}) as events:
+            workers.start("--concurrency", "50")
+            async for event in events:
+                seen.append(event)
+        # Then the queued state is not sent again, and the stream ends with the completed one
+        assert seen, "no events"
+        assert all(e["id"] != "0-queued" for e in seen)
+        assert seen[-1]["id"] == "1-completed"
+
+        # And reconnecting with an earlier id sends the current state at once
+        async with sse_events(client, f"/jobs/{job_id}/events?last_event_id=0-queued") as events:
+            replayed = [e async for e in events]
+        assert [e["id"] for e in replayed] == ["1-completed"]
+
+
+async def test_repeated_id_answers_200_with_the_same_job(gateways: GatewayFactory, workers: WorkerFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # Given a job submitted with an id
+        request = {"agent": "echo", "data": {"n": 1}, "id": "ORD-12345-status"}
+        first = await client.post("/jobs", json=request)
+        assert first.status_code == 202
+        # When the same id is submitted again, before and after it ran
+        second = await client.post("/jobs", json={**request, "data": {"n": 2}})
+        assert second.status_code == 200
+        assert second.json()["job_id"] == "ORD-12345-status" and second.json()["status"] == "queued"
+
+        workers.start("--concurrency", "50")
+
+        async def done() -> bool:
+            return (await client.get("/jobs/ORD-12345-status/result")).status_code == 200
+
+        await wait_until(done, timeout=15, what="the job to finish")
+        third = await client.post("/jobs", json=request)
+        # Then each repeat answers 200 with the one existing job, which ran once with the first data
+        assert third.status_code == 200
+        assert third.json()["status"] == "completed" and third.json()["result"] == {"echo": {"n": 1}}
+        assert await redis.xlen(keys.results) == 1
+
+
+async def test_unknown_job_is_404_everywhere(gateways: GatewayFactory) -> None:
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        for path in ("/jobs/nope", "/jobs/nope/result", "/jobs/nope/events"):
+            response = await client.get(path)
+            assert response.status_code == 404, path
+            assert response.json()["error"]["code"] == "job_not_found"
+        unknown_route = await client.get("/no/such/route")
+        assert unknown_route.status_code == 404 and unknown_route.json()["error"]["code"] == "not_found"
+        wrong_method = await client.delete("/jobs")
+        assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
