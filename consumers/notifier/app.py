@@ -1,0 +1,88 @@
+"""The notifier process: the ``notifier`` group on the results and due streams, webhooks out; drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+
+from consumers.metrics_server import serve_metrics
+from consumers.notifier.delivery import Deliverer
+from consumers.notifier.handler import NotifierHandler
+from consumers.notifier.settings import NotifierSettings
+from consumers.notifier.signing import Signer
+from consumers.notifier.ssrf import SsrfGuard
+from consumers.notifier.store import Store
+from streams.connection import connect, require_version
+from streams.groups import ensure_groups, standard_groups
+from streams.keys import NOTIFIER_GROUP, Keys
+from streams.runtime import GroupRuntime
+
+log = logging.getLogger("streamcrew.notifier")
+
+
+def consumer_name() -> str:
+    return f"notifier-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def build_deliverer(settings: NotifierSettings) -> Deliverer:
+    guard = SsrfGuard(allow_private=settings.allow_private, allow_list=settings.allow_list)
+    return Deliverer(
+        signer=Signer(settings.webhook_secrets), guard=guard, concurrency=settings.concurrency,
+        per_endpoint=settings.per_endpoint_concurrency, connect_timeout_s=settings.connect_timeout_s,
+        timeout_s=settings.timeout_s, retry_after_cap_s=settings.backoff_max_s,
+    )
+
+
+async def run_notifier(settings: NotifierSettings) -> int:
+    """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
+    keys = Keys(settings.prefix)
+    redis = connect(settings.effective_redis_url)
+    await require_version(redis)
+    await ensure_groups(redis, standard_groups(keys))
+    store = Store(redis, keys)
+    name = consumer_name()
+    runtime = GroupRuntime(redis, streams=[store.due, keys.results], group=NOTIFIER_GROUP, consumer=name,
+                           concurrency=settings.concurrency, lease_s=settings.lease_s)
+    deliverer = build_deliverer(settings)
+    handler = NotifierHandler(store, keys, settings, runtime, deliverer)
+    if not deliverer.signer.signs:
+        log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks go out unsigned")
+    if settings.metrics_port:
+        serve_metrics(settings.metrics_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("%s: draining (grace %.0fs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    commit_task = asyncio.create_task(handler.committer.run())
+    run_task = asyncio.create_task(runtime.run())
+    log.info("notifier %s ready: concurrency=%d per_endpoint=%d max_attempts=%d backoff=%ss lease=%ss "
+             "allow_private=%s subscriptions=%d prefix=%s", name, settings.concurrency, settings.per_endpoint_concurrency,
+             settings.max_attempts, settings.backoff_s, settings.lease_s, settings.allow_private,
+             len(settings.subscriptions), settings.prefix)
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    if run_task.done() and not run_task.cancelled() and run_task.exception():
+        raise run_task.exception()  # type: ignore[misc]
+    finished, handed_back = await runtime.drain(settings.grace_s)
+    await handler.committer.close(commit_task)
+    stop_task.cancel()
+    run_task.cancel()
+    await asyncio.gather(run_task, return_exceptions=True)
+    log.info("notifier %s stopped: %d entries finished, %d handed back", name, finished, handed_back)
+    await deliverer.aclose()
+    await redis.aclose()
+    return 0

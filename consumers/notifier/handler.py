@@ -1,0 +1,188 @@
+"""The ``notifier`` group's :class:`~streams.runtime.EntryHandler`: results in, webhook deliveries out.
+
+Each results entry fans out to its job's ``webhook`` and the matching
+subscriptions; each due-stream entry is one delivery coming back for another
+attempt. Every delivery ends its attempt delivered, parked in the delayed set
+(retry, or endpoint busy) or dead-lettered, and the entry is committed (XACK)
+once all of its deliveries have, in one atomic script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+
+import httpx
+import orjson
+
+from consumers.notifier import metrics
+from consumers.notifier.committer import Committer
+from consumers.notifier.delivery import Attempt, Deliverer, Kind
+from consumers.notifier.metrics import Outcome
+from consumers.notifier.settings import NotifierSettings, Subscription
+from consumers.notifier.store import CommitOp, Pending, Store
+from streams.envelope import JobResult, now_ms
+from streams.errors import DecodeError
+from streams.keys import Keys
+from streams.runtime import Entry, GroupRuntime, Slot
+
+log = logging.getLogger("streamcrew.notifier")
+
+BUSY_DELAY_S = 1.0
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where one delivery goes after its attempt: nowhere (delivered), the delayed set, or the dead letters."""
+
+    delayed: tuple[int, str] | None = None
+    dead: dict[str, str] | None = None
+    outcome: Outcome | None = None  # counted once the commit is written
+
+
+@dataclass(slots=True)
+class Work:
+    stream: str
+    entry_id: str
+    pending: list[Pending]
+    decisions: list[Decision | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.decisions = [None] * len(self.pending)
+
+
+def event_json(raw: dict[str, str]) -> str:
+    """The webhook body: the result event as a JSON object, ``result`` and ``usage`` parsed (contract §7)."""
+    try:
+        return orjson.dumps(JobResult.from_fields(raw).to_json_dict()).decode()
+    except DecodeError:
+        return orjson.dumps(raw).decode()  # malformed but still a result: deliver what there is
+
+
+def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]:
+    """The job's own webhook, then every subscription matching its agent and status; each URL once."""
+    urls = [raw["webhook"].strip()] if raw.get("webhook", "").strip() else []
+    agent, status = raw.get("agent", ""), raw.get("status", "")
+    urls += [s.url for s in subscriptions if s.matches(agent, status)]
+    return list(dict.fromkeys(urls))
+
+
+def loggable(url: str) -> str:
+    """The URL without query or credentials: tokens often ride in query strings."""
+    try:
+        u = httpx.URL(url)
+        return f"{u.scheme}://{u.host}{f':{u.port}' if u.port else ''}{u.path}"
+    except Exception:  # noqa: BLE001 - it is only for a log line
+        return url[:100]
+
+
+class NotifierHandler:
+    """Delivers what the runtime reads from ``[due stream, results]``; settles through the :class:`Committer`."""
+
+    def __init__(self, store: Store, keys: Keys, settings: NotifierSettings, runtime: GroupRuntime, deliverer: Deliverer) -> None:
+        self.store = store
+        self.keys = keys
+        self.settings = settings
+        self.runtime = runtime
+        self.deliverer = deliverer
+        self.committer = Committer(store, group=runtime.group, consumer=runtime.consumer, release=runtime.release)
+        self._work: dict[Slot, Work] = {}
+        runtime.handler = self
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        if reclaimed:
+            metrics.reclaimed("webhooks:due" if stream == self.store.due else "results").inc(len(entries))
+        for entry_id, raw in entries:
+            pending = self._plan(stream, entry_id, raw) if raw is not None else []
+            if not pending:
+                self.committer.submit(CommitOp(stream, entry_id))
+                continue
+            work = Work(stream, entry_id, pending)
+            self._work[(stream, entry_id)] = work
+            self.runtime.attach(stream, entry_id, asyncio.create_task(self._run(work)))
+
+    def _plan(self, stream: str, entry_id: str, raw: dict[str, str]) -> list[Pending]:
+        if stream == self.store.due:
+            one = Pending.from_fields(raw)
+            return [one] if one.url else []
+        urls = targets(raw, self.settings.subscriptions)
+        if not urls:
+            return []
+        event = event_json(raw)
+        job_id = raw.get("id") or entry_id
+        return [Pending(job_id, url, event) for url in urls]
+
+    async def _run(self, work: Work) -> None:
+        await asyncio.gather(*(self._one(work, i) for i in range(len(work.pending))))
+        self._submit(work, work.decisions)
+
+    async def _one(self, work: Work, i: int) -> None:
+        p = work.pending[i]
+        attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode())
+        work.decisions[i] = self._decide(p, attempt)
+
+    def _decide(self, p: Pending, a: Attempt) -> Decision:
+        attempts = p.attempts + (1 if a.made else 0)
+        status = str(a.status) if a.status is not None else ""
+        if a.kind is not Kind.BUSY:
+            log.info("webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", p.id, loggable(p.url),
+                     attempts, a.kind, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
+        if a.kind is Kind.DELIVERED:
+            metrics.deliveries(Outcome.DELIVERED).inc()
+            return Decision()
+        if a.kind is Kind.BUSY:
+            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error)
+            return Decision(delayed=(now_ms() + int(BUSY_DELAY_S * random.uniform(500, 1500)), later.member()))
+        if a.kind is Kind.REFUSED:
+            return Decision(dead=self._dead(p, attempts, status, a.error), outcome=Outcome.REFUSED)
+        if a.kind is Kind.GONE or attempts >= self.settings.max_attempts:
+            error = a.error if a.kind is Kind.GONE else f"{a.error} (attempt {attempts} of {self.settings.max_attempts})"
+            return Decision(dead=self._dead(p, attempts, status, error), outcome=Outcome.FAILED)
+        delay_s = a.retry_after_s if a.retry_after_s is not None else self.backoff_s(attempts)
+        later = Pending(p.id, p.url, p.event, attempts, status, a.error)
+        return Decision(delayed=(now_ms() + int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
+
+    def backoff_s(self, attempts: int) -> float:
+        """Delay after the ``attempts``-th failure: ``backoff_s`` doubled each time, capped, times 0.5-1 jitter."""
+        base = self.settings.backoff_s * (2 ** min(attempts - 1, 40))
+        return min(self.settings.backoff_max_s, base) * random.uniform(0.5, 1.0)
+
+    @staticmethod
+    def _dead(p: Pending, attempts: int, status: str, error: str) -> dict[str, str]:
+        return {"id": p.id, "url": p.url, "attempts": str(attempts), "last_status": status,
+                "error": error, "dead_at": str(now_ms()), "event": p.event}
+
+    def _submit(self, work: Work, decisions: list[Decision | None]) -> None:
+        self._work.pop((work.stream, work.entry_id), None)
+        op = CommitOp(work.stream, work.entry_id)
+        outcomes: list[Outcome] = []
+        for p, d in zip(work.pending, decisions, strict=True):
+            if d is None:  # interrupted by the drain: due again at once, the attempt not counted
+                d = Decision(delayed=(now_ms(), p.member()))
+            if d.delayed is not None:
+                op.delayed.append(d.delayed)
+            if d.dead is not None:
+                op.dead.append(d.dead)
+            if d.outcome is not None:
+                outcomes.append(d.outcome)
+
+        def written(wrote: bool) -> None:
+            if wrote:
+                for outcome in outcomes:
+                    metrics.deliveries(outcome).inc()
+
+        self.committer.submit(op, written)
+
+    async def tick(self) -> None:
+        """Move due deliveries to the due stream (any notifier may; the script is atomic)."""
+        await self.store.promote(now_ms())
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        """Drain: deliveries still under way are parked as due now, so another notifier takes them at once."""
+        for slot in slots:
+            work = self._work.get(slot)
+            if work is not None:
+                self._submit(work, work.decisions)
+        await self.committer.flush()

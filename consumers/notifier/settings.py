@@ -1,0 +1,114 @@
+"""Settings of ``streamcrew notifier``, read once at the edge (``STREAMCREW_*``)."""
+
+from __future__ import annotations
+
+import binascii
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import EmptyWebhookSecretError
+
+from streams.config import StreamSettings
+
+DEFAULT_NOTIFIER_METRICS_PORT = 9102
+
+
+class Subscription(BaseModel):
+    """An endpoint that receives every result, optionally only some agents and statuses."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(min_length=1)
+    agents: frozenset[str] | None = None
+    statuses: frozenset[str] | None = None
+
+    def matches(self, agent: str, status: str) -> bool:
+        return (self.agents is None or agent in self.agents) and (self.statuses is None or status in self.statuses)
+
+
+class NotifierSettings(StreamSettings):
+    """``streamcrew notifier``: every field is also a ``STREAMCREW_*`` variable."""
+
+    webhook_secret: SecretStr | None = Field(
+        default=None, description="whsec_ secret(s), space-separated; every delivery is signed with each (rotation)"
+    )
+    allow_private: bool = Field(default=False, description="deliver to loopback, private and link-local addresses too")
+    allow_list: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="hosts (exact, or '.example.com' for subdomains), IPs and CIDRs always allowed"
+    )
+    max_attempts: int = Field(default=8, ge=1, le=100, description="delivery attempts per URL, the first included")
+    backoff_s: float = Field(default=5.0, ge=0, description="first retry delay, doubled per attempt, with jitter")
+    backoff_max_s: float = Field(default=3600.0, ge=0, description="longest retry delay, also the cap on Retry-After")
+    connect_timeout_s: float = Field(default=5.0, gt=0, description="seconds to connect to an endpoint")
+    timeout_s: float = Field(default=15.0, gt=0, description="seconds one delivery attempt may take in total")
+    concurrency: int = Field(default=200, ge=1, le=100_000, description="deliveries in flight at once")
+    per_endpoint_concurrency: int = Field(default=10, ge=1, le=10_000, description="deliveries in flight per host")
+    metrics_port: int = Field(default=DEFAULT_NOTIFIER_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
+    grace_s: float = Field(default=20.0, ge=0, description="seconds a draining notifier lets deliveries finish")
+    subscriptions: Annotated[list[Subscription], NoDecode] = Field(
+        default_factory=list, description="JSON list of {url, agents?, statuses?}, or the path of a file holding it"
+    )
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+
+    @property
+    def webhook_secrets(self) -> list[str]:
+        return self.webhook_secret.get_secret_value().split() if self.webhook_secret else []
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _check_secrets(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        parts = value.get_secret_value().split()
+        if not parts:
+            return None
+        for n, part in enumerate(parts, 1):
+            if not part.startswith("whsec_"):
+                raise ValueError(f"secret {n} does not start with 'whsec_'")
+            try:
+                Webhook(part)
+            except (binascii.Error, EmptyWebhookSecretError, ValueError):
+                raise ValueError(f"secret {n} is not 'whsec_' followed by base64") from None
+        return value
+
+    @field_validator("allow_list", mode="before")
+    @classmethod
+    def _split_allow_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.replace(",", " ").split()
+        return value
+
+    @field_validator("allow_list")
+    @classmethod
+    def _check_allow_list(cls, value: list[str]) -> list[str]:
+        out = []
+        for item in value:
+            item = item.strip().lower().strip("[]")
+            if "/" in item:
+                ipaddress.ip_network(item, strict=False)  # ValueError names the bad entry
+            out.append(item)
+        return out
+
+    @field_validator("subscriptions", mode="before")
+    @classmethod
+    def _load_subscriptions(cls, value: object) -> object:
+        if not isinstance(value, str | bytes):
+            return value
+        text = (value.decode() if isinstance(value, bytes) else value).strip()
+        if not text:
+            return []
+        if not text.startswith("["):
+            path = Path(text)
+            if not path.is_file():
+                raise ValueError(f"subscriptions: {text!r} is neither a JSON list nor a file")
+            text = path.read_text()
+        try:
+            parsed: Any = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"subscriptions are not JSON: {exc}") from None
+        return parsed

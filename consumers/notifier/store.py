@@ -1,0 +1,191 @@
+"""The notifier's Redis side: pending deliveries, the delayed set, the due stream, dead letters.
+
+A delivery that must wait (a retry, or an endpoint that is busy) is a JSON
+member of ``<prefix>:webhooks:delayed`` scored by its due time in epoch ms,
+never a sleeping task. When it is due, ``promote`` moves it atomically to the
+``<prefix>:webhooks:due`` stream, which the ``notifier`` group reads beside the
+results stream, so a due retry has a lease and is reclaimed like any entry if
+its notifier dies. ``commit`` settles one entry atomically: schedule its
+retries, write its dead letters, XACK it, and XDEL it only from the due stream
+(the results stream belongs to every group that reads it: never deleted here).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from streams.keys import Keys
+
+PROMOTE_BATCH = 500
+
+# A pending delivery, as stream fields and (with a nonce) as a delayed-set member.
+DELIVERY_FIELDS = ("id", "url", "event", "attempts", "last_status", "error")
+
+COMMIT_LUA = """
+-- KEYS: results, due, delayed, dead; ARGV: group, consumer, then per entry:
+--   which ('r' results | 'd' due), entry_id, n_delayed, (due_ms member)*, n_dead, (n_fields (k v)*)*
+-- Only an entry this consumer still owns is settled (a reclaimed one is the new owner's).
+-- Returns 1 per entry settled, 0 per entry no longer ours.
+local group, consumer = ARGV[1], ARGV[2]
+local out = {}
+local i = 3
+while i <= #ARGV do
+  local stream = ARGV[i] == 'd' and KEYS[2] or KEYS[1]
+  local eid = ARGV[i + 1]
+  local p = redis.call('XPENDING', stream, group, eid, eid, 1)
+  local mine = p[1] ~= nil and p[1][2] == consumer
+  local nd = tonumber(ARGV[i + 2])
+  i = i + 3
+  for _ = 1, nd do
+    if mine then redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1]) end
+    i = i + 2
+  end
+  local nx = tonumber(ARGV[i])
+  i = i + 1
+  for _ = 1, nx do
+    local nf = tonumber(ARGV[i])
+    if mine then
+      local flat = {}
+      for k = 1, 2 * nf do flat[k] = ARGV[i + k] end
+      redis.call('XADD', KEYS[4], '*', unpack(flat))
+    end
+    i = i + 1 + 2 * nf
+  end
+  if mine then
+    redis.call('XACK', stream, group, eid)
+    if stream == KEYS[2] then redis.call('XDEL', stream, eid) end
+  end
+  out[#out + 1] = mine and 1 or 0
+end
+return out
+"""
+
+PROMOTE_LUA = """
+-- KEYS: delayed, due; ARGV: now_ms, limit. Moves due members to the due stream; returns how many.
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  redis.call('ZREM', KEYS[1], member)
+  local ok, item = pcall(cjson.decode, member)
+  if ok and type(item) == 'table' and item.url then
+    local flat = {}
+    for k, v in pairs(item) do
+      if k ~= 'n' then
+        flat[#flat + 1] = k
+        flat[#flat + 1] = tostring(v)
+      end
+    end
+    redis.call('XADD', KEYS[2], '*', unpack(flat))
+  end
+end
+return #due
+"""
+
+REPLAY_LUA = """
+-- KEYS: webhooks dead, due; ARGV: dead entry id. Re-queues it with a fresh attempt budget; returns the new id or false.
+local found = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if #found == 0 then return false end
+local keep = {id = true, url = true, event = true, last_status = true, error = true}
+local f = found[1][2]
+local flat = {'attempts', '0'}
+for j = 1, #f, 2 do
+  if keep[f[j]] then
+    flat[#flat + 1] = f[j]
+    flat[#flat + 1] = f[j + 1]
+  end
+end
+local new_id = redis.call('XADD', KEYS[2], '*', unpack(flat))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return new_id
+"""
+
+
+def due_stream(keys: Keys) -> str:
+    """Stream of deliveries whose time has come (internal; under the prefix like every key)."""
+    return f"{keys.prefix}:webhooks:due"
+
+
+@dataclass(slots=True)
+class Pending:
+    """One event still to deliver to one URL; ``attempts`` counts the attempts already made."""
+
+    id: str
+    url: str
+    event: str
+    attempts: int = 0
+    last_status: str = ""
+    error: str = ""
+
+    @classmethod
+    def from_fields(cls, raw: dict[str, str]) -> Pending:
+        try:
+            attempts = int(raw.get("attempts") or 0)
+        except ValueError:
+            attempts = 0
+        return cls(raw.get("id", ""), raw.get("url", ""), raw.get("event", "{}"), attempts,
+                   raw.get("last_status", ""), raw.get("error", ""))
+
+    def member(self) -> str:
+        """A delayed-set member; the nonce keeps two identical waits apart."""
+        return orjson.dumps({
+            "id": self.id, "url": self.url, "event": self.event, "attempts": str(self.attempts),
+            "last_status": self.last_status, "error": self.error, "n": secrets.token_hex(6),
+        }).decode()
+
+
+@dataclass(slots=True)
+class CommitOp:
+    """How one entry (results or due) is settled: retries to park, dead letters to write, then XACK."""
+
+    stream: str
+    entry_id: str
+    delayed: list[tuple[int, str]] = field(default_factory=list)
+    dead: list[dict[str, str]] = field(default_factory=list)
+
+    def args(self, due_key: str) -> list[Any]:
+        out: list[Any] = ["d" if self.stream == due_key else "r", self.entry_id, len(self.delayed)]
+        for score, member in self.delayed:
+            out += [score, member]
+        out.append(len(self.dead))
+        for letter in self.dead:
+            out.append(len(letter))
+            for k, v in letter.items():
+                out += [k, v]
+        return out
+
+
+class Store:
+    """The notifier's scripts bound to one client and one prefix."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.due = due_stream(keys)
+        self._commit: AsyncScript = redis.register_script(COMMIT_LUA)
+        self._promote: AsyncScript = redis.register_script(PROMOTE_LUA)
+        self._replay: AsyncScript = redis.register_script(REPLAY_LUA)
+
+    async def commit(self, ops: list[CommitOp], *, group: str, consumer: str) -> list[bool]:
+        args: list[Any] = [group, consumer]
+        for op in ops:
+            args += op.args(self.due)
+        reply = await self._commit(keys=[self.keys.results, self.due, self.keys.webhooks_delayed, self.keys.webhooks_dead], args=args)
+        return [bool(int(x)) for x in reply]
+
+    async def promote(self, now_ms: int) -> int:
+        """Move every due delivery to the due stream (atomic per batch; any notifier may run it)."""
+        total = 0
+        while True:
+            moved = int(await self._promote(keys=[self.keys.webhooks_delayed, self.due], args=[now_ms, PROMOTE_BATCH]))
+            total += moved
+            if moved < PROMOTE_BATCH:
+                return total
+
+    async def replay(self, entry_id: str) -> str | None:
+        new_id = await self._replay(keys=[self.keys.webhooks_dead, self.due], args=[entry_id])
+        return str(new_id) if new_id else None

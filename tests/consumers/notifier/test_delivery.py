@@ -1,0 +1,144 @@
+"""The notifier against a real HTTP receiver on loopback: signatures, retries, dead letters, replay, 410."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+from standardwebhooks import Webhook
+
+from consumers.notifier.dead import list_webhook_dead, purge_webhook_dead, replay_webhook_dead
+from streams.embedded import free_port
+from streams.envelope import Status
+from streams.keys import Keys
+from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret, pending
+from tests.consumers.notifier.receiver import Receiver, Reply
+from tests.support import wait_until
+
+FAST = ("--backoff", "0.05", "--lease", "2")
+
+
+async def test_delivery_is_signed_per_standard_webhooks_and_verifies_with_each_secret(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a notifier with two secrets (a rotation under way)
+    old, new = notifiers.secret, make_secret()
+    notifiers.secret = f"{old} {new}"
+    notifiers.start(*FAST)
+    # When a result with a webhook lands on the results stream
+    entry = await add_result(redis, keys, "job-sig-1", receiver.url(), result={"answer": 42})
+    await wait_until(lambda: _true(receiver.count() == 1), timeout=10, what="one delivery")
+    # Then the body is the result event and both secrets verify it
+    got = receiver.requests[0]
+    assert got.headers["content-type"] == "application/json"
+    assert got.headers["webhook-id"] == "job-sig-1"
+    assert len(got.headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):
+        payload = Webhook(secret).verify(got.body, got.headers)
+        assert payload["id"] == "job-sig-1" and payload["status"] == "completed" and payload["result"] == {"answer": 42}
+    with pytest.raises(Exception, match="No matching signature"):
+        Webhook(make_secret()).verify(got.body, got.headers)
+    # And the entry is acknowledged but never deleted from the results stream (other groups read it)
+    await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=5, what="the entry acked")
+    assert [eid for eid, _ in await redis.xrange(keys.results)] == [entry]
+
+
+async def test_failing_twice_then_ok_is_delivered_once_more_with_the_same_id(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a receiver that fails twice (500, then a timeout-free 502) before answering 200
+    receiver.script("/flaky", [Reply(500, body=b"boom"), Reply(502)])
+    notifiers.start(*FAST)
+    # When one result is delivered to it
+    await add_result(redis, keys, "job-flaky", receiver.url("/flaky"))
+    await wait_until(lambda: _true(receiver.count("/flaky") == 3), timeout=15, what="three attempts")
+    # Then the third attempt succeeded, with the same webhook-id, each signed anew
+    hits = receiver.on("/flaky")
+    assert {h.headers["webhook-id"] for h in hits} == {"job-flaky"}
+    for h in hits:
+        Webhook(notifiers.secret).verify(h.body, h.headers)
+    await wait_until(lambda: _eq(redis.zcard(keys.webhooks_delayed), 0), timeout=5, what="no retry left")
+    assert await list_webhook_dead(redis, keys) == []
+    assert receiver.count("/flaky") == 3
+
+
+async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given an endpoint where nothing listens, and three attempts allowed
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/down"
+    notifiers.start(*FAST, "--max-attempts", "3")
+    await add_result(redis, keys, "job-down", url)
+    # When every attempt fails, the delivery lands in the webhook dead letters with its reason
+    await wait_until(lambda: _eq(redis.xlen(keys.webhooks_dead), 1), timeout=15, what="a webhook dead letter")
+    (letter,) = await list_webhook_dead(redis, keys)
+    assert (letter.id, letter.url, letter.attempts, letter.last_status) == ("job-down", url, 3, None)
+    assert "ConnectError" in letter.error and "attempt 3 of 3" in letter.error
+    assert letter.event["id"] == "job-down" and letter.event["status"] == "completed"
+    # Then once the endpoint is up, a replay delivers it exactly once more
+    receiver = Receiver(port).start()
+    try:
+        replayed, skipped = await replay_webhook_dead(redis, keys, None)
+        assert (replayed, skipped) == ([letter.entry_id], [])
+        await wait_until(lambda: _true(receiver.count("/down") == 1), timeout=10, what="the replayed delivery")
+        got = receiver.on("/down")[0]
+        assert Webhook(notifiers.secret).verify(got.body, got.headers)["id"] == "job-down"
+        assert await redis.xlen(keys.webhooks_dead) == 0
+        # And replaying a letter that is gone is reported, not an error
+        assert await replay_webhook_dead(redis, keys, [letter.entry_id]) == ([], [f"no webhook dead letter {letter.entry_id} (already replayed or purged?)"])
+    finally:
+        receiver.stop()
+
+
+async def test_410_gone_stops_retries(redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver) -> None:
+    # Given an endpoint answering 410 Gone
+    receiver.script("/gone", [Reply(410, body=b"unsubscribed")])
+    notifiers.start(*FAST, "--max-attempts", "5")
+    await add_result(redis, keys, "job-gone", receiver.url("/gone"))
+    # When the notifier delivers, it dead-letters at once
+    await wait_until(lambda: _eq(redis.xlen(keys.webhooks_dead), 1), timeout=10, what="a dead letter for 410")
+    (letter,) = await list_webhook_dead(redis, keys)
+    assert (letter.attempts, letter.last_status) == (1, 410)
+    assert "410" in letter.error and "unsubscribed" in letter.error
+    # Then nothing is left to retry, and the endpoint was called once
+    assert await redis.zcard(keys.webhooks_delayed) == 0
+    await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=5, what="the entry acked")
+    assert receiver.count("/gone") == 1
+    assert await purge_webhook_dead(redis, keys) == 1
+
+
+async def test_retry_after_is_honoured(redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver) -> None:
+    # Given an endpoint that asks to come back in 1 s, and a backoff far shorter
+    receiver.script("/busy", [Reply(503, headers={"retry-after": "1"})])
+    notifiers.start("--backoff", "0.01", "--lease", "2")
+    await add_result(redis, keys, "job-ra", receiver.url("/busy"))
+    # When it is retried, it waits as asked
+    await wait_until(lambda: _true(receiver.count("/busy") == 2), timeout=10, what="the retry")
+    first, second = receiver.on("/busy")
+    assert second.at - first.at >= 0.95
+
+
+async def test_a_real_worker_result_is_delivered(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver, producer: object, workers: object
+) -> None:
+    # Given a worker and a notifier
+    workers.start()  # type: ignore[attr-defined]
+    notifiers.start(*FAST)
+    # When a job with a webhook runs
+    published = await producer.publish("echo", {"hello": "world"}, webhook=receiver.url("/e2e"))  # type: ignore[attr-defined]
+    # Then its result event arrives, signed
+    await wait_until(lambda: _true(receiver.count("/e2e") == 1), timeout=15, what="the worker's result delivered")
+    got = receiver.on("/e2e")[0]
+    payload = Webhook(notifiers.secret).verify(got.body, got.headers)
+    assert payload["id"] == published.job_id == got.headers["webhook-id"]
+    assert payload["status"] == Status.COMPLETED and payload["result"] == {"echo": {"hello": "world"}}
+    assert orjson.loads(got.body)["webhook"] == receiver.url("/e2e")
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _eq(awaitable: object, expected: int) -> bool:
+    return int(await awaitable) == expected  # type: ignore[misc]
