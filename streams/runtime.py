@@ -32,6 +32,9 @@ Slot = tuple[str, str]
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 RECLAIM_BATCH = 100
+# One read takes at most this many entries, so a large pool fills in a few batches whose
+# start, run and settle overlap instead of moving through the pipeline in lockstep.
+READ_BATCH = 500
 
 
 class EntryHandler(Protocol):
@@ -210,7 +213,7 @@ class GroupRuntime:
         for stream in self.streams:
             if free <= 0:
                 break
-            reply = await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=free)
+            reply = await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH))
             if reply:
                 entries = reply[0][1]
                 free -= len(entries)

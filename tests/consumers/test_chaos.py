@@ -13,7 +13,7 @@ KILL_EVERY_S = 1.5
 CHAOS_FOR_S = 10.0
 
 
-async def test_three_workers_killed_and_replaced_lose_and_duplicate_nothing(redis, keys: Keys, producer, workers) -> None:
+async def test_three_workers_killed_and_replaced_lose_and_duplicate_nothing(redis, keys: Keys, producer, workers, capsys) -> None:
     # Given 3 workers with a 2 s lease and 2,000 jobs of 0.2 s each (about 13 s of work)
     args = ("--concurrency", "10", "--lease", "2")
     live = [workers.start(*args) for _ in range(3)]
@@ -38,8 +38,9 @@ async def test_three_workers_killed_and_replaced_lose_and_duplicate_nothing(redi
     duplicated = [i for i, n in counts.items() if n > 1]
     lost = {f"c{i}" for i in range(JOBS)} - set(counts)
     attempts = Counter(r.attempts for r in got)
-    print(f"\nchaos: {JOBS} jobs, {kills} SIGKILLs, {len(got)} results, {len(counts)} distinct, "
-          f"{len(lost)} lost, {len(duplicated)} duplicated, attempts histogram {dict(sorted(attempts.items()))}, {elapsed:.1f}s")
+    with capsys.disabled():
+        print(f"\nchaos: {JOBS} jobs, {kills} SIGKILLs, {len(got)} results, {len(counts)} distinct, "
+              f"{len(lost)} lost, {len(duplicated)} duplicated, attempts histogram {dict(sorted(attempts.items()))}, {elapsed:.1f}s")
     # Then 2,000 distinct results, none lost, none duplicated, all completed
     assert not lost, sorted(lost)[:10]
     assert not duplicated, duplicated[:10]

@@ -1,0 +1,78 @@
+"""The operator CLI end to end: submit --wait, stats --json, dead list/replay/purge, bad input."""
+
+import json
+import subprocess
+
+import pytest
+
+from consumers.processes import streamcrew_cmd
+from streams.keys import Keys
+from tests.support import wait_results
+
+
+def cli(redis_url: str, prefix: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env_args = ["--redis-url", redis_url, "--prefix", prefix]
+    import os
+    return subprocess.run(streamcrew_cmd(*args, *env_args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "STREAMCREW_RETRY_BACKOFF_S": "0.05"})
+
+
+def test_submit_wait_prints_the_result(redis_url: str, prefix: str, workers) -> None:
+    workers.start()
+    done = cli(redis_url, prefix, "submit", "echo", "--data", '{"q": 1}', "--priority", "8", "--id", "cli-1", "--wait", "--timeout", "20")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["id"], result["status"], result["result"]) == ("cli-1", "completed", {"echo": {"q": 1}})
+    again = cli(redis_url, prefix, "submit", "echo", "--data", "{}", "--id", "cli-1")
+    assert json.loads(again.stdout) == {"job_id": "cli-1", "status": "completed", "created": False}
+
+
+def test_failed_job_exit_code_and_dead_letter_commands(redis_url: str, prefix: str, workers) -> None:
+    workers.start()
+    done = cli(redis_url, prefix, "submit", "echo", "--data", '{"fail_first": 3}', "--id", "doomed", "--max-attempts", "2", "--wait", "--timeout", "20")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["status"] == "failed"
+    listed = cli(redis_url, prefix, "dead", "list", "--json")
+    (letter,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (letter["id"], letter["reason"]) == ("doomed", "exhausted")
+    replayed = cli(redis_url, prefix, "dead", "replay", letter["entry_id"])
+    assert json.loads(replayed.stdout) == {"replayed": ["doomed"], "skipped": 0}
+    purge = cli(redis_url, prefix, "dead", "purge", "--yes")
+    assert purge.returncode == 0
+
+
+async def test_stats_json_counts_lanes_and_dead_letters(redis_url: str, prefix: str, redis, keys: Keys, producer) -> None:
+    await producer.publish("echo", {}, priority="low")
+    await producer.publish("echo", {}, priority="low")
+    await redis.xadd(keys.dead, {"id": "x", "reason": "invalid", "error": "e", "source_stream": keys.lane("low"), "source_id": "1-0", "attempts": "0", "dead_at": "1"})
+    done = cli(redis_url, prefix, "stats", "--json")
+    figures = json.loads(done.stdout)
+    assert figures["lanes"]["low"]["length"] == 2
+    assert figures["lanes"]["low"]["pending"] == 0
+    assert figures["dead_letters"] == 1
+
+
+async def test_stats_reports_lag_on_redis7(redis_url: str, prefix: str, producer, needs_redis7) -> None:
+    for _ in range(3):
+        await producer.publish("echo", {}, priority="high")
+    figures = json.loads(cli(redis_url, prefix, "stats", "--json").stdout)
+    assert figures["lanes"]["high"]["lag"] == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("submit", "echo", "--data", "[1]"), "must be a JSON object"),
+    (("submit", "echo", "--data", "{bad"), "not JSON"),
+    (("submit", "echo", "--priority", "12"), "0-10"),
+    (("dead", "replay"), "--all"),
+])
+def test_bad_input_is_a_clear_error(redis_url: str, prefix: str, args: tuple[str, ...], message: str) -> None:
+    done = cli(redis_url, prefix, *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_unreachable_redis_is_one_clear_line(prefix: str) -> None:
+    done = cli("redis://127.0.0.1:1/0", prefix, "stats")
+    assert done.returncode == 4
+    assert "cannot reach Redis" in done.stderr
+    assert "Traceback" not in done.stderr
