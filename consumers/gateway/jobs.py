@@ -50,6 +50,8 @@ async def submit_job(
         raise ApiError(413, "request_too_large", str(exc)) from None
     links = job_links(published.job_id)
     if published.created:
+        if tenant is not None:
+            await state.stamp_tenant(keys=[state.keys.job(published.job_id)], args=[tenant])
         return json_response(202, {"job_id": published.job_id, "status": published.status, "lane": published.lane, "links": links},
                              headers={"Location": links["self"]})
     record = await get_job(state.redis, state.keys, published.job_id)

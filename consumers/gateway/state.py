@@ -6,12 +6,17 @@ from dataclasses import dataclass
 
 from fastapi import Request
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from consumers.gateway.auth import KeyRing
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.gateway.settings import GatewaySettings
 from streams.keys import Keys
 from streams.producer import Producer
+
+# A job record gets ``tenant`` from its result only when the job ends; tenant-scoped reads need it at once.
+# Only an existing record is stamped, so one that already expired is not brought back.
+STAMP_TENANT = "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'tenant', ARGV[1]) end"
 
 
 @dataclass(slots=True)
@@ -22,6 +27,7 @@ class GatewayState:
     producer: Producer
     keyring: KeyRing
     limiter: RateLimiter
+    stamp_tenant: AsyncScript
 
     @classmethod
     def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
@@ -31,6 +37,7 @@ class GatewayState:
             producer=Producer(redis, keys, max_request_bytes=settings.max_request_bytes),
             keyring=KeyRing(settings.key_tenants()),
             limiter=RateLimiter(redis, keys, rate_per_s=settings.rate_limit_per_s, burst=settings.effective_burst),
+            stamp_tenant=redis.register_script(STAMP_TENANT),
         )
 
 

