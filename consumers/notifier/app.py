@@ -39,6 +39,7 @@ def build_deliverer(settings: NotifierSettings) -> Deliverer:
 
 async def run_notifier(settings: NotifierSettings) -> int:
     """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is ours to write
     keys = Keys(settings.prefix)
     redis = connect(settings.effective_redis_url)
     await require_version(redis)
@@ -61,7 +62,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
         if stop.is_set():
             log.warning("second %s: exiting now", signal.Signals(signum).name)
             os._exit(128 + signum)
-        log.info("%s: draining (grace %.0fs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
+        log.info("%s: draining (grace %gs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
