@@ -20,6 +20,7 @@ from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
 from streams.connection import connect, require_version
 from streams.envelope import JobRequest
+from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
 from streams.jobs import JobProcessor
 from streams.keys import WORKERS_GROUP, Keys
@@ -81,9 +82,10 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry) -> int:
     await ensure_groups(redis, standard_groups(keys))
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=keys.lanes, group=WORKERS_GROUP, consumer=name,
-                           concurrency=settings.concurrency, lease_s=settings.lease_s)
+                           concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool))
     if settings.metrics_port:
+        register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
 
     stop = asyncio.Event()

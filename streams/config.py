@@ -22,6 +22,7 @@ class StreamSettings(BaseSettings):
     job_ttl_s: int = Field(default=7 * 24 * 3600, gt=0, description="seconds a job record lives after the job ends")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="first retry delay of a failed job, doubled per attempt, with jitter")
     retry_backoff_max_s: float = Field(default=300.0, ge=0, description="longest retry delay")
+    consumer_idle_s: float = Field(default=3600.0, gt=0, description="consumers idle this long with nothing pending are removed from their group")
     default_max_attempts: int = Field(default=3, ge=1, description="max_attempts of a request that does not set it")
 
     @property

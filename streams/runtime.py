@@ -91,6 +91,7 @@ class GroupRuntime:
         lease_s: float,
         tick_s: float = 0.25,
         block_ms: int = BLOCK_MS,
+        forget_idle_s: float = 3600.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -102,6 +103,7 @@ class GroupRuntime:
         self.lease_s = lease_s
         self.tick_s = tick_s
         self.block_ms = block_ms
+        self.forget_idle_s = forget_idle_s
         self.handler: EntryHandler | None = None
         self._scripts = Scripts(redis)
         self._slots: dict[Slot, asyncio.Task[None] | None] = {}
@@ -155,7 +157,7 @@ class GroupRuntime:
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
         backoff.ok()
-        helpers = [asyncio.create_task(self._renew_loop()), asyncio.create_task(self._sweep_loop()), asyncio.create_task(self._tick_loop())]
+        helpers = [asyncio.create_task(loop()) for loop in (self._renew_loop, self._sweep_loop, self._tick_loop, self._forget_loop)]
         self._reader = asyncio.create_task(self._read_loop())
         try:
             await self._reader
@@ -317,6 +319,24 @@ class GroupRuntime:
                 await backoff.failed(exc)
             except ResponseError as exc:
                 log.warning("%s: upkeep refused: %s", self.group, exc)
+
+    async def _forget_loop(self) -> None:
+        """Now and then, drop consumers idle past ``forget_idle_s`` with nothing pending."""
+        every_s = min(60.0, max(1.0, self.forget_idle_s / 10))
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.forget_idle_consumers()
+            except RedisError as exc:
+                log.debug("%s: consumer cleanup skipped: %s", self.group, exc)
+
+    async def forget_idle_consumers(self) -> list[str]:
+        removed: list[str] = []
+        for stream in self.streams:
+            removed += await self._scripts.forget(keys=[stream], args=[self.group, int(self.forget_idle_s * 1000)])
+        if removed:
+            log.info("%s: removed %d idle consumers with nothing pending: %s", self.group, len(removed), ", ".join(sorted(set(removed))))
+        return removed
 
     # -- drain ---------------------------------------------------------------
 

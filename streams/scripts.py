@@ -16,7 +16,7 @@ def _source(name: str) -> str:
 
 
 class Scripts:
-    """``publish``, ``start``, ``settle``, ``promote``, ``renew`` and ``replay``, bound to one client."""
+    """The Lua scripts (see ``streams/lua/``), bound to one client."""
 
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
@@ -25,6 +25,7 @@ class Scripts:
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
+        self.forget: AsyncScript = redis.register_script(_source("forget"))
 
 
 Reply = Any
