@@ -36,7 +36,7 @@ def _next_id(entry_id: str) -> str:
 
 
 class StreamGauges(Collector):
-    """``streamcrew_stream_length``, ``_group_pending``, ``_group_lag`` and friends for one prefix."""
+    """``streamcrew_stream_length`` (lanes, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends."""
 
     def __init__(self, redis_url: str, keys: Keys, *, cache_s: float = 1.0) -> None:
         self.keys = keys
@@ -49,6 +49,12 @@ class StreamGauges(Collector):
     def streams(self) -> list[tuple[str, str, str]]:
         """(label, key, group) of every stream with a group."""
         return [(name, self.keys.lane(name), WORKERS_GROUP) for name in LANES] + [("results", self.keys.results, NOTIFIER_GROUP)]
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The names, without touching Redis (prometheus-client calls this at registration)."""
+        for name in ("stream_length", "group_pending", "group_lag", "oldest_pending_age_seconds",
+                     "oldest_undelivered_age_seconds", "group_consumers", "consumer_idle_seconds"):
+            yield GaugeMetricFamily(f"streamcrew_{name}", "")
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
@@ -81,7 +87,6 @@ class StreamGauges(Collector):
         oldest_waiting = GaugeMetricFamily("streamcrew_oldest_undelivered_age_seconds", "Age of the oldest entry not yet delivered", labels=["stream", "group"])
         consumers = GaugeMetricFamily("streamcrew_group_consumers", "Consumers in the group", labels=["stream", "group"])
         idle = GaugeMetricFamily("streamcrew_consumer_idle_seconds", "Seconds since the consumer last read", labels=["stream", "group", "consumer"])
-        dead = GaugeMetricFamily("streamcrew_dead_letters", "Entries in a dead-letter stream", labels=["stream"])
 
         lookups: list[tuple[str, str]] = []
         for i, (name, _key, group) in enumerate(streams):
@@ -111,9 +116,9 @@ class StreamGauges(Collector):
             oldest_waiting.add_metric([name, group], max(0.0, (now_ms - first) / 1000) if first else 0.0)
 
         dead_len, webhooks_dead_len = replies[-2:]
-        dead.add_metric(["dead"], 0 if isinstance(dead_len, Exception) else int(dead_len))
-        dead.add_metric(["webhooks_dead"], 0 if isinstance(webhooks_dead_len, Exception) else int(webhooks_dead_len))
-        return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle, dead]
+        length.add_metric(["dead"], 0 if isinstance(dead_len, Exception) else int(dead_len))
+        length.add_metric(["webhooks_dead"], 0 if isinstance(webhooks_dead_len, Exception) else int(webhooks_dead_len))
+        return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle]
 
 
 _registered: set[tuple[str, str]] = set()

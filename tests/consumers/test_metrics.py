@@ -48,3 +48,7 @@ async def test_metrics_match_the_jobs_run(redis, keys: Keys, producer, workers) 
     assert m[("streamcrew_job_duration_seconds_count", (("agent", "echo"),))] == 30 + 5 * 2 + 2 * 2
     assert m[("streamcrew_queue_wait_seconds_count", (("agent", "echo"), ("lane", "high")))] == 30
     assert m[("streamcrew_jobs_in_flight", (("agent", "echo"),))] == 0
+    # And the stream gauges are read from Redis at scrape time
+    assert m[("streamcrew_stream_length", (("stream", "dead"),))] == 5
+    assert m[("streamcrew_stream_length", (("stream", "results"),))] == 40
+    assert m[("streamcrew_group_pending", (("group", "workers"), ("stream", "high")))] == 0
