@@ -29,6 +29,7 @@ from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, ret
 log = logging.getLogger("streamcrew.jobs")
 
 PROMOTE_BATCH = 500
+TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 
 
@@ -84,6 +85,7 @@ class JobProcessor:
             job_ttl_s=settings.job_ttl_s, release=runtime.release,
         )
         self._running: dict[Slot, Running] = {}
+        self._trimmed_at = 0.0
         runtime.handler = self
 
     # -- entries in ----------------------------------------------------------
@@ -229,7 +231,12 @@ class JobProcessor:
     # -- upkeep and drain ----------------------------------------------------
 
     async def tick(self) -> None:
-        """Move due retries back to their lanes (any worker may; the script is atomic)."""
+        """Move due retries back to their lanes and trim acked entries (any worker may; both atomic)."""
+        now = time.monotonic()
+        if now - self._trimmed_at >= TRIM_EVERY_S:
+            self._trimmed_at = now
+            for lane in self.keys.lanes:
+                await self._scripts.trim(keys=[lane])
         while True:
             moved = await self._scripts.promote(
                 keys=[self.keys.delayed], args=[now_ms(), PROMOTE_BATCH, self.keys.job_prefix, f"{self.keys.prefix}:requests:"]

@@ -26,6 +26,7 @@ class Scripts:
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
         self.forget: AsyncScript = redis.register_script(_source("forget"))
+        self.trim: AsyncScript = redis.register_script(_source("trim"))
 
 
 Reply = Any

