@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from redis.asyncio import Redis
 
 from streams.envelope import DeadLetter, entry_ms
@@ -9,10 +11,12 @@ from streams.errors import StreamcrewError
 from streams.keys import LANES, Keys
 from streams.scripts import Scripts
 
+Entries = list[tuple[str, dict[str, str]]]
+
 
 async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, start: str = "-") -> list[DeadLetter]:
     """Oldest first, ``count`` at most, from entry ID ``start``."""
-    entries = await redis.xrange(keys.dead, min=start, max="+", count=count)
+    entries = cast(Entries, await redis.xrange(keys.dead, min=start, max="+", count=count))
     return [DeadLetter.from_entry(eid, fields) for eid, fields in entries]
 
 
@@ -22,7 +26,7 @@ async def count_dead(redis: Redis, keys: Keys) -> int:
 
 async def replay(redis: Redis, keys: Keys, entry_id: str) -> str:
     """Send one dead letter back to its lane with a fresh attempt budget; returns the job id."""
-    entries = await redis.xrange(keys.dead, min=entry_id, max=entry_id)
+    entries = cast(Entries, await redis.xrange(keys.dead, min=entry_id, max=entry_id))
     if not entries:
         raise StreamcrewError(f"no dead letter {entry_id}")
     letter = DeadLetter.from_entry(*entries[0])
@@ -46,7 +50,7 @@ async def replay_all(redis: Redis, keys: Keys) -> tuple[list[str], list[str]]:
 
     Returns ``(replayed job ids, skipped with reasons)``.
     """
-    last = await redis.xrevrange(keys.dead, count=1)
+    last = cast(Entries, await redis.xrevrange(keys.dead, count=1))
     if not last:
         return [], []
     end = last[0][0]
@@ -54,7 +58,7 @@ async def replay_all(redis: Redis, keys: Keys) -> tuple[list[str], list[str]]:
     skipped: list[str] = []
     start = "-"
     while True:
-        entries = await redis.xrange(keys.dead, min=start, max=end, count=500)
+        entries = cast(Entries, await redis.xrange(keys.dead, min=start, max=end, count=500))
         if not entries:
             return replayed, skipped
         for eid, _ in entries:

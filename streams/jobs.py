@@ -120,7 +120,7 @@ class JobProcessor:
             (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts), "" if c.request.deadline is None else str(c.request.deadline))
             for c in claimed
         ]
-        args = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
+        args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream], args=args)
         for c, (decision, attempts, used) in zip(claimed, reply, strict=True):
             attempts, used = int(attempts), int(used)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -60,7 +60,7 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
 
 async def get_job(redis: Redis, keys: Keys, job_id: str) -> JobRecord | None:
     """The record of ``job_id``, or None when unknown (or expired)."""
-    raw = await redis.hgetall(keys.job(job_id))
+    raw = cast(dict[str, str], await redis.hgetall(keys.job(job_id)))
     return _parse(job_id, raw) if raw else None
 
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -27,6 +27,7 @@ from streams.scripts import Scripts
 log = logging.getLogger(__name__)
 
 Entry = tuple[str, dict[str, str] | None]
+ReadReply = list[tuple[str, list[Entry]]] | None
 Slot = tuple[str, str]
 
 BACKOFF_FIRST_S = 0.1
@@ -215,7 +216,7 @@ class GroupRuntime:
         for stream in self.streams:
             if free <= 0:
                 break
-            reply = await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH))
+            reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
             if reply:
                 entries = reply[0][1]
                 free -= len(entries)
@@ -226,9 +227,9 @@ class GroupRuntime:
 
     async def _read_blocking(self) -> None:
         """All streams empty: wait for the first entry on any of them (COUNT 1 each)."""
-        reply = await self.redis.xreadgroup(
+        reply = cast(ReadReply, await self.redis.xreadgroup(
             self.group, self.consumer, {s: ">" for s in self.streams}, count=1, block=self.block_ms
-        )
+        ))
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
             await self._deliver(stream, entries, reclaimed=False)
 
@@ -300,7 +301,7 @@ class GroupRuntime:
             if free <= 0 or not self._accepting:
                 break
             reply = await self.redis.xautoclaim(stream, self.group, self.consumer, min_idle_ms, self._cursors[stream], count=free)
-            cursor, entries = reply[0], reply[1]
+            cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
             self._cursors[stream] = cursor
             if entries:
                 total += len(entries)

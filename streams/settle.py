@@ -60,7 +60,7 @@ class Settler:
         self.redis = redis
         self.keys = keys
         self._scripts = Scripts(redis)
-        self._head = [keys.job_prefix, group, results_maxlen, job_ttl_s, f"{keys.prefix}:requests:"]
+        self._head: list[str | int] = [keys.job_prefix, group, results_maxlen, job_ttl_s, f"{keys.prefix}:requests:"]
         self._script_keys = [keys.results, keys.dead, keys.delayed]
         self._release = release
         self._queue: list[SettleOp] = []
