@@ -1,0 +1,12 @@
+"""The streams package type-checks under mypy --strict (pyproject's [tool.mypy])."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_streams_is_mypy_strict_clean() -> None:
+    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "streams"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
