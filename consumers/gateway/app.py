@@ -39,7 +39,10 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
             if redis is None:
                 await client.aclose()
 
-    app = FastAPI(title="streamcrew gateway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    # FastAPI's built-in OpenTelemetry hooks are off: they look up providers on every request, and the
+    # gateway exports its own Prometheus metrics; trace context travels to the worker as ``traceparent``.
+    app = FastAPI(title="streamcrew gateway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                  telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False})
     errors.install(app)
     for module in (jobs, sse, admin, health):
         app.include_router(module.router)

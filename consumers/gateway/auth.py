@@ -52,25 +52,37 @@ class KeyRing:
         return found
 
 
-async def authorize(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Caller:
-    """Dependency of every route but the health checks: 401 without a valid key, 429 over the rate."""
+async def identify(request: Request) -> Caller:
+    """401 without a valid key (when keys are configured), 429 over the rate; else who is calling.
+
+    Called directly by POST /jobs (its hot path skips FastAPI's dependency solving) and through
+    :func:`authorize` by every other route but the health checks.
+    """
     state: GatewayState = request.app.state.gateway
     if state.keyring.enabled:
-        if credentials is None:
+        scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
             raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <key>' header", headers=CHALLENGE)
-        caller = state.keyring.match(credentials.credentials)
+        caller = state.keyring.match(token)
         if caller is None:
             raise ApiError(401, "unauthorized", "invalid API key", headers=CHALLENGE)
     else:
         caller = Caller(bucket=f"ip:{request.client.host if request.client else 'unknown'}", tenant=None)
-    verdict = await state.limiter.take(caller.bucket)
-    if not verdict.allowed:
-        raise ApiError(429, "rate_limited", f"rate limit exceeded; retry after {verdict.retry_after_s}s",
-                       headers={"Retry-After": str(verdict.retry_after_s)})
+    if state.limiter.enabled:
+        verdict = await state.limiter.take(caller.bucket)
+        if not verdict.allowed:
+            raise ApiError(429, "rate_limited", f"rate limit exceeded; retry after {verdict.retry_after_s}s",
+                           headers={"Retry-After": str(verdict.retry_after_s)})
     return caller
 
 
-def require_operator(caller: Annotated[Caller, Depends(authorize)]) -> Caller:
+async def authorize(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Caller:
+    """The dependency form of :func:`identify`; ``bearer`` puts the scheme in the OpenAPI document."""
+    return await identify(request)
+
+
+async def require_operator(caller: Annotated[Caller, Depends(authorize)]) -> Caller:
     """Queue-wide endpoints (stats, dead letters) are for keys not bound to a tenant."""
     if caller.tenant is not None:
         raise ApiError(403, "forbidden", "this key is bound to a tenant; queue-wide endpoints need an unbound key")

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from consumers.gateway.auth import KeyRing
+from consumers.gateway.batching import PublishBatcher
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.gateway.settings import GatewaySettings
 from streams.keys import Keys
@@ -28,19 +29,21 @@ class GatewayState:
     keyring: KeyRing
     limiter: RateLimiter
     stamp_tenant: AsyncScript
+    batcher: PublishBatcher
 
     @classmethod
     def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
         keys = Keys(settings.prefix)
+        producer = Producer(redis, keys, max_request_bytes=settings.max_request_bytes)
         return cls(
-            settings=settings, redis=redis, keys=keys,
-            producer=Producer(redis, keys, max_request_bytes=settings.max_request_bytes),
+            settings=settings, redis=redis, keys=keys, producer=producer,
             keyring=KeyRing(settings.key_tenants()),
             limiter=RateLimiter(redis, keys, rate_per_s=settings.rate_limit_per_s, burst=settings.effective_burst),
             stamp_tenant=redis.register_script(STAMP_TENANT),
+            batcher=PublishBatcher(producer),
         )
 
 
-def gateway_state(request: Request) -> GatewayState:
+async def gateway_state(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway
     return state

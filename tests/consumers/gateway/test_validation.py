@@ -9,8 +9,8 @@ from tests.consumers.gateway.support import GatewayFactory
 INVALID = [
     ({"data": {}}, "agent", "Field required"),
     ({"agent": "echo"}, "data", "Field required"),
-    ({"agent": "echo", "data": [1, 2]}, "data", "dictionary"),
-    ({"agent": "echo", "data": "text"}, "data", "dictionary"),
+    ({"agent": "echo", "data": [1, 2]}, "data", "object"),
+    ({"agent": "echo", "data": "text"}, "data", "object"),
     ({"agent": "", "data": {}}, "agent", "at least 1"),
     ({"agent": "echo", "data": {}, "priority": 11}, "priority", "0-10"),
     ({"agent": "echo", "data": {}, "priority": "urgent"}, "priority", "high, normal, low"),

@@ -1,0 +1,77 @@
+"""Requests arriving together are published together: one ``Producer.publish_many`` per lane.
+
+While one publish is in flight, new requests wait in a per-lane queue; when it
+returns, everything queued goes out in the next call. A lone request goes out
+at once (no timer), so batching adds no latency, and under load it turns N
+Redis round trips into one. The producer's guarantees hold per request: each
+is idempotent on its id, in order, and a request over the size cap fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from streams.envelope import JobRequest
+from streams.errors import RequestTooLarge
+from streams.producer import PUBLISH_CHUNK, Producer, Published
+
+log = logging.getLogger("streamcrew.gateway")
+
+
+@dataclass(slots=True)
+class _Lane:
+    waiting: list[tuple[JobRequest, asyncio.Future[Published]]] = field(default_factory=list)
+    flusher: asyncio.Task[None] | None = None
+
+
+class PublishBatcher:
+    """Coalesces concurrent publishes; safe to share across the requests of one event loop."""
+
+    def __init__(self, producer: Producer, *, max_batch: int = PUBLISH_CHUNK) -> None:
+        self.producer = producer
+        self.max_batch = max_batch
+        self._lanes: dict[str, _Lane] = {}
+
+    async def publish(self, request: JobRequest, lane: str) -> Published:
+        state = self._lanes.setdefault(lane, _Lane())
+        future: asyncio.Future[Published] = asyncio.get_running_loop().create_future()
+        state.waiting.append((request, future))
+        if state.flusher is None:
+            state.flusher = asyncio.create_task(self._flush(lane, state))
+        return await future
+
+    async def _flush(self, lane: str, state: _Lane) -> None:
+        try:
+            while state.waiting:
+                batch, state.waiting = state.waiting[: self.max_batch], state.waiting[self.max_batch:]
+                await self._send(lane, batch)
+        finally:
+            state.flusher = None
+            _settle_error(state.waiting, RuntimeError("gateway shutting down"))  # only non-empty when cancelled
+            state.waiting = []
+
+    async def _send(self, lane: str, batch: list[tuple[JobRequest, asyncio.Future[Published]]]) -> None:
+        try:
+            results = await self.producer.publish_many([request for request, _ in batch], priority=lane)
+        except RequestTooLarge as exc:
+            if len(batch) == 1:
+                _settle_error(batch, exc)
+                return
+            for item in batch:  # one oversized request must not fail the others: send each alone
+                await self._send(lane, [item])
+        except BaseException as exc:  # handed to every waiting request, which answers for it
+            _settle_error(batch, exc if isinstance(exc, Exception) else RuntimeError("gateway shutting down"))
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), published in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(published)
+
+
+def _settle_error(batch: list[tuple[JobRequest, asyncio.Future[Published]]], exc: Exception) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
