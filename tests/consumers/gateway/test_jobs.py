@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from streams.keys import Keys
@@ -115,3 +117,21 @@ async def test_unknown_job_is_404_everywhere(gateways: GatewayFactory) -> None:
         assert unknown_route.status_code == 404 and unknown_route.json()["error"]["code"] == "not_found"
         wrong_method = await client.delete("/jobs")
         assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_concurrent_submissions_keep_per_request_answers(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a gateway with a 2 KB encoded-request cap
+    gateway = await gateways.start({"STREAMCREW_MAX_REQUEST_BYTES": "2000"})
+    async with gateway.client() as client:
+        # When 40 requests for one id, 30 distinct jobs and one oversized request arrive at once
+        same = [client.post("/jobs", json={"agent": "echo", "data": {"i": i}, "id": "same"}) for i in range(40)]
+        distinct = [client.post("/jobs", json={"agent": "echo", "data": {"i": i}}) for i in range(30)]
+        oversized = client.post("/jobs", json={"agent": "echo", "data": {"blob": "x" * 3000}})
+        answers = await asyncio.gather(*same, oversized, *distinct)
+    # Then the id was created once, each distinct job once, and only the oversized request failed
+    same_codes = sorted(r.status_code for r in answers[:40])
+    assert same_codes == [200] * 39 + [202]
+    assert answers[40].status_code == 413 and answers[40].json()["error"]["code"] == "request_too_large"
+    assert {r.status_code for r in answers[41:]} == {202}
+    assert len({r.json()["job_id"] for r in answers[41:]}) == 30
+    assert await redis.xlen(keys.lane("normal")) == 31

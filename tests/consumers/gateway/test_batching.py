@@ -1,0 +1,54 @@
+"""Publishes that arrive together go out together, yet each keeps its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from consumers.gateway.batching import PublishBatcher
+from streams.envelope import JobRequest
+from streams.errors import RequestTooLarge
+from streams.keys import Keys
+from streams.producer import Producer
+
+
+async def test_a_batch_keeps_order_ids_and_isolates_an_oversized_request(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a batcher over a producer with a 500-byte cap, counting its calls
+    producer = Producer(redis, keys, max_request_bytes=500)
+    calls: list[int] = []
+    publish_many = producer.publish_many
+
+    async def counting(requests, **kw):  # type: ignore[no-untyped-def]
+        requests = list(requests)
+        calls.append(len(requests))
+        return await publish_many(requests, **kw)
+
+    producer.publish_many = counting  # type: ignore[method-assign]
+    batcher = PublishBatcher(producer)
+    # When 20 requests (two sharing an id) and one oversized one are published in the same tick
+    requests = [JobRequest(agent="echo", data={"i": i}, id="dup" if i in (3, 7) else None) for i in range(20)]
+    tasks = [batcher.publish(r, "low") for r in requests] + [batcher.publish(JobRequest(agent="echo", data={"x": "y" * 600}), "low")]
+    answers = await asyncio.gather(*tasks, return_exceptions=True)
+    # Then they went out as one batch, then one by one after the size error, and each got its own answer
+    assert calls[0] == 21 and all(n == 1 for n in calls[1:])
+    assert isinstance(answers[-1], RequestTooLarge)
+    published = answers[:-1]
+    assert [p.created for p in published] == [i != 7 for i in range(20)]  # type: ignore[union-attr]
+    assert published[3].job_id == published[7].job_id == "dup"  # type: ignore[union-attr]
+    assert await redis.xlen(keys.lane("low")) == 19
+
+
+async def test_a_redis_error_reaches_every_waiting_request(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    producer = Producer(redis, keys)
+
+    async def broken(requests, **kw):  # type: ignore[no-untyped-def]
+        raise ConnectionError("down")
+
+    producer.publish_many = broken  # type: ignore[method-assign]
+    batcher = PublishBatcher(producer)
+    answers = await asyncio.gather(*(batcher.publish(JobRequest(agent="echo", data={}), "normal") for _ in range(5)), return_exceptions=True)
+    assert all(isinstance(a, ConnectionError) for a in answers)
+    # And the next publish starts a fresh flush
+    with pytest.raises(ConnectionError):
+        await batcher.publish(JobRequest(agent="echo", data={}), "normal")
