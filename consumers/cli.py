@@ -24,6 +24,10 @@ T = TypeVar("T")
 app = typer.Typer(name="streamcrew", help="Run LLM agent jobs reliably on Redis Streams.", no_args_is_help=True, add_completion=False)
 dead_app = typer.Typer(help="Inspect, replay and purge dead letters.", no_args_is_help=True)
 app.add_typer(dead_app, name="dead")
+webhooks_app = typer.Typer(help="Webhook deliveries.", no_args_is_help=True)
+webhooks_dead_app = typer.Typer(help="Inspect, replay and purge webhook dead letters.", no_args_is_help=True)
+webhooks_app.add_typer(webhooks_dead_app, name="dead")
+app.add_typer(webhooks_app, name="webhooks")
 out = Console()
 err = Console(stderr=True)
 
@@ -36,8 +40,8 @@ class Exit(IntEnum):
     UNAVAILABLE = 4
 
 
-RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL [env STREAMCREW_REDIS_URL]", show_default=False)]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix [env STREAMCREW_PREFIX]", show_default=False)]
+RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL \\[env STREAMCREW_REDIS_URL]", show_default=False)]
+Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix \\[env STREAMCREW_PREFIX]", show_default=False)]
 
 
 def setup_logging(level: str = "info") -> None:
@@ -72,12 +76,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 @app.command()
 def worker(
-    agents: Annotated[str | None, typer.Option(help="comma-separated agents to serve [default: all registered]")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="jobs run at once [env STREAMCREW_CONCURRENCY, default 100]")] = None,
+    agents: Annotated[str | None, typer.Option(help="comma-separated agents to serve \\[default: all registered]")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="jobs run at once \\[env STREAMCREW_CONCURRENCY, default 100]")] = None,
     app_module: Annotated[list[str] | None, typer.Option("--app", help="module to import that registers agents (repeatable)")] = None,
-    lease: Annotated[float | None, typer.Option(help="lease seconds [env STREAMCREW_LEASE_S, default 60]")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off [env STREAMCREW_METRICS_PORT, default 9101]")] = None,
-    grace: Annotated[float | None, typer.Option(help="drain grace seconds [env STREAMCREW_GRACE_S, default 30]")] = None,
+    lease: Annotated[float | None, typer.Option(help="lease seconds \\[env STREAMCREW_LEASE_S, default 60]")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9101]")] = None,
+    grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 30]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
@@ -95,6 +99,65 @@ def worker(
         err.print(f"[red]cannot load agents: {exc}[/red]")
         raise typer.Exit(Exit.USAGE) from None
     raise typer.Exit(run(run_worker(settings, registry)))
+
+
+@app.command()
+def notifier(
+    allow_private: Annotated[bool | None, typer.Option("--allow-private/--no-allow-private", help="deliver to loopback and private addresses too \\[env STREAMCREW_ALLOW_PRIVATE]", show_default=False)] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="delivery attempts per URL, the first included \\[env STREAMCREW_MAX_ATTEMPTS, default 8]")] = None,
+    backoff: Annotated[float | None, typer.Option(help="first retry delay in seconds, doubled each time \\[env STREAMCREW_BACKOFF_S, default 5]")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="deliveries in flight \\[env STREAMCREW_CONCURRENCY, default 200]")] = None,
+    lease: Annotated[float | None, typer.Option(help="lease seconds \\[env STREAMCREW_LEASE_S, default 60]")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9102]")] = None,
+    grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 20]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Webhook fan-out consumer: POSTs every result to its webhook, signed (Standard Webhooks)."""
+    from consumers.notifier import NotifierSettings, run_notifier
+
+    settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff,
+                     concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, grace_s=grace,
+                     log_level=log_level, redis_url=redis_url, prefix=prefix)
+    setup_logging(settings.log_level)
+    raise typer.Exit(run(run_notifier(settings)))
+
+
+@app.command()
+def gateway(
+    host: Annotated[str | None, typer.Option(help="address to bind \\[env STREAMCREW_HOST, default 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="port \\[env STREAMCREW_PORT, default 8000]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """HTTP API: submit jobs, status, results, stats, dead letters (FastAPI on uvicorn)."""
+    from consumers.gateway import GatewaySettings, run_gateway
+
+    settings = build(GatewaySettings, host=host, port=port, log_level=log_level, redis_url=redis_url, prefix=prefix)
+    setup_logging(settings.log_level)
+    run_gateway(settings)
+
+
+@app.command("mock-llm")
+def mock_llm(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8100,
+    latency: Annotated[float, typer.Option(help="seconds each answer takes")] = 0.0,
+    jitter: Annotated[float, typer.Option(help="random extra latency, up to this many seconds")] = 0.0,
+    rate_limit: Annotated[float, typer.Option(help="fraction of requests answered 429 with Retry-After")] = 0.0,
+    error_rate: Annotated[float, typer.Option(help="fraction of requests answered 5xx")] = 0.0,
+    key_rps: Annotated[float | None, typer.Option(help="requests per second allowed per API key (429 beyond)")] = None,
+    retry_after: Annotated[float, typer.Option(help="Retry-After seconds sent with 429")] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed of the fault injection")] = 0,
+) -> None:
+    """A local OpenAI- and Anthropic-compatible endpoint for development, tests and benchmarks."""
+    from consumers.mock_llm import serve
+
+    setup_logging("warning")
+    serve(host, port, latency_s=latency, jitter_s=jitter, rate_limit=rate_limit, error_rate=error_rate,
+          key_rps=key_rps, retry_after_s=retry_after, seed=seed)
 
 
 @app.command()
@@ -277,6 +340,68 @@ def dead_purge(
             await ops.close()
 
     print(json.dumps({"purged": run(go())}))
+
+
+@webhooks_dead_app.command("list")
+def webhooks_dead_list(
+    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """List webhook deliveries that exhausted their retries (JSON lines)."""
+    from consumers.notifier import list_webhook_dead
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    for letter in run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count))):
+        print(letter.model_dump_json())
+
+
+@webhooks_dead_app.command("replay")
+def webhooks_dead_replay(
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="webhook dead-letter entry IDs")] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every webhook dead letter")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Deliver webhook dead letters again (the notifier picks them up)."""
+    from consumers.notifier import replay_webhook_dead
+
+    if not entry_ids and not replay_all:
+        err.print("[red]name webhook dead-letter entry IDs or pass --all[/red]")
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    replayed, skipped = run(_with_redis(settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids)))
+    for reason in skipped:
+        err.print(f"[yellow]skipped: {reason}[/yellow]")
+    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+
+
+@webhooks_dead_app.command("purge")
+def webhooks_dead_purge(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Delete every webhook dead letter."""
+    from consumers.notifier import purge_webhook_dead
+
+    if not yes and not typer.confirm("Delete every webhook dead letter?"):
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    print(json.dumps({"purged": run(_with_redis(settings, purge_webhook_dead))}))
+
+
+async def _with_redis(settings: StreamSettings, call: Any) -> Any:
+    """One short-lived client for a command that makes one call."""
+    from streams.connection import connect
+    from streams.keys import Keys
+
+    redis = connect(settings.effective_redis_url)
+    try:
+        return await call(redis, Keys(settings.prefix))
+    finally:
+        await redis.aclose()
 
 
 @app.command()
