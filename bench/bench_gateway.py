@@ -33,7 +33,7 @@ import orjson
 import redis as sync_redis
 
 from bench.common import bench_redis, cpu_seconds, new_prefix
-from consumers.processes import Child
+from consumers.processes import Child, streamcrew_cmd
 from streams.config import StreamSettings
 from streams.embedded import free_port
 
@@ -46,7 +46,11 @@ def start_gateway(url: str, prefix: str, port: int, log_dir: Path, api_key: str 
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_LOG_LEVEL": "warning"}
     if api_key:
         env["STREAMCREW_API_KEYS"] = api_key
-    child = Child([sys.executable, "-m", "consumers.gateway", "--port", str(port)], env=env, log_path=log_dir / "gateway.log")
+    from consumers import cli
+
+    args = ("--host", "127.0.0.1", "--port", str(port))
+    cmd = streamcrew_cmd("gateway", *args) if hasattr(cli, "gateway") else [sys.executable, "-m", "consumers.gateway", *args]
+    child = Child(cmd, env=env, log_path=log_dir / "gateway.log")
     deadline = time.monotonic() + 20
     while True:
         try:
