@@ -12,7 +12,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 import typer
 import yaml
@@ -29,6 +28,7 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "streamcrew.json"
 PACKAGES = ("streams", "agents", "consumers")
 ENV_NAME = re.compile(r"\bSTREAMCREW_[A-Z0-9_]*[A-Z0-9]")
 METRIC_NAME = re.compile(r"\bstreamcrew_[a-z0-9_]+")
+NOT_THE_CLI = frozenset({"-n", "--namespace", "-p", "--project-name", "-t", "--tag"})
 
 
 def binary(name: str) -> str:
@@ -85,20 +85,21 @@ def env_names_in(text: str) -> set[str]:
 
 
 @cache
-def cli() -> click.Group:
+def cli() -> Any:
+    """The click group of ``streamcrew`` (typer may vendor click, so it is duck-typed here)."""
     from consumers.cli import app
 
     command = typer.main.get_command(app)
-    assert isinstance(command, click.Group)
+    assert hasattr(command, "commands")
     return command
 
 
-def resolve_command(argv: list[str]) -> tuple[click.Command, list[str]]:
+def resolve_command(argv: list[str]) -> tuple[Any, list[str]]:
     """The click command an argument list runs, and the arguments left for it; fails on an unknown name."""
-    command: click.Command = cli()
+    command = cli()
     path = ["streamcrew"]
     rest = list(argv)
-    while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
+    while hasattr(command, "commands") and rest and not rest[0].startswith("-"):
         name = rest.pop(0)
         sub = command.commands.get(name)
         assert sub is not None, f"`{' '.join(path)} {name}` is not a command (have: {', '.join(sorted(command.commands))})"
@@ -118,7 +119,7 @@ def check_invocation(argv: list[str], where: str) -> dict[str, str]:
             name, eq, inline = token.partition("=")
             assert name in params, f"{where}: `{command.name}` has no option {name} (have: {', '.join(sorted(params))})"
             param = params[name]
-            if isinstance(param, click.Option) and param.is_flag:
+            if getattr(param, "is_flag", False):
                 values[name] = "true"
             elif eq:
                 values[name] = inline
@@ -148,6 +149,8 @@ def command_lines_in_docs(text: str) -> list[list[str]]:
         except ValueError:
             continue
         for i, token in enumerate(tokens):
+            if i and tokens[i - 1] in NOT_THE_CLI:  # `kubectl -n streamcrew ...`, `docker compose -p streamcrew ...`
+                continue
             if token == "streamcrew" and i + 1 < len(tokens) and re.fullmatch(r"[a-z][a-z-]*", tokens[i + 1]):
                 args = []
                 for t in tokens[i + 1:]:

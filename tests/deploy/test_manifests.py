@@ -1,0 +1,339 @@
+"""Compose, Kubernetes, Prometheus, Grafana and the operations doc name only what the code has.
+
+Commands and options are checked against the typer app, ``STREAMCREW_*`` variables against the
+settings classes, ports against the defaults in code, stream and group names against streams.keys,
+metric names against the metrics the processes register.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from consumers.gateway.settings import DEFAULT_GATEWAY_PORT
+from consumers.mock_llm import DEFAULT_PORT as MOCK_LLM_PORT
+from consumers.notifier.settings import DEFAULT_NOTIFIER_METRICS_PORT, NotifierSettings
+from consumers.settings import DEFAULT_WORKER_METRICS_PORT, WorkerSettings
+from streams.gauges import StreamGauges
+from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from tests.deploy.support import (
+    ALERTS, COMPOSE, DASHBOARD, DEPLOY, DOCS, K8S, METRIC_NAME, PROMETHEUS_CONFIG, ROOT, check_invocation,
+    command_lines_in_docs, env_names_in, env_vars, load_yaml_all, project_version,
+)
+
+METRICS_PORTS = {"worker": DEFAULT_WORKER_METRICS_PORT, "notifier": DEFAULT_NOTIFIER_METRICS_PORT}
+GRACE_SETTINGS = {"worker": WorkerSettings, "notifier": NotifierSettings}
+IMAGE = f"streamcrew:{project_version()}"
+
+
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def ours(services: dict[str, Any]) -> dict[str, Any]:
+    """Compose services that run the streamcrew image."""
+    return {name: s for name, s in services.items() if str(s.get("image", "")).startswith("streamcrew:")}
+
+
+def k8s_objects() -> list[dict[str, Any]]:
+    return [doc for path in sorted(K8S.glob("*.yaml")) for doc in load_yaml_all(path)]
+
+
+def deployments() -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in k8s_objects() if o.get("kind") == "Deployment"}
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def configmap() -> dict[str, str]:
+    (cm,) = [o for o in k8s_objects() if o.get("kind") == "ConfigMap"]
+    return dict(cm["data"])
+
+
+def effective_grace_s(command: str, env: dict[str, str], options: dict[str, str]) -> float:
+    """The drain grace a process gets: --grace, else STREAMCREW_GRACE_S, else the settings default."""
+    if "--grace" in options:
+        return float(options["--grace"])
+    if "STREAMCREW_GRACE_S" in env:
+        return float(env["STREAMCREW_GRACE_S"])
+    return float(GRACE_SETTINGS[command].model_fields["grace_s"].default)
+
+
+def seconds(duration: str) -> float:
+    match = re.fullmatch(r"(\d+)(ms|s|m)", duration)
+    assert match, f"unexpected duration {duration!r}"
+    return int(match[1]) * {"ms": 0.001, "s": 1, "m": 60}[match[2]]
+
+
+def deploy_text_files() -> list[Path]:
+    return [p for p in sorted(DEPLOY.rglob("*")) if p.is_file()] + [DOCS]
+
+
+# -- every file parses -------------------------------------------------------------------------
+
+def test_every_yaml_and_json_file_parses() -> None:
+    for path in sorted(DEPLOY.rglob("*.y*ml")):
+        assert load_yaml_all(path), f"{path} is empty"
+    assert json.loads(DASHBOARD.read_text())["panels"]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    (kustomization,) = load_yaml_all(K8S / "kustomization.yaml")
+    listed = set(kustomization["resources"])
+    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+    assert {"name": "streamcrew", "newName": "streamcrew", "newTag": project_version()} in kustomization["images"]
+
+
+# -- names the code defines ----------------------------------------------------------------------
+
+def test_every_streamcrew_variable_named_in_deploy_and_docs_is_a_setting() -> None:
+    known = env_vars()
+    assert {"STREAMCREW_REDIS_URL", "STREAMCREW_GRACE_S", "STREAMCREW_METRICS_PORT"} <= set(known)
+    unknown = {
+        f"{name} ({path.relative_to(ROOT)})"
+        for path in deploy_text_files() for name in env_names_in(path.read_text()) if name not in known
+    }
+    assert not unknown, f"not a field of any settings class: {sorted(unknown)}; settings read: {sorted(known)}"
+
+
+def test_compose_commands_and_options_exist() -> None:
+    for name, service in ours(compose()["services"]).items():
+        check_invocation([str(a) for a in service["command"]], f"compose service {name}")
+
+
+def test_k8s_commands_and_options_exist() -> None:
+    for name, deployment in deployments().items():
+        c = container(deployment)
+        if c["image"].startswith("streamcrew"):
+            check_invocation([str(a) for a in c["args"]], f"k8s deployment {name}")
+
+
+def test_docs_commands_and_options_exist() -> None:
+    lines = command_lines_in_docs(DOCS.read_text())
+    assert len(lines) >= 5, "docs/operations.md should show the streamcrew commands an operator runs"
+    for argv in lines:
+        check_invocation(argv, f"docs/operations.md: streamcrew {' '.join(argv)}")
+
+
+def test_metric_names_in_rules_and_dashboard_are_exported(redis_url: str) -> None:
+    # Every metric registered by a process module, and the stream gauges (read from a real Redis)
+    import importlib
+
+    for path in [*ROOT.glob("*/metrics.py"), *ROOT.glob("*/*/metrics.py")]:
+        if path.relative_to(ROOT).parts[0] in ("streams", "agents", "consumers"):
+            importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    gauges = CollectorRegistry()
+    gauges.register(StreamGauges(redis_url, Keys("deploy-test-names"), cache_s=0))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "summary": ("_count", "_sum")}
+    exported = {
+        family.name + suffix
+        for registry in (REGISTRY, gauges) for family in registry.collect() if family.name.startswith("streamcrew_")
+        for suffix in suffixes.get(family.type, ("",))
+    }
+    named = {
+        path.name: set(METRIC_NAME.findall(path.read_text())) for path in (ALERTS, DASHBOARD)
+    }
+    missing = {f: sorted(n - exported) for f, n in named.items() if n - exported}
+    assert not missing, f"metrics named but exported by no process: {missing}; exported: {sorted(exported)}"
+
+
+# -- the Dockerfile ---------------------------------------------------------------------------------
+
+def test_dockerfile_is_slim_non_root_with_the_streamcrew_entry_point() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert froms and froms[-1] == "python:3.11-slim"
+    user = re.findall(r"^USER (\S+)", text, re.M)
+    assert user and user[-1].split(":")[0] not in ("root", "0")
+    assert re.search(r'^ENTRYPOINT \["streamcrew"\]', text, re.M)
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "crewai" in extras and '".[crewai]"' in text
+    exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", text, re.M) for p in line.split()}
+    assert exposed == {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT, MOCK_LLM_PORT}
+    for copied in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
+        assert (ROOT / copied).exists(), f"Dockerfile copies {copied}, which is not in the repository"
+
+
+# -- compose ------------------------------------------------------------------------------------------
+
+def test_compose_has_the_whole_stack() -> None:
+    services = compose()["services"]
+    assert {"redis", "gateway", "worker", "notifier", "mock-llm", "prometheus", "grafana"} <= set(services)
+    redis = services["redis"]
+    assert str(redis["image"]).startswith("redis:7")
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert services["worker"]["deploy"]["replicas"] == 3
+    for name, service in ours(services).items():
+        assert service["image"] == IMAGE, f"{name}: image {service['image']}, the project is {IMAGE}"
+        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
+
+
+def test_compose_ports_match_the_code() -> None:
+    services = ours(compose()["services"])
+    gateway = check_invocation(services["gateway"]["command"], "gateway")
+    assert int(gateway["--port"]) == DEFAULT_GATEWAY_PORT and gateway["--host"] == "0.0.0.0"
+    assert f"{DEFAULT_GATEWAY_PORT}:{DEFAULT_GATEWAY_PORT}" in services["gateway"]["ports"]
+    for name, default in METRICS_PORTS.items():
+        assert int(check_invocation(services[name]["command"], name)["--metrics-port"]) == default
+    mock = check_invocation(services["mock-llm"]["command"], "mock-llm")
+    assert int(mock["--port"]) == MOCK_LLM_PORT and mock["--host"] == "0.0.0.0"
+    assert services["worker"]["environment"]["STREAMCREW_LLM_BASE_URL"] == f"http://mock-llm:{MOCK_LLM_PORT}/v1"
+    for name, service in services.items():
+        if name != "mock-llm":
+            assert service["environment"]["STREAMCREW_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_compose_stop_grace_outlasts_the_drain() -> None:
+    for name, service in ours(compose()["services"]).items():
+        command = service["command"][0]
+        if command in GRACE_SETTINGS:
+            grace = effective_grace_s(command, service.get("environment", {}), check_invocation(service["command"], name))
+            assert seconds(service["stop_grace_period"]) >= grace + 5, f"{name}: stop_grace_period vs drain grace {grace}s"
+
+
+def test_prometheus_scrapes_every_process_on_its_port() -> None:
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets: set[str] = set()
+    for job in config["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            targets |= set(static["targets"])
+        for sd in job.get("dns_sd_configs", []):
+            targets |= {f"{n}:{sd['port']}" for n in sd["names"]}
+    assert {f"gateway:{DEFAULT_GATEWAY_PORT}", f"worker:{DEFAULT_WORKER_METRICS_PORT}",
+            f"notifier:{DEFAULT_NOTIFIER_METRICS_PORT}"} <= targets
+    assert config["rule_files"] == [ALERTS.name]
+    prometheus = compose()["services"]["prometheus"]
+    assert "./prometheus:/etc/prometheus:ro" in prometheus["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_datasource() -> None:
+    grafana = compose()["services"]["grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"] if v.startswith("./"))
+    provisioning = DEPLOY / "grafana" / "provisioning"
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    (datasource,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert datasource["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "streamcrew.yml").read_text())["providers"]
+    assert mounts["./grafana/dashboards"] == provider["options"]["path"]
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == datasource["uid"], panel["title"]
+
+
+# -- Kubernetes -----------------------------------------------------------------------------------------
+
+def test_k8s_probes_and_ports_match_the_code() -> None:
+    d = deployments()
+    assert {"gateway", "worker", "notifier"} <= set(d)
+    gateway = container(d["gateway"])
+    options = check_invocation(gateway["args"], "gateway")
+    assert int(options["--port"]) == DEFAULT_GATEWAY_PORT and options["--host"] == "0.0.0.0"
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": DEFAULT_GATEWAY_PORT}
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": DEFAULT_GATEWAY_PORT}
+    assert [p["containerPort"] for p in gateway["ports"]] == [DEFAULT_GATEWAY_PORT]
+    for name, port in METRICS_PORTS.items():
+        c = container(d[name])
+        assert int(check_invocation(c["args"], name)["--metrics-port"]) == port
+        assert c["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": port}
+        assert [p["containerPort"] for p in c["ports"]] == [port]
+        assert d[name]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    services = {o["metadata"]["name"]: o for o in k8s_objects() if o.get("kind") == "Service"}
+    assert services["gateway"]["spec"]["ports"][0]["targetPort"] == DEFAULT_GATEWAY_PORT
+    assert services["worker-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_WORKER_METRICS_PORT
+    assert services["notifier-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_NOTIFIER_METRICS_PORT
+
+
+def test_k8s_termination_grace_outlasts_the_drain() -> None:
+    shared = configmap()
+    for name, settings in GRACE_SETTINGS.items():
+        deployment = deployments()[name]
+        c = container(deployment)
+        env = {**shared, **{e["name"]: e["value"] for e in c.get("env", [])}}
+        grace = effective_grace_s(name, env, check_invocation(c["args"], name))
+        assert settings.model_fields["grace_s"] is not None
+        assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 5, name
+
+
+def test_k8s_workers_scale_on_every_lane_from_zero() -> None:
+    (scaled,) = [o for o in k8s_objects() if o.get("kind") == "ScaledObject"]
+    spec = scaled["spec"]
+    assert spec["scaleTargetRef"]["name"] == "worker" and "replicas" not in deployments()["worker"]["spec"]
+    assert spec["minReplicaCount"] == 0
+    keys = Keys(configmap()["STREAMCREW_PREFIX"])
+    triggers = spec["triggers"]
+    assert {t["type"] for t in triggers} == {"redis-streams"}
+    concurrency = {e["name"]: e["value"] for e in container(deployments()["worker"]).get("env", [])}["STREAMCREW_CONCURRENCY"]
+    for lane in LANES:
+        on_lane = [t["metadata"] for t in triggers if t["metadata"]["stream"] == keys.lane(lane)]
+        lag = [m for m in on_lane if "lagCount" in m]
+        pending = [m for m in on_lane if "pendingEntriesCount" in m]
+        assert len(lag) == 1 and len(pending) == 1, f"lane {lane}: one lag and one pending trigger"
+        assert lag[0]["activationLagCount"] == "0" and int(lag[0]["lagCount"]) >= 1
+        assert pending[0]["pendingEntriesCount"] == concurrency
+        for m in on_lane:
+            assert m["consumerGroup"] == WORKERS_GROUP
+            assert m["address"].split(".")[0] == "redis" and m["address"].endswith(":6379")
+    assert WORKERS_GROUP == "workers" and NOTIFIER_GROUP == "notifier"  # the alert rules' group labels
+
+
+def test_k8s_images_and_redis() -> None:
+    for name, deployment in deployments().items():
+        assert container(deployment)["image"] == "streamcrew", f"{name}: tagged by the kustomization's images"
+    (redis,) = [o for o in k8s_objects() if o.get("kind") == "StatefulSet"]
+    c = container(redis)
+    assert c["image"].startswith("redis:7") and "--appendonly" in c["args"]
+
+
+# -- docs/operations.md ---------------------------------------------------------------------------------
+
+def images_in_deploy() -> set[str]:
+    found = {str(s["image"]) for s in compose()["services"].values()}
+    found |= {c["image"] for o in k8s_objects() if o.get("kind") in ("Deployment", "StatefulSet")
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    return found | {IMAGE}
+
+
+def test_docs_name_only_images_and_ports_the_stack_has() -> None:
+    text = DOCS.read_text()
+    images = set(re.findall(r"`((?:prom/prometheus|grafana/grafana|redis|streamcrew):(?:v?\d[\w.\-]*|latest))`", text))
+    assert images, "docs/operations.md should name the images"
+    assert images <= images_in_deploy(), f"images not in compose or k8s: {sorted(images - images_in_deploy())}"
+    published = {int(p.split(":")[0]) for s in compose()["services"].values() for p in s.get("ports", [])}
+    local = {int(p) for p in re.findall(r"(?:localhost|127\.0\.0\.1):(\d+)", text)}
+    assert local and local <= published, f"ports not published by compose: {sorted(local - published)}"
+    code_ports = {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT, MOCK_LLM_PORT}
+    named = {int(p) for p in re.findall(r"\bport (\d{4,5})\b", text)}
+    assert named <= code_ports | published | {6379}, f"ports named but not used: {sorted(named - code_ports - published)}"
+
+
+def test_docs_have_a_runbook_entry_per_alert() -> None:
+    text = DOCS.read_text()
+    headings = {m.strip() for m in re.findall(r"^#{2,4} (.+)$", text, re.M)}
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            assert rule["alert"] in headings, f"no runbook heading for {rule['alert']}"
+            anchor = rule["annotations"]["runbook"].split("#", 1)[1]
+            assert anchor == rule["alert"].lower()
+
+
+@pytest.mark.parametrize("variable", ["STREAMCREW_GRACE_S", "STREAMCREW_LEASE_S", "STREAMCREW_CONCURRENCY",
+                                      "STREAMCREW_RESULTS_MAXLEN", "STREAMCREW_JOB_TTL_S"])
+def test_docs_cover_sizing_and_retention(variable: str) -> None:
+    assert variable in DOCS.read_text()
