@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-import httpcore
 import httpx
 
 from consumers.notifier import metrics
 from consumers.notifier.signing import Signer
-from consumers.notifier.ssrf import GuardedBackend, Refused, SsrfGuard, Unresolvable
+from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
+from consumers.notifier.transport import LeanTransport
 
 log = logging.getLogger("streamcrew.notifier.delivery")
 
@@ -103,20 +103,6 @@ def parse_retry_after(value: str | None, *, cap_s: float, now_s: float | None = 
     return min(max(0.0, seconds), cap_s)
 
 
-def guarded_transport(guard: SsrfGuard, max_connections: int) -> httpx.AsyncHTTPTransport:
-    """An httpx transport whose connections are opened by :class:`GuardedBackend` (connect-time SSRF check)."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
-    # httpx has no parameter for httpcore's network backend; the pool it builds is replaced by an equal one that has it.
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
-        max_connections=max_connections,
-        max_keepalive_connections=max_connections,
-        keepalive_expiry=30.0,
-        network_backend=GuardedBackend(guard),
-    )
-    return transport
-
-
 class Deliverer:
     """POSTs signed bodies; never raises for a delivery problem: every outcome is an :class:`Attempt`."""
 
@@ -132,7 +118,7 @@ class Deliverer:
         self.limiter = EndpointLimiter(per_endpoint, per_endpoint * WAITING_PER_SLOT)
         self._global = asyncio.Semaphore(concurrency)
         self.client = httpx.AsyncClient(
-            transport=transport or guarded_transport(guard, concurrency),
+            transport=transport or LeanTransport(guard),
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             follow_redirects=False,
             trust_env=False,
@@ -162,7 +148,7 @@ class Deliverer:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.client.stream("POST", url, content=body, headers=headers) as response:
+                async with self.client.stream("POST", parse_url(url), content=body, headers=headers) as response:
                     snippet = await _read_some(response)
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))

@@ -10,6 +10,7 @@ once all of its deliveries have, in one atomic script.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]
     return list(dict.fromkeys(urls))
 
 
+@functools.lru_cache(maxsize=4096)
 def loggable(url: str) -> str:
     """The URL without query or credentials: tokens often ride in query strings."""
     try:

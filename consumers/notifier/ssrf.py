@@ -5,9 +5,10 @@ private network. The host is resolved and every address it resolves to is
 checked: loopback, private, link-local, multicast, reserved, unspecified and
 other non-global ranges are refused, IPv4 and IPv6 alike, including IPv4
 embedded in IPv6 (``::ffff:127.0.0.1``, 6to4, Teredo, NAT64, IPv4-compatible).
-The same check runs again when a connection is opened, and the socket is
-opened to the address just checked, so a DNS answer that changes between the
-check and the connect (rebinding) cannot slip through. ``allow_private`` lifts
+The same check runs again when a connection is opened (``addresses``, called
+by the transport), and the socket is opened to the address just checked, so a
+DNS answer that changes between the check and the connect (rebinding) cannot
+slip through. ``allow_private`` lifts
 the range checks except for cloud-metadata addresses; an allow-list entry
 (host, ``.suffix``, IP or CIDR) lifts them all.
 """
@@ -15,6 +16,7 @@ the range checks except for cloud-metadata addresses; an allow-list entry
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import time
@@ -22,7 +24,6 @@ import typing
 from dataclasses import dataclass
 
 import httpx
-from httpcore import AnyIOBackend, AsyncNetworkBackend, AsyncNetworkStream, ConnectError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -90,6 +91,27 @@ class Target:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
+@functools.lru_cache(maxsize=4096)
+def parse_url(url: str) -> httpx.URL:
+    """httpx's URL parse, cached: the same few URLs come back thousands of times a second."""
+    return httpx.URL(url)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_target(url: str) -> Target:
+    """Scheme, host and port of a webhook URL; raises :class:`Refused` for anything not http(s) with a host."""
+    try:
+        parsed = parse_url(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise Refused(f"invalid URL: {exc}") from None
+    if parsed.scheme not in SCHEMES:
+        raise Refused(f"scheme {parsed.scheme or '(none)'!r} is not http or https")
+    host = parsed.host.lower().rstrip(".")
+    if not host:
+        raise Refused("URL has no host")
+    return Target(parsed.scheme, host, parsed.port or (443 if parsed.scheme == "https" else 80))
+
+
 class SsrfGuard:
     """Decides whether a URL may be fetched; caches the answer per host for ``CACHE_S`` seconds."""
 
@@ -106,16 +128,7 @@ class SsrfGuard:
 
     @staticmethod
     def parse(url: str) -> Target:
-        try:
-            parsed = httpx.URL(url)
-        except (httpx.InvalidURL, TypeError, ValueError) as exc:
-            raise Refused(f"invalid URL: {exc}") from None
-        if parsed.scheme not in SCHEMES:
-            raise Refused(f"scheme {parsed.scheme or '(none)'!r} is not http or https")
-        host = parsed.host.lower().rstrip(".")
-        if not host:
-            raise Refused("URL has no host")
-        return Target(parsed.scheme, host, parsed.port or (443 if parsed.scheme == "https" else 80))
+        return parse_target(url)
 
     def host_allowed(self, host: str) -> bool:
         return host in self._hosts or any(h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in self._hosts)
@@ -175,38 +188,3 @@ class SsrfGuard:
                 how = "the allow-list" if problem.startswith("cloud-metadata") else "--allow-private or the allow-list"
                 raise Refused(f"refused: {shown} is not a public address ({problem}); allow it with {how}")
         return [str(ip) for ip in ips]
-
-
-class GuardedBackend(AsyncNetworkBackend):
-    """httpcore network backend that re-checks the host at connect and connects to the checked address."""
-
-    def __init__(self, guard: SsrfGuard) -> None:
-        self.guard = guard
-        self.inner = AnyIOBackend()
-
-    async def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-        socket_options: typing.Iterable[typing.Any] | None = None,
-    ) -> AsyncNetworkStream:
-        try:
-            addresses = await self.guard.addresses(host, port)
-        except Unresolvable as exc:
-            raise ConnectError(str(exc)) from None
-        last: Exception | None = None
-        for address in addresses:
-            try:
-                return await self.inner.connect_tcp(
-                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-                )
-            except Exception as exc:  # noqa: BLE001 - try the next address, re-raise the last
-                last = exc
-        assert last is not None
-        raise last
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: typing.Iterable[typing.Any] | None = None
-    ) -> AsyncNetworkStream:
-        raise ConnectError("unix sockets are not webhook targets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
