@@ -407,19 +407,26 @@ async def _with_redis(settings: StreamSettings, call: Any) -> Any:
 @app.command()
 def demo(
     requests: Annotated[int, typer.Option(help="how many requests to play")] = 2000,
+    rate: Annotated[float, typer.Option(help="requests per second sent (0 = all at once)")] = 500.0,
     workers: Annotated[int, typer.Option(help="worker processes")] = 2,
     concurrency: Annotated[int, typer.Option(help="concurrency per worker")] = 200,
-    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    chaos: Annotated[bool, typer.Option("--chaos/--no-chaos", help="SIGKILL one worker half-way")] = True,
+    serve: Annotated[bool, typer.Option("--serve", help="keep the gateway running after the report")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON (no live view)")] = False,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """The whole pipeline on an embedded Redis (unless STREAMCREW_REDIS_URL is set)."""
+    """The whole pipeline on an embedded Redis and an offline LLM (unless STREAMCREW_REDIS_URL / STREAMCREW_LLM_BASE_URL are set)."""
     from consumers.demo import DemoOptions, run_demo
 
+    if requests < 1:
+        err.print("[red]--requests must be at least 1[/red]")
+        raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
     setup_logging("warning")
-    report = run(run_demo(settings, DemoOptions(requests=requests, workers=workers, concurrency=concurrency, as_json=as_json)))
-    raise typer.Exit(Exit.OK if report.ok else Exit.JOB_FAILED)
+    options = DemoOptions(requests=requests, rate=rate, workers=workers, concurrency=concurrency, chaos=chaos, serve=serve, as_json=as_json)
+    report = run(run_demo(settings, options))
+    raise typer.Exit(Exit.OK if report["ok"] else Exit.JOB_FAILED)
 
 
 def main() -> None:
