@@ -42,7 +42,7 @@ async def readyz(state: State) -> Response:
 @router.get(
     "/metrics", summary="Prometheus metrics", response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
-               **errors(*AUTH_ERRORS)},
+               **errors(*AUTH_ERRORS, json_route=False)},
 )
 async def metrics(state: State, _: Annotated[Caller, Depends(authorize)]) -> Response:
     """The gateway's request metrics and the stream gauges (refreshed from Redis on each scrape)."""

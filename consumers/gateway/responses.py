@@ -29,8 +29,12 @@ def job_view(record: JobRecord) -> dict[str, Any]:
     return body
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the error answers a route can give, all of the shared shape."""
+def errors(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route can give, all of the shared shape.
+
+    FastAPI documents a ``model`` under the route's own media type, which is wrong for a route
+    whose success is not JSON (the event stream), so there the content is spelled out.
+    """
     text = {
         401: "no valid API key (only when keys are configured)",
         403: "the key's tenant may not do this",
@@ -41,7 +45,10 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         429: "rate limit exceeded; see Retry-After",
         503: "Redis unreachable",
     }
-    return {s: {"model": ErrorResponse, "description": text[s]} for s in statuses}
+    if json_route:
+        return {s: {"model": ErrorResponse, "description": text[s]} for s in statuses}
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    return {s: {"description": text[s], "content": content} for s in statuses}
 
 
 AUTH_ERRORS = (401, 422, 429, 503)

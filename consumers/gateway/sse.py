@@ -19,6 +19,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from redis.exceptions import RedisError
 
 from consumers.gateway.auth import Caller, authorize
 from consumers.gateway.errors import ApiError
@@ -59,7 +60,7 @@ async def _resume_point(
 
 @router.get(
     "/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Stream a job's status changes",
-    responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"}, **errors(404, *AUTH_ERRORS)},
+    responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"}, **errors(404, *AUTH_ERRORS, json_route=False)},
 )
 async def job_events(
     job_id: JobIdPath,
@@ -82,7 +83,11 @@ async def job_events(
             return
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, settings.sse_poll_max_s)
-        polled = await get_job(state.redis, state.keys, job_id)
+        try:
+            polled = await get_job(state.redis, state.keys, job_id)
+        except (RedisError, OSError):  # Redis away: keep the stream and look again later
+            delay = settings.sse_poll_max_s
+            continue
         if polled is None:
             yield ServerSentEvent(event="error", data={"error": {"code": "job_not_found", "message": f"job {job_id!r} expired"}})
             return
