@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from redis.asyncio import Redis
 
 from consumers.gateway import admin, errors, health, jobs, sse
@@ -48,5 +49,9 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
         app.include_router(module.router)
     # Raw ASGI middleware (not BaseHTTPMiddleware): it costs microseconds on the hot path.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:  # browser apps calling the gateway directly
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "traceparent"],
+                           expose_headers=["Location", "Retry-After"], max_age=600)
     app.add_middleware(RequestMetrics)
     return app

@@ -31,6 +31,9 @@ class GatewaySettings(StreamSettings):
     known_agents: Annotated[list[str] | None, NoDecode] = Field(
         default=None, description="agents POST /jobs accepts; unset = any agent name",
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="browser origins allowed to call the API (CORS), '*' for any; empty = none",
+    )
     max_body_bytes: int = Field(default=2 * 1_048_576, gt=0, description="largest HTTP request body accepted (413 above)")
     rate_limit_per_s: float = Field(default=0.0, ge=0, description="requests per second per key (token bucket in Redis); 0 = off")
     rate_limit_burst: int = Field(default=0, ge=0, description="bucket size; 0 = one second's worth of rate_limit_per_s")
@@ -41,7 +44,7 @@ class GatewaySettings(StreamSettings):
     access_log: bool = Field(default=False, description="log one line per HTTP request")
     log_level: str = Field(default="info", description="debug, info, warning or error")
 
-    @field_validator("api_keys", "known_agents", mode="before")
+    @field_validator("api_keys", "known_agents", "cors_origins", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         return _split(value)

@@ -93,3 +93,16 @@ async def test_rate_limit_is_shared_across_replicas(gateways: GatewayFactory, re
         # And health checks are never limited
         for _ in range(5):
             assert (await b1.get("/healthz")).status_code == 200
+
+
+async def test_cors_lets_configured_browser_origins_in(gateways: GatewayFactory) -> None:
+    gateway = await gateways.start({"STREAMCREW_CORS_ORIGINS": "https://app.example.com"})
+    async with gateway.client() as client:
+        preflight = await client.options("/jobs", headers={"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST",
+                                                           "Access-Control-Request-Headers": "authorization,content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example.com"
+        posted = await client.post("/jobs", json=JOB, headers={"Origin": "https://app.example.com"})
+        assert posted.status_code == 202 and posted.headers["access-control-allow-origin"] == "https://app.example.com"
+        stranger = await client.post("/jobs", json=JOB, headers={"Origin": "https://evil.example.net"})
+        assert "access-control-allow-origin" not in stranger.headers
