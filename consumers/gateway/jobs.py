@@ -54,7 +54,8 @@ SUBMIT_OPENAPI = {
 
 @router.post(
     "/jobs", status_code=202, response_model=JobAccepted, summary="Submit a job", openapi_extra=SUBMIT_OPENAPI,
-    responses={200: {"model": JobView, "description": "a job with this id already exists: its record"}, **errors(403, 409, 413, *AUTH_ERRORS)},
+    responses={200: {"model": JobView, "description": "a job with this id already exists: its record"},
+               **errors(403, 409, 413, *AUTH_ERRORS)},
 )
 async def submit_job(request: Request) -> Response:
     """Queue a job at once: 202 with its id and links; a repeated ``id`` answers 200 with the existing job."""
@@ -63,7 +64,8 @@ async def submit_job(request: Request) -> Response:
     body = parse_submission(await request.body(), request.headers.get("content-type"))
     known = state.settings.known_agents
     if known is not None and body.agent not in known:
-        raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {', '.join(known) or 'no agents'}")
+        runs = ", ".join(known) or "no agents"
+        raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {runs}")
     tenant = body.tenant
     if caller.tenant is not None:
         if tenant is not None and tenant != caller.tenant:

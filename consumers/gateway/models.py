@@ -5,7 +5,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, AnyHttpUrl, BaseModel, ConfigDict, Field, PlainValidator, StrictInt, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from streams.envelope import Status
 from streams.keys import LANES

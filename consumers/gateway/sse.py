@@ -30,6 +30,8 @@ from streams.records import JobRecord, get_job
 
 router = APIRouter(tags=["jobs"])
 RETRY_MS = 1000
+LAST_EVENT_ID = "id of the last event received (EventSource sends it when it reconnects)"
+LAST_EVENT_ID_QUERY = "the same as Last-Event-ID, for clients that cannot set headers"
 
 
 def event_id(record: JobRecord) -> str:
@@ -47,8 +49,8 @@ async def _resume_point(
     job_id: JobIdPath,
     state: Annotated[GatewayState, Depends(gateway_state)],
     caller: Annotated[Caller, Depends(authorize)],
-    last_event_id: Annotated[str | None, Header(max_length=200, description="id of the last event received (sent by EventSource on reconnect)")] = None,
-    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=200, description="same as Last-Event-ID, for clients that cannot set headers")] = None,
+    last_event_id: Annotated[str | None, Header(max_length=200, description=LAST_EVENT_ID)] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=200, description=LAST_EVENT_ID_QUERY)] = None,
 ) -> tuple[JobRecord, str | None]:
     """Runs before the stream opens, so an unknown job is a plain 404."""
     record = await visible_job(state, caller, job_id)
@@ -60,7 +62,8 @@ async def _resume_point(
 
 @router.get(
     "/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Stream a job's status changes",
-    responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"}, **errors(404, *AUTH_ERRORS, json_route=False)},
+    responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"},
+               **errors(404, *AUTH_ERRORS, json_route=False)},
 )
 async def job_events(
     job_id: JobIdPath,

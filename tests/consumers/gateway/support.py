@@ -69,7 +69,9 @@ class GatewayFactory:
 
 
 @asynccontextmanager
-async def sse_events(client: httpx.AsyncClient, path: str, *, headers: dict[str, str] | None = None) -> AsyncIterator[AsyncIterator[dict[str, str]]]:
+async def sse_events(
+    client: httpx.AsyncClient, path: str, *, headers: dict[str, str] | None = None,
+) -> AsyncIterator[AsyncIterator[dict[str, str]]]:
     """Parse a text/event-stream into dicts of its fields (``event``, ``id``, ``data``, ``retry``)."""
     async with client.stream("GET", path, headers=headers) as response:
         assert response.status_code == 200, await response.aread()

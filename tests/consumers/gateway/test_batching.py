@@ -47,7 +47,8 @@ async def test_a_redis_error_reaches_every_waiting_request(redis, keys: Keys) ->
 
     producer.publish_many = broken  # type: ignore[method-assign]
     batcher = PublishBatcher(producer)
-    answers = await asyncio.gather(*(batcher.publish(JobRequest(agent="echo", data={}), "normal") for _ in range(5)), return_exceptions=True)
+    waiting = [batcher.publish(JobRequest(agent="echo", data={}), "normal") for _ in range(5)]
+    answers = await asyncio.gather(*waiting, return_exceptions=True)
     assert all(isinstance(a, ConnectionError) for a in answers)
     # And the next publish starts a fresh flush
     with pytest.raises(ConnectionError):

@@ -39,7 +39,7 @@ async def test_openapi_fuzzing_finds_no_server_error_and_answers_conform(gateway
         @hypothesis.settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
                              suppress_health_check=list(hypothesis.HealthCheck), phases=[hypothesis.Phase.generate])
         @hypothesis.given(case=strategy)
-        def probe(case: schemathesis.Case) -> None:
+        def probe(case: schemathesis.Case, deadline: float = deadline) -> None:
             if time.monotonic() > deadline:
                 return
             response = case.call(base_url=gateway.url, timeout=REQUEST_TIMEOUT_S)
