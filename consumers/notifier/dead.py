@@ -8,7 +8,7 @@ SSRF guard again, signed with the current secrets).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -48,7 +48,7 @@ class WebhookDeadLetter(BaseModel):
 
 async def list_webhook_dead(redis: Redis, keys: Keys, count: int = 100, *, start: str = "-") -> list[WebhookDeadLetter]:
     """Oldest first, at most ``count``, from entry ID ``start`` (XRANGE)."""
-    entries = await redis.xrange(keys.webhooks_dead, min=start, max="+", count=count)
+    entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(keys.webhooks_dead, min=start, max="+", count=count))
     return [WebhookDeadLetter.from_entry(eid, fields) for eid, fields in entries]
 
 
@@ -78,7 +78,7 @@ async def _all_ids(redis: Redis, keys: Keys) -> list[str]:
     ids: list[str] = []
     start = "-"
     while True:
-        entries = await redis.xrange(keys.webhooks_dead, min=start, max="+", count=REPLAY_PAGE)
+        entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(keys.webhooks_dead, min=start, max="+", count=REPLAY_PAGE))
         if not entries:
             return ids
         ids += [eid for eid, _ in entries]

@@ -148,7 +148,7 @@ class NotifierHandler:
 
     def backoff_s(self, attempts: int) -> float:
         """Delay after the ``attempts``-th failure: ``backoff_s`` doubled each time, capped, times 0.5-1 jitter."""
-        base = self.settings.backoff_s * (2 ** min(attempts - 1, 40))
+        base = self.settings.backoff_s * 2.0 ** min(attempts - 1, 40)
         return min(self.settings.backoff_max_s, base) * random.uniform(0.5, 1.0)
 
     @staticmethod

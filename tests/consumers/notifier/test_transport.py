@@ -1,0 +1,130 @@
+"""The notifier's lean HTTP/1.1 transport against raw loopback servers: keep-alive, stale sockets, bodies, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from consumers.notifier.delivery import Deliverer, Kind
+from consumers.notifier.signing import Signer
+from consumers.notifier.ssrf import SsrfGuard
+from consumers.notifier.transport import MAX_BODY_BYTES, LeanTransport
+
+Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawServer:
+    """Counts connections; ``answer`` handles each request on a connection until it returns False."""
+
+    def __init__(self, answer: Callable[[asyncio.StreamWriter, int], Awaitable[bool]]) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+                await reader.readexactly(length)
+                self.requests += 1
+                if not await self.answer(writer, self.requests):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Callable[[asyncio.StreamWriter, int], Awaitable[bool]]], Awaitable[tuple[RawServer, str]]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(answer: Callable[[asyncio.StreamWriter, int], Awaitable[bool]]) -> tuple[RawServer, str]:
+        raw = RawServer(answer)
+        server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
+        servers.append(server)
+        return raw, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=LeanTransport(SsrfGuard(allow_private=True)), timeout=httpx.Timeout(2.0))
+
+
+async def ok(writer: asyncio.StreamWriter, n: int) -> bool:
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    await writer.drain()
+    return True
+
+
+async def test_connections_are_kept_alive_and_reused(serve) -> None:  # type: ignore[no-untyped-def]
+    raw, url = await serve(ok)
+    async with client() as c:
+        for _ in range(5):
+            r = await c.post(url, content=b"{}")
+            assert (r.status_code, r.content) == (200, b"ok")
+    assert (raw.connections, raw.requests) == (1, 5)
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer_then_hang_up(writer: asyncio.StreamWriter, n: int) -> bool:
+        await ok(writer, n)
+        return False  # closes without saying so: the client's idle socket goes stale
+
+    raw, url = await serve(answer_then_hang_up)
+    async with client() as c:
+        for _ in range(3):
+            assert (await c.post(url, content=b"{}")).status_code == 200
+    assert raw.requests == 3 and raw.connections == 3
+
+
+async def test_chunked_and_oversized_answers(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            writer.write(b"HTTP/1.1 500 Oops\r\ntransfer-encoding: chunked\r\n\r\n4\r\nfail\r\n3\r\ned!\r\n0\r\n\r\n")
+        else:
+            body = b"x" * (MAX_BODY_BYTES * 3)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        return True
+
+    raw, url = await serve(answer)
+    async with client() as c:
+        r = await c.post(url, content=b"{}")
+        assert (r.status_code, r.content) == (500, b"failed!")
+        r = await c.post(url, content=b"{}")
+        assert r.status_code == 200 and len(r.content) == MAX_BODY_BYTES
+
+
+async def test_a_silent_endpoint_times_out_and_is_retried(serve) -> None:  # type: ignore[no-untyped-def]
+    async def never(writer: asyncio.StreamWriter, n: int) -> bool:
+        await asyncio.sleep(30)
+        return False
+
+    _, url = await serve(never)
+    deliverer = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=2,
+                          connect_timeout_s=1, timeout_s=0.5, retry_after_cap_s=60)
+    try:
+        attempt = await deliverer.deliver(url, "job-t", b"{}")
+    finally:
+        await deliverer.aclose()
+    assert attempt.kind is Kind.RETRY and attempt.error.startswith("timeout after 0.5s")
+
+
+async def test_nothing_listening_is_a_connect_error() -> None:
+    from streams.embedded import free_port
+
+    deliverer = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=2,
+                          connect_timeout_s=1, timeout_s=2, retry_after_cap_s=60)
+    try:
+        attempt = await deliverer.deliver(f"http://127.0.0.1:{free_port()}/x", "job-c", b"{}")
+    finally:
+        await deliverer.aclose()
+    assert attempt.kind is Kind.RETRY and attempt.error.startswith("ConnectError")
