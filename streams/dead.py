@@ -7,7 +7,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from streams.envelope import DeadLetter, entry_ms
-from streams.errors import StreamcrewError
+from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.keys import LANES, Keys
 from streams.scripts import Scripts
 
@@ -28,7 +28,7 @@ async def replay(redis: Redis, keys: Keys, entry_id: str) -> str:
     """Send one dead letter back to its lane with a fresh attempt budget; returns the job id."""
     entries = cast(Entries, await redis.xrange(keys.dead, min=entry_id, max=entry_id))
     if not entries:
-        raise StreamcrewError(f"no dead letter {entry_id}")
+        raise DeadLetterNotFound(f"no dead letter {entry_id}")
     letter = DeadLetter.from_entry(*entries[0])
     lane = keys.lane_name(letter.source_stream)
     if letter.source_stream != f"{keys.prefix}:requests:{lane}" or lane not in LANES:
@@ -41,7 +41,7 @@ async def replay(redis: Redis, keys: Keys, entry_id: str) -> str:
         args += [k, v]
     new_id = await Scripts(redis).replay(keys=[keys.dead], args=args)
     if not new_id:
-        raise StreamcrewError(f"dead letter {entry_id} vanished while replaying (replayed elsewhere?)")
+        raise DeadLetterNotFound(f"dead letter {entry_id} vanished while replaying (replayed elsewhere?)")
     return letter.id
 
 

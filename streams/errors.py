@@ -7,6 +7,7 @@ StreamcrewError                 root of everything streamcrew raises on purpose
 ├── DecodeError                 a stream entry is not a valid envelope; keeps the raw fields
 ├── RequestTooLarge             an encoded request is over the size cap
 ├── JobNotFound                 no job record for that id
+├── DeadLetterNotFound          no dead letter with that entry ID
 └── AgentControl                control flow an agent may raise; never logged as an error
     ├── RetryLater              run this job again after ``delay_s`` (counts as an attempt)
     └── Reject                  the request can never succeed: end it ``rejected``, no retry
@@ -48,6 +49,10 @@ class RequestTooLarge(StreamcrewError):
 
 class JobNotFound(StreamcrewError):
     """Raised when no job record exists for an id."""
+
+
+class DeadLetterNotFound(StreamcrewError):
+    """Raised when no dead letter has that entry ID (never existed, replayed or purged)."""
 
 
 class AgentControl(Exception):

@@ -16,6 +16,7 @@ from streams.keys import Keys
 from streams.scripts import Scripts
 
 PUBLISH_CHUNK = 500
+RECORD_EXTRAS = ("tenant", "webhook", "traceparent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,8 @@ class Producer:
             size = sum(len(k) + len(v) for k, v in fields.items())
             if size > self.max_request_bytes:
                 raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
-            jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields)))
+            extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
+            jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args = [self.keys.job_prefix, lane_name, orjson.dumps(jobs).decode()]
         reply = await self._scripts.publish(keys=[self.keys.lane(lane_name)], args=args)
         return [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]

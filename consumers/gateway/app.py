@@ -16,6 +16,8 @@ from consumers.gateway.metrics import RequestMetrics
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.state import GatewayState
 from streams.connection import connect
+from streams.gauges import register_stream_gauges
+from streams.keys import Keys
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -31,6 +33,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = redis if redis is not None else connect(settings.effective_redis_url)
         app.state.gateway = GatewayState.build(settings, client)
+        register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix))
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,
                  "on" if settings.api_keys else "off",
                  f"{settings.rate_limit_per_s}/s burst {settings.effective_burst}" if settings.rate_limit_per_s else "off")

@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from consumers.gateway.auth import Caller, authorize
-from consumers.gateway.metrics import refresh_stream_gauges, render
+from consumers.gateway.metrics import render
 from consumers.gateway.models import Health
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
 from consumers.gateway.state import GatewayState, gateway_state
@@ -45,10 +45,6 @@ async def readyz(state: State) -> Response:
                **errors(*AUTH_ERRORS, json_route=False)},
 )
 async def metrics(state: State, _: Annotated[Caller, Depends(authorize)]) -> Response:
-    """The gateway's request metrics and the stream gauges (refreshed from Redis on each scrape)."""
-    try:
-        await asyncio.wait_for(refresh_stream_gauges(state.redis, state.keys), state.settings.ready_timeout_s * 2)
-    except (RedisError, OSError, TimeoutError) as exc:
-        log.warning("metrics: stream gauges not refreshed: %s", exc)
-    body, content_type = render()
+    """The gateway's request metrics and the stream gauges (read from Redis at scrape time, off the event loop)."""
+    body, content_type = await asyncio.to_thread(render)
     return Response(body, media_type=content_type)

@@ -1,4 +1,4 @@
-"""The gateway's own request metrics, the stream gauges of contract §8, and the /metrics body."""
+"""The gateway's own request metrics and the /metrics body (stream gauges: ``streams.gauges``)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ import logging
 import time
 from functools import cache
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
-from redis.asyncio import Redis
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from streams.keys import Keys
-from streams.stats import queue_stats
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -23,9 +20,6 @@ DURATION = Histogram(
     ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
-STREAM_LENGTH = Gauge("streamcrew_stream_length", "Entries in a stream", ["stream"])
-GROUP_PENDING = Gauge("streamcrew_group_pending", "Entries delivered to a group and not yet acknowledged", ["stream", "group"])
-GROUP_LAG = Gauge("streamcrew_group_lag", "Entries not yet delivered to a group (Redis >= 7)", ["stream", "group"])
 
 
 @cache
@@ -64,19 +58,6 @@ class RequestMetrics:
             method = scope["method"] if scope["method"] in METHODS else "OTHER"
             _requests(method, route, status).inc()
             _duration(method, route).observe(time.perf_counter() - start)
-
-
-async def refresh_stream_gauges(redis: Redis, keys: Keys) -> None:
-    """Set the stream gauges from one round of ``queue_stats`` (done on each scrape)."""
-    figures = await queue_stats(redis, keys)
-    streams = [*figures["lanes"].values(), figures["results"]]
-    for s in streams:
-        STREAM_LENGTH.labels(stream=s["stream"]).set(s["length"])
-        GROUP_PENDING.labels(stream=s["stream"], group=s["group"]).set(s["pending"])
-        if s["lag"] is not None:
-            GROUP_LAG.labels(stream=s["stream"], group=s["group"]).set(s["lag"])
-    STREAM_LENGTH.labels(stream=keys.dead).set(figures["dead_letters"])
-    STREAM_LENGTH.labels(stream=keys.webhooks_dead).set(figures["webhooks"]["dead_letters"])
 
 
 def render() -> tuple[bytes, str]:

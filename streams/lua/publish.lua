@@ -1,12 +1,13 @@
 -- Publish a batch of requests to one lane, idempotent on the job id.
 -- KEYS[1] lane stream; ARGV: job_prefix, lane_name, jobs as one JSON array (all strings) of
---   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...]]
+--   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...],
+--    [record field, value, ...] (tenant, webhook, traceparent: known to status readers from the start)]
 -- Returns per job {job_id, status, created (1|0)}.
 local lane = KEYS[1]
 local job_prefix, lane_name = ARGV[1], ARGV[2]
 local out = {}
 for _, job in ipairs(cjson.decode(ARGV[3])) do
-  local jid, agent, sub, fields = job[1], job[2], job[3], job[4]
+  local jid, agent, sub, fields, extra = job[1], job[2], job[3], job[4], job[5]
   local st = false
   if jid ~= '' then st = redis.call('HGET', job_prefix .. jid, 'status') end
   if st then
@@ -17,6 +18,7 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
     if sub == '' then sub = string.match(eid, '^(%d+)') end
     redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,
       'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name)
+    if #extra > 0 then redis.call('HSET', job_prefix .. jid, unpack(extra)) end
     out[#out + 1] = {jid, 'queued', 1}
   end
 end

@@ -51,3 +51,12 @@ async def test_many_jobs_many_duplicates_one_result_each(redis, keys: Keys, prod
     assert len(got) == 200
     assert len({r.id for r in got}) == 200
     assert len(await results(redis, keys)) == 200
+
+
+async def test_record_knows_tenant_and_webhook_from_the_start(redis, keys: Keys, producer) -> None:
+    from streams.records import get_job
+
+    await producer.publish("echo", {}, id="t1", tenant="acme", webhook="https://example.com/h")
+    record = await get_job(redis, keys, "t1")
+    assert record is not None
+    assert (record.status, record.tenant, record.webhook) == ("queued", "acme", "https://example.com/h")

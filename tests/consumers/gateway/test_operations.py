@@ -95,5 +95,5 @@ async def test_metrics_count_requests_by_route_and_show_stream_gauges(gateways: 
     assert samples[("streamcrew_http_requests_total", (("method", "POST"), ("route", "/jobs"), ("status", "202")))] == 3
     assert samples[("streamcrew_http_requests_total", (("method", "GET"), ("route", "/jobs/{job_id}"), ("status", "404")))] == 2
     assert samples[("streamcrew_http_request_duration_seconds_count", (("method", "POST"), ("route", "/jobs")))] == 3
-    assert samples[("streamcrew_stream_length", (("stream", keys.lane("normal")),))] == 3
-    assert ("streamcrew_group_pending", (("group", "workers"), ("stream", keys.lane("normal")))) in samples
+    assert samples[("streamcrew_stream_length", (("stream", "normal"),))] == 3
+    assert ("streamcrew_group_pending", (("group", "workers"), ("stream", "normal"))) in samples
