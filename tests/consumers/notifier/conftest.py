@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from consumers.processes import Child
+from consumers.processes import Child, streamcrew_cmd
 from streams.envelope import JobResult, Status, now_ms
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import NOTIFIER_GROUP, Keys
@@ -37,7 +36,7 @@ class NotifierFactory:
     def start(self, *args: str, allow_private: bool = True, env: dict[str, str] | None = None) -> Child:
         base_env = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": self.prefix,
                     "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_WEBHOOK_SECRET": self.secret}
-        argv = [sys.executable, "-m", "consumers.notifier", *(["--allow-private"] if allow_private else []), *args]
+        argv = streamcrew_cmd("notifier", *(["--allow-private"] if allow_private else []), *args)
         child = Child(argv, env={**base_env, **(env or {})}, log_path=self.log_dir / f"notifier-{len(self.children)}.log")
         self.children.append(child)
         wait_for_log(child, " ready: ")

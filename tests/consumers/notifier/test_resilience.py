@@ -27,14 +27,15 @@ async def test_sigkilled_notifier_mid_backlog_loses_no_delivery(redis: Redis, ke
         for n in range(300):
             await add_result(redis, keys, f"job-{n}", receiver.url("/flaky" if n % 30 == 0 else "/hook"))
         wanted = {f"job-{n}" for n in range(300)}
-        first = notifiers.start("--lease", "2", "--backoff", "0.2", "--per-endpoint-concurrency", "4", "--concurrency", "50")
+        first = notifiers.start("--lease", "2", "--backoff", "0.2", "--concurrency", "50",
+                                env={"STREAMCREW_PER_ENDPOINT_CONCURRENCY": "4"})
         # When the notifier is SIGKILLed part-way through
         await wait_until(lambda: _true(receiver.count() >= 40), timeout=10, what="deliveries under way")
         first.kill()
         delivered_before = ids(receiver, "/hook") | ids(receiver, "/flaky")
         assert len(delivered_before) < 300
         # Then a new notifier (after the 2 s lease) delivers every result at least once
-        notifiers.start("--lease", "2", "--backoff", "0.2", "--per-endpoint-concurrency", "20")
+        notifiers.start("--lease", "2", "--backoff", "0.2", env={"STREAMCREW_PER_ENDPOINT_CONCURRENCY": "20"})
 
         async def all_delivered() -> bool:
             flaky_ok = {r.headers["webhook-id"] for r in receiver.on("/flaky")[10:]}
@@ -53,7 +54,7 @@ async def test_sigterm_drain_hands_back_deliveries_under_way(
 ) -> None:
     # Given a notifier whose five deliveries hang at the endpoint
     receiver.hold("/hang")
-    first = notifiers.start("--grace", "0.5", "--timeout", "20", "--lease", "30")
+    first = notifiers.start("--grace", "0.5", "--lease", "30", env={"STREAMCREW_TIMEOUT_S": "20"})
     for n in range(5):
         await add_result(redis, keys, f"job-h{n}", receiver.url("/hang"))
     await wait_until(lambda: _true(receiver.count("/hang") == 5), timeout=10, what="five deliveries hanging")
@@ -76,7 +77,8 @@ async def test_a_slow_endpoint_does_not_stall_the_others(
     receiver.hold("/slow")
     fast = Receiver().start()
     try:
-        notifiers.start("--per-endpoint-concurrency", "2", "--concurrency", "10", "--timeout", "25", "--lease", "5")
+        notifiers.start("--concurrency", "10", "--lease", "5",
+                        env={"STREAMCREW_PER_ENDPOINT_CONCURRENCY": "2", "STREAMCREW_TIMEOUT_S": "25"})
         # When slow and fast deliveries are interleaved
         for n in range(20):
             await add_result(redis, keys, f"slow-{n}", receiver.url("/slow"))

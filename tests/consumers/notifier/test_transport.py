@@ -1,4 +1,4 @@
-"""The notifier's lean HTTP/1.1 transport against raw loopback servers: keep-alive, stale sockets, bodies, timeouts."""
+"""The notifier's lean HTTP/1.1 transport and codec: keep-alive, stale sockets, framing, timeouts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from consumers.notifier.delivery import Deliverer, Kind
+from consumers.notifier.http1 import Answer, ProtocolError, encode_request, read_response
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.transport import MAX_BODY_BYTES, LeanTransport
@@ -128,3 +129,37 @@ async def test_nothing_listening_is_a_connect_error() -> None:
     finally:
         await deliverer.aclose()
     assert attempt.kind is Kind.RETRY and attempt.error.startswith("ConnectError")
+
+
+async def parse(raw: bytes) -> Answer:
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    reader.feed_eof()
+    return await read_response(reader, max_body=100)
+
+
+async def test_http1_framing() -> None:
+    a = await parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\ncontent-length: 3\r\n\r\nyes")
+    assert (a.status, a.reason, a.body, a.reusable) == (202, "Accepted", b"yes", True)
+    a = await parse(b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 0\r\n\r\n")
+    assert a.reusable is False
+    a = await parse(b"HTTP/1.0 500 Bad\r\n\r\nuntil the end")
+    assert (a.status, a.body, a.reusable) == (500, b"until the end", False)
+    a = await parse(b"HTTP/1.1 204 No Content\r\n\r\n")
+    assert (a.body, a.reusable) == (b"", True)
+    a = await parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"80\r\n" + b"z" * 128 + b"\r\n0\r\n\r\n")
+    assert (len(a.body), a.reusable) == (100, False)
+    for bad in (b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nx"):
+        with pytest.raises(ProtocolError):
+            await parse(bad)
+    with pytest.raises(asyncio.IncompleteReadError):
+        await parse(b"")
+
+
+def test_request_encoding_refuses_header_injection() -> None:
+    assert encode_request("POST", b"/h?a=1", [(b"host", b"x")], b"{}") == b"POST /h?a=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+    with pytest.raises(ProtocolError):
+        encode_request("POST", b"/h", [(b"x-evil", b"a\r\nhost: other")], b"")
+    with pytest.raises(ProtocolError):
+        encode_request("POST", b"/h HTTP/1.1\r\nx: y", [], b"")
