@@ -1,14 +1,14 @@
 """Webhook deliveries per second on one notifier process, to one local receiver.
 
     . .venv/bin/activate && python bench/bench_notifier.py [--results 10000] [--concurrency 200]
-        [--per-endpoint 200] [--log-level info] [--redis-url redis://...]
+        [--per-endpoint 10] [--log-level info] [--redis-url redis://...]
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
 free loopback port. The bench XADDs a backlog of signed-result events to the results stream,
 starts ``streamcrew notifier --allow-private``, and times the receiver (a minimal
 HTTP/1.1 keep-alive server in this process) from the first delivery to the last; it checks that
-every job id arrived. One endpoint gets everything, so ``--per-endpoint`` defaults to the
-concurrency (the per-endpoint bound exists to protect *other* endpoints). Target: >= 2,000/s.
+every job id arrived. Settings are the notifier's defaults (200 in flight, 10 per endpoint)
+unless given. Target: >= 2,000/s.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=200)
-    parser.add_argument("--per-endpoint", type=int, default=None)
+    parser.add_argument("--per-endpoint", type=int, default=10)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--redis-url", default=os.environ.get("STREAMCREW_REDIS_URL"))
@@ -116,7 +116,7 @@ async def main() -> int:
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
         log_path = Path(tempfile.gettempdir()) / f"bench-notifier-{keys.prefix}.log"
         env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_WEBHOOK_SECRET": secret,
-               "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(args.per_endpoint or args.concurrency)}
+               "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(args.per_endpoint)}
         notifier = Child(streamcrew_cmd("notifier", "--allow-private", "--concurrency", str(args.concurrency),
                                         "--log-level", args.log_level), env=env, log_path=log_path)
         try:
@@ -127,7 +127,7 @@ async def main() -> int:
         seconds = Counter.last - (Counter.first or Counter.last)
         rate = (args.results - 1) / seconds if seconds > 0 else float("inf")
         print(f"notifier: {args.results} deliveries in {seconds:.2f}s = {rate:,.0f} deliveries/s "
-              f"(1 process, concurrency {args.concurrency}, per-endpoint {args.per_endpoint or args.concurrency}, "
+              f"(1 process, concurrency {args.concurrency}, per-endpoint {args.per_endpoint}, "
               f"log level {args.log_level}; all {len(Counter.seen)} job ids received)")
         return 0
     finally:

@@ -1,11 +1,10 @@
 """One webhook POST: guarded, signed, bounded per endpoint, classified for the retry policy.
 
 One pooled :class:`httpx.AsyncClient` serves every endpoint. A global
-semaphore bounds requests in flight; a semaphore per endpoint bounds each
-host, and when a host already has its share in flight *and* waiting, the
-delivery answers ``BUSY`` at once instead of queueing, so the caller can park
-it in the delayed set and a slow endpoint never holds the slots other
-endpoints need.
+semaphore bounds requests in flight; the :class:`EndpointLimiter` bounds each
+endpoint (scheme, host, port). A delivery the limiter will not queue, or that
+waited ``QUEUE_WAIT_S`` in vain, answers ``BUSY``: the caller parks it in the
+delayed set, so a slow endpoint never holds the slots other endpoints need.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from enum import StrEnum
 import httpx
 
 from consumers.notifier import metrics
+from consumers.notifier.limiter import EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
 from consumers.notifier.transport import LeanTransport
@@ -29,7 +29,7 @@ log = logging.getLogger("streamcrew.notifier.delivery")
 
 MAX_RESPONSE_BYTES = 64 * 1024
 ERROR_SNIPPET = 200
-WAITING_PER_SLOT = 2  # deliveries that may queue per endpoint, per concurrent slot of that endpoint
+QUEUE_WAIT_S = 0.5  # longest wait for an endpoint's turn before the delivery is parked instead
 
 
 class Kind(StrEnum):
@@ -54,37 +54,6 @@ class Attempt:
     def made(self) -> bool:
         """Whether a request went (or may have gone) out: counts against max_attempts."""
         return self.kind in (Kind.DELIVERED, Kind.RETRY, Kind.GONE)
-
-
-class EndpointLimiter:
-    """At most ``per_endpoint`` requests in flight per endpoint, ``max_waiting`` more queued; beyond that: busy."""
-
-    def __init__(self, per_endpoint: int, max_waiting: int) -> None:
-        self.per_endpoint = per_endpoint
-        self.max_waiting = max_waiting
-        self._sems: dict[str, asyncio.Semaphore] = {}
-        self._users: dict[str, int] = {}
-
-    def enter(self, endpoint: str) -> asyncio.Semaphore | None:
-        users = self._users.get(endpoint, 0)
-        if users >= self.per_endpoint + self.max_waiting:
-            return None
-        self._users[endpoint] = users + 1
-        sem = self._sems.get(endpoint)
-        if sem is None:
-            sem = self._sems[endpoint] = asyncio.Semaphore(self.per_endpoint)
-        return sem
-
-    def leave(self, endpoint: str) -> None:
-        users = self._users.get(endpoint, 1) - 1
-        if users <= 0:
-            self._users.pop(endpoint, None)
-            self._sems.pop(endpoint, None)
-        else:
-            self._users[endpoint] = users
-
-    def users(self, endpoint: str) -> int:
-        return self._users.get(endpoint, 0)
 
 
 def parse_retry_after(value: str | None, *, cap_s: float, now_s: float | None = None) -> float | None:
@@ -115,7 +84,7 @@ class Deliverer:
         self.guard = guard
         self.timeout_s = timeout_s
         self.retry_after_cap_s = retry_after_cap_s
-        self.limiter = EndpointLimiter(per_endpoint, per_endpoint * WAITING_PER_SLOT)
+        self.limiter = EndpointLimiter(per_endpoint, queue_wait_s=QUEUE_WAIT_S, max_waiting=concurrency)
         self._global = asyncio.Semaphore(concurrency)
         self.client = httpx.AsyncClient(
             transport=transport or LeanTransport(guard),
@@ -134,14 +103,27 @@ class Deliverer:
             return Attempt(Kind.REFUSED, error=str(exc))
         except Unresolvable as exc:
             return Attempt(Kind.RETRY, error=str(exc))
-        sem = self.limiter.enter(target.origin)
-        if sem is None:
+        ep = self.limiter.enter(target.origin)
+        if ep is None:
             return Attempt(Kind.BUSY, error=f"{target.origin} has {self.limiter.users(target.origin)} deliveries under way")
         try:
-            async with sem, self._global:
-                return await self._post(url, msg_id, body)
+            try:
+                await asyncio.wait_for(ep.sem.acquire(), QUEUE_WAIT_S)
+            except TimeoutError:
+                return Attempt(Kind.BUSY, error=f"{target.origin} stayed busy for {QUEUE_WAIT_S}s")
+            try:
+                async with self._global:
+                    self.limiter.started(ep)
+                    attempt = Attempt(Kind.RETRY, error="cancelled")
+                    try:
+                        attempt = await self._post(url, msg_id, body)
+                    finally:
+                        self.limiter.finished(ep, attempt.seconds)
+                    return attempt
+            finally:
+                ep.sem.release()
         finally:
-            self.limiter.leave(target.origin)
+            self.limiter.leave(ep)
 
     async def _post(self, url: str, msg_id: str, body: bytes) -> Attempt:
         headers = self.signer.headers(msg_id, body)

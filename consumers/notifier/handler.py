@@ -31,7 +31,8 @@ from streams.runtime import Entry, GroupRuntime, Slot
 
 log = logging.getLogger("streamcrew.notifier")
 
-BUSY_DELAY_S = 1.0
+BUSY_DELAY_S = 0.5  # first wait of a delivery parked because its endpoint is busy; doubled each time in a row
+BUSY_DELAY_MAX_S = 30.0
 
 
 @dataclass(slots=True)
@@ -134,9 +135,10 @@ class NotifierHandler:
         if a.kind is Kind.DELIVERED:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()
-        if a.kind is Kind.BUSY:
-            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error)
-            return Decision(delayed=(now_ms() + int(BUSY_DELAY_S * random.uniform(500, 1500)), later.member()))
+        if a.kind is Kind.BUSY:  # not an attempt: parked, further off each time so a stuck endpoint costs little
+            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1)
+            wait_s = min(BUSY_DELAY_MAX_S, BUSY_DELAY_S * 2.0 ** min(p.deferred, 10)) * random.uniform(0.5, 1.5)
+            return Decision(delayed=(now_ms() + int(wait_s * 1000), later.member()))
         if a.kind is Kind.REFUSED:
             return Decision(dead=self._dead(p, attempts, status, a.error), outcome=Outcome.REFUSED)
         if a.kind is Kind.GONE or attempts >= self.settings.max_attempts:

@@ -112,7 +112,11 @@ def due_stream(keys: Keys) -> str:
 
 @dataclass(slots=True)
 class Pending:
-    """One event still to deliver to one URL; ``attempts`` counts the attempts already made."""
+    """One event still to deliver to one URL.
+
+    ``attempts`` counts the attempts already made; ``deferred`` how many times
+    in a row it was parked because its endpoint was busy (it spaces them out).
+    """
 
     id: str
     url: str
@@ -120,22 +124,27 @@ class Pending:
     attempts: int = 0
     last_status: str = ""
     error: str = ""
+    deferred: int = 0
 
     @classmethod
     def from_fields(cls, raw: dict[str, str]) -> Pending:
-        try:
-            attempts = int(raw.get("attempts") or 0)
-        except ValueError:
-            attempts = 0
-        return cls(raw.get("id", ""), raw.get("url", ""), raw.get("event", "{}"), attempts,
-                   raw.get("last_status", ""), raw.get("error", ""))
+        return cls(raw.get("id", ""), raw.get("url", ""), raw.get("event", "{}"), _int(raw.get("attempts")),
+                   raw.get("last_status", ""), raw.get("error", ""), _int(raw.get("deferred")))
 
     def member(self) -> str:
         """A delayed-set member; the nonce keeps two identical waits apart."""
         return orjson.dumps({
             "id": self.id, "url": self.url, "event": self.event, "attempts": str(self.attempts),
-            "last_status": self.last_status, "error": self.error, "n": secrets.token_hex(6),
+            "last_status": self.last_status, "error": self.error, "deferred": str(self.deferred),
+            "n": secrets.token_hex(6),
         }).decode()
+
+
+def _int(value: str | None) -> int:
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 @dataclass(slots=True)

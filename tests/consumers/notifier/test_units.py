@@ -16,6 +16,7 @@ from standardwebhooks import Webhook
 
 from consumers.notifier.delivery import Deliverer, Kind, parse_retry_after
 from consumers.notifier.handler import targets
+from consumers.notifier.limiter import EndpointLimiter
 from consumers.notifier.settings import NotifierSettings, Subscription
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, classify
@@ -149,3 +150,19 @@ def test_targets_dedupe_and_filter() -> None:
     raw = {"id": "1", "agent": "order", "status": "completed", "webhook": "http://a/"}
     assert targets(raw, subs) == ["http://a/", "http://b/"]
     assert targets({"id": "2", "agent": "echo", "status": "failed"}, subs) == ["http://a/", "http://c/"]
+
+
+def test_endpoint_queue_follows_its_latency() -> None:
+    # Given an endpoint with 10 connections and half a second of patience
+    limiter = EndpointLimiter(10, queue_wait_s=0.5, max_waiting=200)
+    ep = limiter.enter("http://fast:80")
+    assert ep is not None
+    # When it answers in 5 ms, it may queue all it drains in 0.5 s (capped by max_waiting)
+    ep.latency_s = 0.005
+    assert limiter.allowed_waiting("http://fast:80") == 200
+    # When its requests hang for 10 s, it may queue nothing more
+    limiter.started(ep)
+    ep.stalled_since -= 10
+    assert limiter.allowed_waiting("http://fast:80") == 0
+    admitted = [limiter.enter("http://fast:80") for _ in range(12)]
+    assert sum(a is not None for a in admitted) == 9  # 10 users at most: the one above and nine more
