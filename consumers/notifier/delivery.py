@@ -108,7 +108,10 @@ class Deliverer:
             return Attempt(Kind.BUSY, error=f"{target.origin} has {self.limiter.users(target.origin)} deliveries under way")
         try:
             try:
-                await asyncio.wait_for(ep.sem.acquire(), QUEUE_WAIT_S)
+                if ep.sem.locked():
+                    await asyncio.wait_for(ep.sem.acquire(), QUEUE_WAIT_S)
+                else:
+                    await ep.sem.acquire()  # free now: no timer, no task
             except TimeoutError:
                 return Attempt(Kind.BUSY, error=f"{target.origin} stayed busy for {QUEUE_WAIT_S}s")
             try:

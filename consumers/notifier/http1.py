@@ -36,7 +36,7 @@ def encode_request(method: str, target: bytes, headers: Headers, body: bytes) ->
     lines = [b"%s %s HTTP/1.1" % (method.encode("ascii"), target)]
     has_length = False
     for name, value in headers:
-        if _unsafe(name) or _unsafe(value):
+        if _unsafe(name + value):
             raise ProtocolError(f"CR or LF in header {name[:40]!r}")
         has_length = has_length or name.lower() == b"content-length"
         lines.append(name + b": " + value)
