@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -33,6 +34,7 @@ log = logging.getLogger("streamcrew.notifier")
 
 BUSY_DELAY_S = 0.5  # first wait of a delivery parked because its endpoint is busy; doubled each time in a row
 BUSY_DELAY_MAX_S = 30.0
+SUMMARY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -92,6 +94,8 @@ class NotifierHandler:
         self.deliverer = deliverer
         self.committer = Committer(store, group=runtime.group, consumer=runtime.consumer, release=runtime.release)
         self._work: dict[Slot, Work] = {}
+        self._tally: dict[Kind, int] = {}
+        self._tally_since = time.monotonic()
         runtime.handler = self
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
@@ -129,9 +133,12 @@ class NotifierHandler:
     def _decide(self, p: Pending, a: Attempt) -> Decision:
         attempts = p.attempts + (1 if a.made else 0)
         status = str(a.status) if a.status is not None else ""
-        if a.kind is not Kind.BUSY:
-            log.info("webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", p.id, loggable(p.url),
-                     attempts, a.kind, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
+        self._tally[a.kind] = self._tally.get(a.kind, 0) + 1
+        # Deliveries are the routine: one line each at debug, a summary every SUMMARY_S; anything else at info.
+        level = logging.DEBUG if a.kind in (Kind.DELIVERED, Kind.BUSY) else logging.INFO
+        if log.isEnabledFor(level):
+            log.log(level, "webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", p.id, loggable(p.url),
+                    attempts, a.kind, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
         if a.kind is Kind.DELIVERED:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()
@@ -180,8 +187,14 @@ class NotifierHandler:
         self.committer.submit(op, written)
 
     async def tick(self) -> None:
-        """Move due deliveries to the due stream (any notifier may; the script is atomic)."""
+        """Move due deliveries to the due stream (any notifier may; the script is atomic); log the summary."""
         await self.store.promote(now_ms())
+        now = time.monotonic()
+        if now - self._tally_since >= SUMMARY_S and self._tally:
+            counts = " ".join(f"{kind}={n}" for kind, n in sorted(self._tally.items()))
+            log.info("webhooks in the last %.0fs: %s in_flight=%d", now - self._tally_since, counts, self.runtime.in_flight)
+            self._tally = {}
+            self._tally_since = now
 
     async def hand_back(self, slots: list[Slot]) -> None:
         """Drain: deliveries still under way are parked as due now, so another notifier takes them at once."""

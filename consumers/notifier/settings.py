@@ -27,6 +27,13 @@ class Subscription(BaseModel):
     agents: frozenset[str] | None = None
     statuses: frozenset[str] | None = None
 
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.lower().startswith(("http://", "https://")):
+            raise ValueError(f"subscription url must be http:// or https://, got {value[:60]!r}")
+        return value
+
     def matches(self, agent: str, status: str) -> bool:
         return (self.agents is None or agent in self.agents) and (self.statuses is None or status in self.statuses)
 
