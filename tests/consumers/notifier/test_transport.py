@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,9 +15,6 @@ from consumers.notifier.http1 import Answer, ProtocolError, encode_request, read
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.transport import MAX_BODY_BYTES, LeanTransport
-
-Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
 
 class RawServer:
     """Counts connections; ``answer`` handles each request on a connection until it returns False."""
@@ -163,3 +162,53 @@ def test_request_encoding_refuses_header_injection() -> None:
         encode_request("POST", b"/h", [(b"x-evil", b"a\r\nhost: other")], b"")
     with pytest.raises(ProtocolError):
         encode_request("POST", b"/h HTTP/1.1\r\nx: y", [], b"")
+
+
+def _self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for DNS name ``name`` only (no IP), and its key, written as PEM files."""
+    crypto = pytest.importorskip("cryptography")
+    del crypto
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+async def test_https_is_pinned_to_the_checked_address_and_verified_against_the_host_name(tmp_path: Path) -> None:
+    # Given a TLS endpoint on 127.0.0.1 whose certificate names only "localhost"
+    cert, key = _self_signed(tmp_path, "localhost")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    raw = RawServer(ok)
+    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    transport = LeanTransport(SsrfGuard(allow_private=True), ssl_context=client_ctx)
+    try:
+        async with httpx.AsyncClient(transport=transport, timeout=5) as c:
+            # When it is called by name, the socket goes to the resolved address and TLS checks the name
+            r = await c.post(f"https://localhost:{port}/hook", content=b"{}")
+            assert (r.status_code, r.content) == (200, b"ok")
+            # Then called by IP, the certificate does not match and nothing is sent
+            with pytest.raises(httpx.ConnectError, match="certificate|CERTIFICATE|match"):
+                await c.post(f"https://127.0.0.1:{port}/hook", content=b"{}")
+        assert raw.requests == 1
+    finally:
+        server.close()
