@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
+from agents.ask import register_ask
 from agents.echo import register_echo
 from agents.registry import AgentRegistry
 
 
 def builtin_registry() -> AgentRegistry:
-    """A registry with the built-in agents: ``echo`` (LLM agents are added when their module is present)."""
+    """A registry with ``echo``, ``ask`` and, when CrewAI is installed, the support crews.
+
+    The crews module is imported whenever CrewAI is present, so a broken
+    crews module fails here, loudly, instead of silently serving fewer agents.
+    """
     registry = AgentRegistry()
     register_echo(registry)
-    try:
+    register_ask(registry)
+    if find_spec("agents.crews") is not None and find_spec("crewai") is not None:
         from agents.crews import register_crews
-    except ImportError:
-        return registry
-    register_crews(registry)
+
+        register_crews(registry)
     return registry

@@ -1,0 +1,29 @@
+"""``ask``: one chat completion through the configured LLM (benchmarks and simple prompts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.llm.runtime import get_model
+from agents.registry import AgentRegistry
+
+
+class AskInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=100_000)
+    system: str | None = Field(None, max_length=20_000)
+
+
+async def ask(data: AskInput) -> dict[str, Any]:
+    """Answer ``prompt`` (with an optional ``system`` message) with one LLM call."""
+    messages = [{"role": "system", "content": data.system}] if data.system else []
+    messages.append({"role": "user", "content": data.prompt})
+    result = await get_model().chat(messages)
+    return {"answer": result.content, "model": result.model}
+
+
+def register_ask(registry: AgentRegistry) -> None:
+    registry.add(ask, name="ask", input_model=AskInput)

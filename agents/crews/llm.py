@@ -1,0 +1,122 @@
+"""``StreamcrewLLM``: CrewAI's custom-LLM hook, routed through streamcrew's LLM client.
+
+CrewAI calls ``call()`` from a worker thread (its agent steps are sync flow
+methods); the request is handed to the worker's event loop, where the shared
+client applies key rotation, retries, the concurrency cap, metrics and the
+job's cost ledger. The offline model needs no loop and answers in the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from crewai import BaseLLM
+from pydantic import PrivateAttr
+
+from agents.llm.offline import OfflineModel
+from agents.llm.providers import ChatModel, ChatResult
+from agents.usage import UsageLedger, current_ledger
+
+CONTEXT_WINDOW = 128_000
+
+
+class StreamcrewLLM(BaseLLM):
+    """A CrewAI LLM backed by a streamcrew ``ChatModel`` bound to one event loop."""
+
+    llm_type: str = "streamcrew"
+    _chat_model: ChatModel = PrivateAttr()
+    _loop: asyncio.AbstractEventLoop = PrivateAttr()
+
+    @classmethod
+    def bound(cls, chat_model: ChatModel, loop: asyncio.AbstractEventLoop) -> StreamcrewLLM:
+        llm = cls(model=chat_model.model, provider="streamcrew")
+        llm._chat_model = chat_model
+        llm._loop = loop
+        return llm
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+    def get_context_window_size(self) -> int:
+        return CONTEXT_WINDOW
+
+    def get_input_tokens_count(self, messages: Any, tools: Any = None, response_model: Any = None) -> int:
+        """The mock-llm rule (four characters a token), without CrewAI's per-call warning."""
+        if isinstance(messages, str):
+            return (len(messages) + 3) // 4
+        return sum(len(str(m.get("content") or "")) for m in messages) // 4
+
+    def call(
+        self,
+        messages: str | list[Any],
+        tools: list[dict[str, Any]] | None = None,
+        callbacks: list[Any] | None = None,
+        available_functions: dict[str, Any] | None = None,
+        from_task: Any | None = None,
+        from_agent: Any | None = None,
+        response_model: Any | None = None,
+    ) -> str | Any:
+        msgs = _messages(messages)
+        if isinstance(self._chat_model, OfflineModel):
+            result = self._chat_model.complete(msgs, tools=tools)
+        else:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is self._loop:
+                raise RuntimeError("StreamcrewLLM.call() ran on the event loop's thread; CrewAI should use acall() there")
+            future = asyncio.run_coroutine_threadsafe(_in_ledger(current_ledger.get(), self._chat(msgs, tools)), self._loop)
+            result = future.result()
+        return self._answer(result, available_functions, from_task, from_agent)
+
+    async def acall(
+        self,
+        messages: str | list[Any],
+        tools: list[dict[str, Any]] | None = None,
+        callbacks: list[Any] | None = None,
+        available_functions: dict[str, Any] | None = None,
+        from_task: Any | None = None,
+        from_agent: Any | None = None,
+        response_model: Any | None = None,
+    ) -> str | Any:
+        msgs = _messages(messages)
+        if asyncio.get_running_loop() is self._loop:
+            result = await self._chat(msgs, tools)
+        else:
+            future = asyncio.run_coroutine_threadsafe(_in_ledger(current_ledger.get(), self._chat(msgs, tools)), self._loop)
+            result = await asyncio.wrap_future(future)
+        return self._answer(result, available_functions, from_task, from_agent)
+
+    async def _chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> ChatResult:
+        return await self._chat_model.chat(messages, tools=tools or None, temperature=self.temperature, stop=self.stop_sequences or None)
+
+    def _answer(self, result: ChatResult, available_functions: dict[str, Any] | None, from_task: Any, from_agent: Any) -> str | Any:
+        self._track_token_usage_internal(
+            {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+             "total_tokens": result.prompt_tokens + result.completion_tokens}
+        )
+        if result.tool_calls:
+            if not available_functions:
+                return result.tool_calls  # native tool calling: the executor runs them
+            call = result.tool_calls[0]["function"]
+            return self._handle_tool_execution(call["name"], json.loads(call["arguments"] or "{}"), available_functions, from_task, from_agent)
+        return self._apply_stop_words(result.content or "")
+
+
+def _messages(messages: str | list[Any]) -> list[dict[str, Any]]:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return [dict(m) for m in messages]
+
+
+async def _in_ledger(ledger: UsageLedger | None, coro: Any) -> ChatResult:
+    """Run ``coro`` with the job's ledger, which lives in the calling thread's context."""
+    token = current_ledger.set(ledger)
+    try:
+        result: ChatResult = await coro
+        return result
+    finally:
+        current_ledger.reset(token)

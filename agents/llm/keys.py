@@ -1,0 +1,72 @@
+"""The API-key pool: rotation on 429, cool-downs, and a per-key concurrency cap.
+
+A key that answered 429 cools down until its Retry-After (or a backoff) has
+passed and is not handed out before then; callers move to the next key. When
+every key is cooling, ``acquire`` sleeps until the earliest one is back (one
+timer, no polling) unless that is past the caller's deadline. Keys appear
+only as redacted labels (``key#1``); ``ApiKey`` never prints its secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class ApiKey:
+    """One key: its secret (never in repr), label, cool-down end and in-flight cap."""
+
+    label: str
+    secret: str | None = field(repr=False)
+    slots: asyncio.Semaphore = field(repr=False)
+    cool_until: float = 0.0
+
+
+class KeyPool:
+    """Hands out keys round-robin, skipping cooling ones; ``acquire`` also takes a concurrency slot."""
+
+    def __init__(self, secrets: Sequence[str | None], *, max_concurrency: int, clock: Callable[[], float] = time.monotonic) -> None:
+        secrets = list(secrets) or [None]
+        self.keys = [
+            ApiKey("anonymous" if secret is None else f"key#{i}", secret, asyncio.Semaphore(max_concurrency))
+            for i, secret in enumerate(secrets, start=1)
+        ]
+        self._clock = clock
+        self._next = 0
+
+    def cool_down(self, key: ApiKey, seconds: float) -> None:
+        """Keep ``key`` out of rotation for ``seconds`` (never shortens a longer cool-down)."""
+        key.cool_until = max(key.cool_until, self._clock() + max(0.0, seconds))
+
+    def _ready(self, now: float) -> list[ApiKey]:
+        n = len(self.keys)
+        start, self._next = self._next, (self._next + 1) % n
+        ordered = [self.keys[(start + i) % n] for i in range(n)]
+        return [k for k in ordered if k.cool_until <= now]
+
+    async def acquire(self, deadline: float) -> ApiKey | None:
+        """A ready key with a slot taken (release it with ``release``), or None if none is ready by ``deadline``."""
+        while True:
+            now = self._clock()
+            ready = self._ready(now)
+            if not ready:
+                earliest = min(k.cool_until for k in self.keys)
+                if earliest > deadline:
+                    return None
+                await asyncio.sleep(earliest - now)
+                continue
+            key = next((k for k in ready if not k.slots.locked()), ready[0])
+            await key.slots.acquire()
+            if key.cool_until <= self._clock():
+                return key
+            key.slots.release()  # it started cooling while we queued for a slot
+
+    def release(self, key: ApiKey) -> None:
+        key.slots.release()
+
+    def earliest_ready_in(self) -> float:
+        """Seconds until some key is out of cool-down (0 when one is ready)."""
+        return max(0.0, min(k.cool_until for k in self.keys) - self._clock())

@@ -1,0 +1,69 @@
+"""USD per million tokens, per model: a seed table, a JSON file, then explicit overrides.
+
+An unknown model costs ``None`` (reported as unknown), never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streams.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    prompt_per_m: float
+    completion_per_m: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.prompt_per_m + completion_tokens * self.completion_per_m) / 1_000_000
+
+
+SEED_PRICES: Mapping[str, Price] = {
+    "deepseek-v3.2": Price(0.42, 0.42),
+    "gpt-4.1": Price(8.0, 8.0),
+    "claude-sonnet-4.5": Price(15.0, 15.0),
+    "gemini-2.5-flash": Price(2.50, 2.50),
+}
+
+
+def _price(model: str, value: Any) -> Price:
+    try:
+        if isinstance(value, Mapping):
+            return Price(float(value["prompt"]), float(value["completion"]))
+        prompt, completion = value
+        return Price(float(prompt), float(completion))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"price for {model!r} must be [prompt, completion] or {{'prompt': x, 'completion': y}} USD per million tokens") from None
+
+
+class PriceTable:
+    """Model name to ``Price``; lookups also try the name without a ``provider/`` prefix."""
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        self._prices = dict(SEED_PRICES if prices is None else prices)
+
+    @classmethod
+    def load(cls, price_file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> PriceTable:
+        prices = dict(SEED_PRICES)
+        if price_file is not None:
+            try:
+                raw = json.loads(Path(price_file).read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot read price file {price_file}: {exc}") from None
+            if not isinstance(raw, dict):
+                raise ConfigError(f"price file {price_file} must hold a JSON object")
+            prices.update({model: _price(model, value) for model, value in raw.items()})
+        prices.update({model: _price(model, value) for model, value in (overrides or {}).items()})
+        return cls(prices)
+
+    def get(self, model: str) -> Price | None:
+        return self._prices.get(model) or self._prices.get(model.rsplit("/", 1)[-1])
+
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        price = self.get(model)
+        return None if price is None else price.cost(prompt_tokens, completion_tokens)

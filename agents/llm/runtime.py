@@ -1,0 +1,55 @@
+"""The process's LLM: configured once by the worker, built lazily per event loop.
+
+``configure(settings)`` is called once at worker start (default: ``LLMSettings()``
+from the environment). The model object is created on first use inside the
+running loop and rebuilt if the loop changes (tests, ``asyncio.run`` in
+scripts), because pooled connections belong to one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from agents.llm.client import LLMClient
+from agents.llm.offline import OfflineModel
+from agents.llm.providers import ChatModel
+from agents.llm.settings import LLMSettings
+
+_settings: LLMSettings | None = None
+_http: httpx.AsyncClient | None = None
+_model: ChatModel | None = None
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def configure(settings: LLMSettings | None = None, *, http: httpx.AsyncClient | None = None) -> None:
+    """Set the LLM settings (and optionally the HTTP client) every LLM agent in this process uses."""
+    global _settings, _http, _model, _loop
+    _settings, _http, _model, _loop = settings, http, None, None
+
+
+def settings() -> LLMSettings:
+    global _settings
+    if _settings is None:
+        _settings = LLMSettings()
+    return _settings
+
+
+def get_model() -> ChatModel:
+    """The configured model for the running loop: ``LLMClient``, or ``OfflineModel`` without a base URL."""
+    global _model, _loop
+    loop = asyncio.get_running_loop()
+    if _model is None or _loop is not loop:
+        s = settings()
+        _model = OfflineModel() if s.offline else LLMClient(s, http=_http)
+        _loop = loop
+    return _model
+
+
+async def aclose() -> None:
+    """Close the model's connections (worker shutdown)."""
+    global _model, _loop
+    model, _model, _loop = _model, None, None
+    if model is not None:
+        await model.aclose()
