@@ -52,6 +52,11 @@ class Keys:
     def webhooks_delayed(self) -> str:
         return f"{self.prefix}:webhooks:delayed"
 
+    @property
+    def webhooks_due(self) -> str:
+        """Webhook retries whose time has come, read by the ``notifier`` group beside the results."""
+        return f"{self.prefix}:webhooks:due"
+
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
 

@@ -16,6 +16,7 @@ from consumers.notifier.settings import NotifierSettings
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.store import Store
+from streams.gauges import register_stream_gauges
 from streams.connection import connect, require_version
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import NOTIFIER_GROUP, Keys
@@ -47,12 +48,13 @@ async def run_notifier(settings: NotifierSettings) -> int:
     store = Store(redis, keys)
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=[store.due, keys.results], group=NOTIFIER_GROUP, consumer=name,
-                           concurrency=settings.concurrency, lease_s=settings.lease_s)
+                           concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
     deliverer = build_deliverer(settings)
     handler = NotifierHandler(store, keys, settings, runtime, deliverer)
     if not deliverer.signer.signs:
         log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks go out unsigned")
     if settings.metrics_port:
+        register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
 
     stop = asyncio.Event()

@@ -107,7 +107,7 @@ return new_id
 
 def due_stream(keys: Keys) -> str:
     """Stream of deliveries whose time has come (internal; under the prefix like every key)."""
-    return f"{keys.prefix}:webhooks:due"
+    return keys.webhooks_due
 
 
 @dataclass(slots=True)
