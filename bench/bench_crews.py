@@ -32,7 +32,7 @@ async def main(jobs: int, concurrency: int, latency_s: float, agent: str) -> Non
     registry = builtin_registry()
     spec = registry.get(agent)
     async with running_mock_llm(MockOptions(latency_s=latency_s), subprocess_=True) as mock:
-        configure(LLMSettings(base_url=mock.openai_base_url, api_keys=["bench-key-1", "bench-key-2"]))  # type: ignore[list-item]
+        configure(LLMSettings(base_url=mock.openai_base_url, api_keys=["bench-key-1", "bench-key-2"], max_concurrency=concurrency))  # type: ignore[list-item]
         configure_executor(concurrency)
         gate = asyncio.Semaphore(concurrency)
         usage_total = 0

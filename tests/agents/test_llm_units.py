@@ -1,0 +1,83 @@
+"""Pure logic of agents/llm: settings, prices, Retry-After, key redaction (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agents.llm import LLMClient, LLMRequestError, LLMSettings, PriceTable
+from agents.llm.client import parse_retry_after
+from agents.llm.keys import KeyPool
+from agents.llm.providers import endpoint
+from streams.errors import ConfigError
+
+SECRET = "sk-live-abcdef0123456789"
+
+
+def test_settings_from_env_split_keys_and_never_show_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMCREW_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("STREAMCREW_LLM_API_KEYS", f"{SECRET}, sk-other-key-000000 ,")
+    monkeypatch.setenv("STREAMCREW_LLM_PRICES", '{"my-model": [1, 2]}')
+    s = LLMSettings()
+    assert [k.get_secret_value() for k in s.api_keys] == [SECRET, "sk-other-key-000000"]
+    assert s.model == "deepseek-v3.2" and not s.offline and s.prices == {"my-model": (1.0, 2.0)}
+    assert SECRET not in repr(s) and SECRET not in str(s.model_dump())
+    assert SECRET not in repr(KeyPool([SECRET], max_concurrency=1).keys)
+
+
+def test_no_base_url_means_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMCREW_LLM_BASE_URL", raising=False)
+    assert LLMSettings().offline
+
+
+def test_prices_seed_file_then_overrides(tmp_path: Path) -> None:
+    table = PriceTable.load()
+    assert table.cost("deepseek-v3.2", 1_000_000, 1_000_000) == pytest.approx(0.84)
+    assert table.cost("openai/gpt-4.1", 500_000, 0) == pytest.approx(4.0)
+    assert table.cost("claude-sonnet-4.5", 0, 1_000_000) == pytest.approx(15.0)
+    assert table.cost("gemini-2.5-flash", 1_000_000, 0) == pytest.approx(2.5)
+    assert table.cost("who-knows", 10, 10) is None
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"gpt-4.1": {"prompt": 2, "completion": 8}, "local": [0, 0]}))
+    table = PriceTable.load(path, {"local": [1, 1]})
+    assert table.cost("gpt-4.1", 1_000_000, 1_000_000) == pytest.approx(10.0)
+    assert table.cost("local", 1_000_000, 0) == pytest.approx(1.0)
+    path.write_text('{"bad": "x"}')
+    with pytest.raises(ConfigError):
+        PriceTable.load(path)
+
+
+def test_retry_after_forms() -> None:
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after("0.5") == 0.5
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    now = time.time()
+    assert parse_retry_after(email.utils.formatdate(now + 10, usegmt=True), now=now) == pytest.approx(10, abs=1)
+
+
+def test_endpoints_accept_a_base_with_or_without_v1() -> None:
+    assert endpoint("https://api.openai.com/v1", "openai") == "https://api.openai.com/v1/chat/completions"
+    assert endpoint("http://127.0.0.1:8100", "openai") == "http://127.0.0.1:8100/v1/chat/completions"
+    assert endpoint("https://api.anthropic.com", "anthropic") == "https://api.anthropic.com/v1/messages"
+
+
+async def test_a_401_echoing_the_key_is_redacted_and_not_retried() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {SECRET}"}})
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    client = LLMClient(LLMSettings(base_url="http://llm.invalid/v1", api_keys=[SECRET]), http=http)  # type: ignore[list-item]
+    with pytest.raises(LLMRequestError) as caught:
+        await client.chat([{"role": "user", "content": "hi"}])
+    await http.aclose()
+    assert caught.value.status == 401 and len(calls) == 1
+    assert SECRET not in str(caught.value) and "key#1" in str(caught.value)
+    assert calls[0].headers["authorization"] == f"Bearer {SECRET}"

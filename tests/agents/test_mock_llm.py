@@ -1,0 +1,58 @@
+"""``streamcrew mock-llm`` as a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from agents.llm.transport import PooledTransport
+from consumers.mock_llm import MockOptions, RunningMock, running_mock_llm
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_health_and_unknown_paths(mock_llm: RunningMock) -> None:
+    async with httpx.AsyncClient(base_url=mock_llm.url) as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        assert (await client.post("/v1/embeddings", json={})).status_code == 404
+        assert (await client.post("/v1/chat/completions", content=b"{not json")).status_code == 400
+        answer = (await client.post("/v1/chat/completions", json=BODY)).json()
+        assert answer["object"] == "chat.completion" and answer["usage"]["total_tokens"] > 0
+
+
+@pytest.mark.parametrize("mock_options", [MockOptions(key_rps=2.0)])
+async def test_per_key_limit_answers_429_with_retry_after(mock_llm: RunningMock) -> None:
+    async with httpx.AsyncClient(base_url=mock_llm.url) as client:
+        statuses = []
+        for key in ("a", "a", "a", "b"):
+            response = await client.post("/v1/chat/completions", json=BODY, headers={"authorization": f"Bearer {key}"})
+            statuses.append(response.status_code)
+            if response.status_code == 429:
+                assert int(response.headers["retry-after"]) >= 1
+    assert statuses == [200, 200, 429, 200]
+
+
+async def test_faults_are_reproducible_with_a_seed() -> None:
+    async def run() -> list[int]:
+        async with running_mock_llm(MockOptions(rate_limit=0.3, error_rate=0.3, seed=11)) as mock:
+            async with httpx.AsyncClient(base_url=mock.url) as client:
+                return [(await client.post("/v1/chat/completions", json=BODY)).status_code for _ in range(20)]
+
+    first, second = await run(), await run()
+    assert first == second and {200, 429} <= set(first) and {500, 503} & set(first)
+
+
+async def test_a_subprocess_server_holds_2000_concurrent_slow_requests() -> None:
+    # Given mock-llm in its own process with 1 s latency
+    async with running_mock_llm(MockOptions(latency_s=1.0), subprocess_=True) as mock:
+        async with httpx.AsyncClient(transport=PooledTransport(max_connections=2000), timeout=30) as client:
+            started = time.monotonic()
+            # When 2000 requests are in flight at once
+            responses = await asyncio.gather(*(client.post(mock.url + "/v1/chat/completions", json=BODY) for _ in range(2000)))
+            elapsed = time.monotonic() - started
+    # Then all are answered, concurrently rather than in turn
+    assert all(r.status_code == 200 for r in responses)
+    assert elapsed < 8, elapsed
