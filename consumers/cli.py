@@ -409,7 +409,7 @@ def demo(
     requests: Annotated[int, typer.Option(help="how many requests to play")] = 2000,
     rate: Annotated[float, typer.Option(help="requests per second sent (0 = all at once)")] = 500.0,
     workers: Annotated[int, typer.Option(help="worker processes")] = 2,
-    concurrency: Annotated[int, typer.Option(help="concurrency per worker")] = 200,
+    concurrency: Annotated[int, typer.Option(help="concurrency per worker (crews are CPU-bound: more only queues them inside the worker)")] = 32,
     chaos: Annotated[bool, typer.Option("--chaos/--no-chaos", help="SIGKILL one worker half-way")] = True,
     serve: Annotated[bool, typer.Option("--serve", help="keep the gateway running after the report")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON (no live view)")] = False,

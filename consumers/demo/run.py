@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import base64
 import contextlib
 import os
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ class DemoOptions:
     requests: int = 2000
     rate: float = 500.0
     workers: int = 2
-    concurrency: int = 200
+    concurrency: int = 32
     chaos: bool = True
     serve: bool = False
     as_json: bool = False
@@ -48,14 +50,10 @@ class DemoOptions:
 
 def _catalogue_ids() -> tuple[list[str], list[str]]:
     """Order and product ids from the demo catalogue, plus a few that do not exist."""
-    try:
-        from agents.tools.catalogue import load_demo_catalogue  # type: ignore[import-not-found]
-
-        cat = load_demo_catalogue()
-        orders, products = list(cat.order_ids()), list(cat.product_ids())
-    except (ImportError, AttributeError):
-        orders, products = [f"ORD-{10000 + i}" for i in range(40)], [f"SKU-{100 + i}" for i in range(20)]
-    return orders + ["ORD-00000"], products + ["SKU-NOPE"]
+    data = json.loads(resources.files("agents").joinpath("data/catalogue.json").read_text(encoding="utf-8"))
+    orders = [o["order_id"] for o in data["orders"]]
+    products = [p["sku"] for p in data["products"]]
+    return orders + ["ORD-99999"], products + ["SKU-9999"]
 
 
 class Demo:
@@ -206,8 +204,6 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
 
 async def run_demo(settings: StreamSettings, options: DemoOptions) -> dict[str, Any]:
     """Run the demo; returns the report (also printed, as JSON with ``--json``)."""
-    import json
-
     err = Console(stderr=True)
     out = Console()
     with tempfile.TemporaryDirectory(prefix="streamcrew-demo-") as tmp, contextlib.ExitStack() as stack:

@@ -66,5 +66,5 @@ def plan(n: int, *, orders: list[str], products: list[str], seed: int = 11) -> t
         elif roll < 0.8:
             good.append(Planned("returns", {"order_id": order, "reason": rng.choice(RETURN_REASONS)}, job_id, priority))
         else:
-            good.append(Planned("product", {"question": f"{rng.choice(PRODUCT_QUESTIONS)} ({product})", "product_id": product}, job_id, priority))
+            good.append(Planned("product", {"question": rng.choice(PRODUCT_QUESTIONS), "sku": product}, job_id, priority))
     return good, bad

@@ -23,3 +23,8 @@ def test_demo_json_report_holds_its_invariants(redis_url: str, prefix: str) -> N
     assert report["dead_letters"] >= report["statuses"].get("rejected", 0)
     assert report["retries"] >= 1
     assert "SIGKILL" in report["chaos"]
+    # And the crews answered through the offline model, with usage on every LLM result
+    assert report["offline"] is True
+    assert len(report["samples"]) == 3
+    assert all(s["usage"]["prompt_tokens"] > 0 for s in report["samples"])
+    assert sum(report["tokens"].values()) > 0
