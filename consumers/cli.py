@@ -83,22 +83,27 @@ def worker(
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9101]")] = None,
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 30]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the LLM agents \\[env STREAMCREW_LLM_BASE_URL, default: the offline model]")] = None,
+    llm_api_keys: Annotated[str | None, typer.Option(help="comma-separated API keys, rotated on 429 (prefer the env variable) \\[env STREAMCREW_LLM_API_KEYS]")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="model name sent to the endpoint \\[env STREAMCREW_LLM_MODEL, default deepseek-v3.2]")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
     """Agent consumer: claims requests from the lanes and runs their agents."""
+    from agents.llm import LLMSettings
     from consumers.settings import WorkerSettings
     from consumers.worker import load_registry, run_worker
 
     settings = build(WorkerSettings, agents=agents, concurrency=concurrency, app=app_module or None, lease_s=lease,
                      metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
+    llm = build(LLMSettings, base_url=llm_base_url, api_keys=llm_api_keys, model=llm_model)
     setup_logging(settings.log_level)
     try:
         registry = load_registry(settings)
     except (ImportError, KeyError) as exc:
         err.print(f"[red]cannot load agents: {exc}[/red]")
         raise typer.Exit(Exit.USAGE) from None
-    raise typer.Exit(run(run_worker(settings, registry)))
+    raise typer.Exit(run(run_worker(settings, registry, llm)))
 
 
 @app.command()
@@ -110,6 +115,7 @@ def notifier(
     lease: Annotated[float | None, typer.Option(help="lease seconds \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9102]")] = None,
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 20]")] = None,
+    webhook_secret: Annotated[str | None, typer.Option(help="whsec_ secret(s), space-separated (prefer the env variable) \\[env STREAMCREW_WEBHOOK_SECRET]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
@@ -117,7 +123,7 @@ def notifier(
     """Webhook fan-out consumer: POSTs every result to its webhook, signed (Standard Webhooks)."""
     from consumers.notifier import NotifierSettings, run_notifier
 
-    settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff,
+    settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff, webhook_secret=webhook_secret,
                      concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, grace_s=grace,
                      log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)

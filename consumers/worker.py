@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agents import AgentContext, AgentRegistry, default_registry, run_agent
+from agents import llm as agents_llm
 from agents.builtin import builtin_registry
+from agents.llm import LLMSettings
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
 from streams.connection import connect, require_version
@@ -72,8 +74,9 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
-async def run_worker(settings: WorkerSettings, registry: AgentRegistry) -> int:
+async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLMSettings | None = None) -> int:
     """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once."""
+    agents_llm.configure(llm)
     keys = Keys(settings.prefix)
     redis = connect(settings.effective_redis_url)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
@@ -103,8 +106,10 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry) -> int:
 
     settle_task = asyncio.create_task(processor.settler.run())
     run_task = asyncio.create_task(runtime.run())
-    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s", name, ",".join(registry.names()),
-             settings.concurrency, settings.lease_s, settings.prefix)
+    llm_settings = agents_llm.runtime.settings()
+    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s", name, ",".join(registry.names()),
+             settings.concurrency, settings.lease_s, settings.prefix,
+             f"{llm_settings.model} at {llm_settings.base_url}" if llm_settings.base_url else "offline model")
     stop_task = asyncio.create_task(stop.wait())
     await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
     if run_task.done() and run_task.exception():
@@ -116,6 +121,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry) -> int:
     await asyncio.gather(run_task, return_exceptions=True)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)
+    await agents_llm.aclose()
     await redis.aclose()
     return 0
 
