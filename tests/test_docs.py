@@ -40,7 +40,7 @@ def _code(text: str) -> list[str]:
 
 def _invocations(snippet: str) -> list[list[str]]:
     """``streamcrew ...`` invocations in a snippet, up to a shell separator (not ``kubectl -n streamcrew``)."""
-    tokens = snippet.replace("\\", " ").split()
+    tokens = re.sub(r"(^|\s)#.*$", "", snippet).replace("\\", " ").split()
     found = []
     for i, token in enumerate(tokens):
         if token == "streamcrew" and (i == 0 or not tokens[i - 1].startswith("-")):
@@ -71,7 +71,7 @@ def test_documented_commands_and_options_exist(doc: Path) -> None:
                     break
             if not path or path in groups:
                 continue
-            for option in {w.split("=")[0] for w in words if w.startswith("--")} - commands[path]:
+            for option in {m.group(0) for w in words if (m := re.match(r"--[a-z][a-z-]*", w))} - commands[path]:
                 problems.append(f"`streamcrew {' '.join(path)}` has no option {option}: {snippet.strip()}")
     assert not problems, "\n".join(problems)
 
