@@ -144,8 +144,8 @@ class JobProcessor:
         agent = c.request.agent
         if run.attempt == 1:
             metrics.queue_wait(agent, c.lane).observe(max(0.0, (run.started_at - c.submitted_at) / 1000))
-        gauge = metrics.in_flight(agent)
-        gauge.inc()
+        metrics.in_flight(agent)
+        metrics.RUNNING[agent] += 1
         t0 = time.perf_counter()
         outcome = "completed"
         try:
@@ -166,7 +166,7 @@ class JobProcessor:
             outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}")
         finally:
             seconds = time.perf_counter() - t0
-            gauge.dec()
+            metrics.RUNNING[agent] -= 1
             metrics.duration(agent).observe(seconds)
             if outcome != "cancelled":  # a cancelled attempt is handed back by the drain, which needs it
                 self._running.pop((c.stream, c.entry_id), None)
@@ -197,7 +197,7 @@ class JobProcessor:
     ) -> None:
         r = c.request
         finished = now_ms()
-        event = JobResult(
+        event = JobResult.model_construct(  # trusted values: skip validation on the hot path
             id=c.job_id, agent=r.agent, status=status, result=result, error=error, attempts=attempts,
             submitted_at=c.submitted_at, started_at=started_at, finished_at=finished, worker=self.worker,
             usage=usage, webhook=r.webhook, tenant=r.tenant, traceparent=r.traceparent,

@@ -40,9 +40,14 @@ def queue_wait(agent: str, lane: str) -> Histogram:
     return QUEUE_WAIT.labels(agent=agent, lane=lane)
 
 
+RUNNING: dict[str, int] = {}
+
+
 @cache
-def in_flight(agent: str) -> Gauge:
-    return IN_FLIGHT.labels(agent=agent)
+def in_flight(agent: str) -> None:
+    """Register the agent's in-flight gauge, read from ``RUNNING`` at scrape time (no lock per job)."""
+    RUNNING.setdefault(agent, 0)
+    IN_FLIGHT.labels(agent=agent).set_function(lambda: RUNNING[agent])
 
 
 @cache
