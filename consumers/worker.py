@@ -8,7 +8,6 @@ import importlib.util
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
 from agents.builtin import builtin_registry
 from agents.llm import LLMSettings
+from consumers.lifecycle import stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
 from streams.connection import connect, require_version
@@ -91,18 +91,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            log.warning("second %s: exiting now", signal.Signals(signum).name)
-            os._exit(128 + signum)
-        log.info("%s: draining (grace %.0fs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    stop = stop_on_signals(f"worker {name}", settings.grace_s)
 
     settle_task = asyncio.create_task(processor.settler.run())
     run_task = asyncio.create_task(runtime.run())

@@ -6,9 +6,9 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
 import socket
 
+from consumers.lifecycle import stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.notifier.delivery import Deliverer
 from consumers.notifier.handler import NotifierHandler
@@ -57,18 +57,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            log.warning("second %s: exiting now", signal.Signals(signum).name)
-            os._exit(128 + signum)
-        log.info("%s: draining (grace %gs); send it again to exit at once", signal.Signals(signum).name, settings.grace_s)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+    stop = stop_on_signals(f"notifier {name}", settings.grace_s)
 
     commit_task = asyncio.create_task(handler.committer.run())
     run_task = asyncio.create_task(runtime.run())
