@@ -117,13 +117,14 @@ class JobProcessor:
     async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
         now = now_ms()
         entries = [
-            (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts), "" if c.request.deadline is None else str(c.request.deadline))
+            (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts),
+             "" if c.request.deadline is None else str(c.request.deadline), "1" if c.request.id else "0")
             for c in claimed
         ]
         args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream], args=args)
-        for c, (decision, attempts, used) in zip(claimed, reply, strict=True):
-            attempts, used = int(attempts), int(used)
+        for c, (decision, attempts, used, job_id) in zip(claimed, reply, strict=True):
+            attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
                 run = Running(c, attempts, used, now)
                 self._running[(stream, c.entry_id)] = run
@@ -218,7 +219,8 @@ class JobProcessor:
             if raw.get(name):
                 fields[name] = raw[name]
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
-        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead)
+        alt = "" if raw.get("id") else f"{lane}:{entry_id}"
+        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt)
         op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid")
         log.info("job=%s entry=%s outcome=rejected reason=%r", job_id, entry_id, reason)
         self.settler.submit(op)

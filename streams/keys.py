@@ -57,6 +57,11 @@ class Keys:
         """Webhook retries whose time has come, read by the ``notifier`` group beside the results."""
         return f"{self.prefix}:webhooks:due"
 
+    @property
+    def clock(self) -> str:
+        """Last entry ID the producers issued: one clock for the three lanes keeps id-less job ids unique."""
+        return f"{self.prefix}:clock"
+
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
 

@@ -91,5 +91,5 @@ class Producer:
             extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args = [self.keys.job_prefix, lane_name, orjson.dumps(jobs).decode()]
-        reply = await self._scripts.publish(keys=[self.keys.lane(lane_name)], args=args)
+        reply = await self._scripts.publish(keys=[self.keys.lane(lane_name), self.keys.clock], args=args)
         return [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]

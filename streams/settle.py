@@ -34,8 +34,8 @@ def drop_op(stream: str, entry_id: str) -> SettleOp:
     return SettleOp(stream, entry_id, ["drop", stream, entry_id])
 
 
-def done_op(stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None) -> SettleOp:
-    return SettleOp(stream, entry_id, ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else []])
+def done_op(stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None, *, alt: str = "") -> SettleOp:
+    return SettleOp(stream, entry_id, ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt])
 
 
 def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str) -> SettleOp:

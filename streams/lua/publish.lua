@@ -1,10 +1,29 @@
 -- Publish a batch of requests to one lane, idempotent on the job id.
--- KEYS[1] lane stream; ARGV: job_prefix, lane_name, jobs as one JSON array (all strings) of
+-- KEYS[1] lane stream, KEYS[2] the prefix's ID clock; ARGV: job_prefix, lane_name, jobs as one JSON
+-- array (all strings) of
 --   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...],
 --    [record field, value, ...] (tenant, webhook, traceparent: known to status readers from the start)]
+-- Entry IDs come from one clock shared by the three lanes, so an id-less job's id (its entry ID)
+-- is unique across lanes, not only within one.
 -- Returns per job {job_id, status, created (1|0)}.
-local lane = KEYS[1]
+local lane, clock = KEYS[1], KEYS[2]
 local job_prefix, lane_name = ARGV[1], ARGV[2]
+
+local function next_id()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local last = redis.call('GET', clock)
+  local ms, seq = now, 0
+  if last then
+    local lms, lseq = string.match(last, '^(%d+)-(%d+)$')
+    lms, lseq = tonumber(lms), tonumber(lseq)
+    if lms >= now then ms, seq = lms, lseq + 1 end
+  end
+  local id = string.format('%d-%d', ms, seq)
+  redis.call('SET', clock, id)
+  return id
+end
+
 local out = {}
 for _, job in ipairs(cjson.decode(ARGV[3])) do
   local jid, agent, sub, fields, extra = job[1], job[2], job[3], job[4], job[5]
@@ -13,7 +32,10 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
   if st then
     out[#out + 1] = {jid, st, 0}
   else
-    local eid = redis.call('XADD', lane, '*', unpack(fields))
+    local eid = redis.pcall('XADD', lane, next_id(), unpack(fields))
+    if type(eid) == 'table' and eid.err then  -- the lane is ahead of the clock (a plain XADD *): fall back
+      eid = redis.call('XADD', lane, '*', unpack(fields))
+    end
     if jid == '' then jid = eid end
     if sub == '' then sub = string.match(eid, '^(%d+)') end
     redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,

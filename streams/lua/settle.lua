@@ -1,7 +1,8 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
 -- KEYS: results, dead, delayed; ARGV: job_prefix, group, results_maxlen, job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
---   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...]]   terminal result (fenced), optional dead letter
+--   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt]  terminal result (fenced), optional dead
+--        letter; alt (id-less requests): the job id to use when jid's record belongs to another entry
 --   ["retry", lane, eid, src, jid, due, member, error]              back to the delayed set (fenced)
 --   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
@@ -24,13 +25,21 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     out[#out + 1] = 0
   elseif kind == 'done' then
     local jid, res, dl = op[5], op[6], op[7]
+    if op[8] and op[8] ~= '' then
+      local owner = redis.call('HGET', job_prefix .. jid, 'source')
+      if owner and owner ~= op[4] then
+        jid = op[8]
+        for i = 1, #res, 2 do if res[i] == 'id' then res[i + 1] = jid end end
+        for i = 1, #dl, 2 do if dl[i] == 'id' then dl[i + 1] = jid end end
+      end
+    end
     if fenced(jid, op[4]) then
       out[#out + 1] = 0
     else
       redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', unpack(res))
       local key = job_prefix .. jid
       redis.call('HDEL', key, 'error', 'result', 'usage')
-      redis.call('HSET', key, unpack(res))
+      redis.call('HSET', key, 'source', op[4], unpack(res))
       redis.call('EXPIRE', key, ttl)
       if #dl > 0 then redis.call('XADD', dead, '*', unpack(dl)) end
       out[#out + 1] = 1

@@ -1,7 +1,10 @@
 -- Start a batch of claimed entries of one lane: decide for each whether it runs.
 -- KEYS[1] lane stream; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
---   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none)], all strings.
--- Returns per entry {decision, attempts, used} where decision is
+--   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none), explicit ('1' when the
+--   request named its id)], all strings.
+-- An id-less request's job id is its entry ID; if a record of that id belongs to another entry (the
+-- same entry ID on another lane), the job is named '<lane>:<entry ID>' instead: never a false duplicate.
+-- Returns per entry {decision, attempts, used, job_id} where decision is
 --   run: record now running, attempts counted; dup: another entry owns this job or it ended;
 --   exhausted: the attempt budget is spent; expired: the deadline passed before it started.
 local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -9,23 +12,28 @@ local now_n = tonumber(now)
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
 for _, e in ipairs(cjson.decode(ARGV[5])) do
-  local eid, jid, agent, sub, max, deadline = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6]
+  local eid, jid, agent, sub, max, deadline, explicit = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6], e[7]
   local key = job_prefix .. jid
   local me = lane_name .. '/' .. eid
   local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base')
+  if explicit ~= '1' and rec[2] and rec[2] ~= me then
+    jid = lane_name .. ':' .. eid
+    key = job_prefix .. jid
+    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base')
+  end
   local st, src = rec[1], rec[2]
   local att, base = tonumber(rec[3]) or 0, tonumber(rec[4]) or 0
   if st and (terminal[st] or (src and src ~= me)) then
-    out[#out + 1] = {'dup', att, att - base}
+    out[#out + 1] = {'dup', att, att - base, jid}
   elseif att - base >= max then
-    out[#out + 1] = {'exhausted', att, att - base}
+    out[#out + 1] = {'exhausted', att, att - base, jid}
   elseif deadline ~= '' and now_n > tonumber(deadline) then
-    out[#out + 1] = {'expired', att, att - base}
+    out[#out + 1] = {'expired', att, att - base, jid}
   else
     att = att + 1
     redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'started_at', now,
       'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name)
-    out[#out + 1] = {'run', att, att - base}
+    out[#out + 1] = {'run', att, att - base, jid}
   end
 end
 return out

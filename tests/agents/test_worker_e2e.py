@@ -255,8 +255,6 @@ async def test_when_every_key_is_rate_limited_jobs_are_retried_not_lost(
     _assert_no_secret_in(worker, k1, k2)
 
 
-@pytest.mark.xfail(strict=True, reason="job ids default to the entry ID, which is unique per lane only: "
-                   "id-less requests XADDed to two lanes in the same millisecond share a job id, and one is dropped")
 async def test_requests_without_an_id_on_two_lanes_in_the_same_millisecond_each_get_a_result(
     redis, keys: Keys, workers: WorkerFactory
 ) -> None:

@@ -60,3 +60,25 @@ async def test_record_knows_tenant_and_webhook_from_the_start(redis, keys: Keys,
     record = await get_job(redis, keys, "t1")
     assert record is not None
     assert (record.status, record.tenant, record.webhook) == ("queued", "acme", "https://example.com/h")
+
+
+async def test_id_less_jobs_published_to_different_lanes_never_share_an_id(redis, keys: Keys, producer) -> None:
+    from streams.envelope import JobRequest
+
+    ids = []
+    for lane in ("high", "normal", "low", "high", "normal", "low"):
+        ids += [p.job_id for p in await producer.publish_many([JobRequest(agent="echo", data={"i": i}) for i in range(50)], priority=lane)]
+    assert len(set(ids)) == len(ids) == 300
+
+
+async def test_id_less_raw_xadds_with_the_same_entry_id_on_two_lanes_both_get_a_result(redis, keys: Keys, workers) -> None:
+    # Given two id-less requests with the same entry ID on two lanes (as two clients' XADD * can give), one malformed pair too
+    await redis.xadd(keys.lane("high"), {"agent": "echo", "data": '{"n": 1}'}, id="1700000000000-0")
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"n": 2}'}, id="1700000000000-0")
+    await redis.xadd(keys.lane("high"), {"agent": "echo", "data": "oops"}, id="1700000000001-0")
+    await redis.xadd(keys.lane("low"), {"agent": "echo", "data": "oops"}, id="1700000000001-0")
+    workers.start()
+    got = await wait_results(redis, keys, 4, timeout=20)
+    # Then each yields its own result: the first keeps the entry ID as job id, the other is named <lane>:<entry ID>
+    assert sorted(r.id for r in got) == sorted(["1700000000000-0", "normal:1700000000000-0", "1700000000001-0", "low:1700000000001-0"])
+    assert sorted(str(r.status) for r in got) == ["completed", "completed", "rejected", "rejected"]
