@@ -46,6 +46,7 @@ Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix \\[env 
 
 def setup_logging(level: str = "info") -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per job is ours
 
 
 def build(cls: type[T], **overrides: Any) -> T:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crewai import Agent, Crew, Process, Task
+from crewai.utilities.task_output_storage_handler import TaskOutputStorageHandler
 
 from agents.crews.executor import ensure_executor
 from agents.crews.llm import StreamcrewLLM
@@ -66,7 +67,30 @@ def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
         allow_delegation=False, max_iter=4, verbose=False, cache=False,
     )
     task = Task(description=spec.task, expected_output=spec.expected_output, agent=agent)
-    return Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False, memory=False, cache=False, tracing=False)
+    crew = Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False, memory=False, cache=False, tracing=False)
+    crew._task_output_handler = NoTaskOutputStorage()
+    return crew
+
+
+class NoTaskOutputStorage(TaskOutputStorageHandler):
+    """CrewAI's replay log, switched off: it rewrote a SQLite file under a machine-wide lock on every
+    kickoff (halving crew throughput) and kept customers' inputs and outputs on disk. The result
+    event is our record of the run."""
+
+    def __init__(self) -> None:  # no SQLite storage is opened
+        pass
+
+    def update(self, task_index: int, log: dict[str, Any]) -> None:
+        pass
+
+    def add(self, task: Any, output: dict[str, Any], task_index: int, inputs: dict[str, Any] | None = None, was_replayed: bool = False) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def load(self) -> list[dict[str, Any]] | None:
+        return None
 
 
 _free: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], list[Crew]]] = weakref.WeakKeyDictionary()
