@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import importlib.util
 import logging
@@ -93,6 +94,10 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
 
     stop = stop_on_signals(f"worker {name}", settings.grace_s)
 
+    # Everything imported so far (CrewAI alone brings ~10^6 objects) lives as long as the process:
+    # keep it out of the collector's full passes, which otherwise tax every job.
+    gc.collect()
+    gc.freeze()
     settle_task = asyncio.create_task(processor.settler.run())
     run_task = asyncio.create_task(runtime.run())
     llm_settings = agents_llm.runtime.settings()
