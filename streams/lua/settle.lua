@@ -13,11 +13,12 @@ local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, group, maxlen, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
+-- Returns whether the op is fenced, and whether the record holds an earlier attempt's error.
 local function fenced(jid, src)
-  local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source')
+  local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'error')
   if rec[1] and terminal[rec[1]] then return true end
   if rec[2] and rec[2] ~= src then return true end
-  return false
+  return false, rec[3]
 end
 for _, op in ipairs(cjson.decode(ARGV[6])) do
   local kind, lane, eid = op[1], op[2], op[3]
@@ -33,12 +34,13 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
         for i = 1, #dl, 2 do if dl[i] == 'id' then dl[i + 1] = jid end end
       end
     end
-    if fenced(jid, op[4]) then
+    local stop, stale_error = fenced(jid, op[4])
+    if stop then
       out[#out + 1] = 0
     else
       redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', unpack(res))
       local key = job_prefix .. jid
-      redis.call('HDEL', key, 'error', 'result', 'usage')
+      if stale_error then redis.call('HDEL', key, 'error') end
       redis.call('HSET', key, 'source', op[4], unpack(res))
       redis.call('EXPIRE', key, ttl)
       if #dl > 0 then redis.call('XADD', dead, '*', unpack(dl)) end

@@ -31,8 +31,12 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     out[#out + 1] = {'expired', att, att - base, jid}
   else
     att = att + 1
-    redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'started_at', now,
-      'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name)
+    if src == me then  -- published by a producer: agent, submitted_at and lane are there already
+      redis.call('HSET', key, 'status', 'running', 'attempts', att, 'started_at', now, 'worker', worker)
+    else
+      redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'started_at', now,
+        'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name)
+    end
     out[#out + 1] = {'run', att, att - base, jid}
   end
 end
