@@ -18,7 +18,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from streams.envelope import Status
+from streams.envelope import JobResult, Status
 from streams.keys import LANES
 
 # Ids travel in URL paths (/jobs/{id}), so no slash, whitespace or control characters.
@@ -114,23 +114,8 @@ class JobView(BaseModel):
     links: Links
 
 
-class JobResultView(BaseModel):
-    """A terminal job's result event (contract §3), ``result`` and ``usage`` parsed."""
-
-    id: str
-    agent: str
-    status: Status
-    result: Any = None
-    error: str | None = None
-    attempts: int
-    submitted_at: int | None = None
-    started_at: int | None = None
-    finished_at: int | None = None
-    worker: str | None = None
-    usage: dict[str, Any] | None = None
-    webhook: str | None = None
-    tenant: str | None = None
-    traceparent: str | None = None
+# The result event as the results stream and webhooks carry it (contract §3), ``result`` and ``usage`` parsed.
+JobResultView = JobResult
 
 
 class ConsumerStats(BaseModel):
