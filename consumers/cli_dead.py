@@ -1,0 +1,153 @@
+"""``streamcrew dead`` and ``streamcrew webhooks dead``: inspect, replay and purge dead letters."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from consumers.cli_base import Exit, Prefix, RedisUrl, build, dead_app, err, out, run, webhooks_dead_app
+from streams.config import StreamSettings
+
+
+@dead_app.command("list")
+def dead_list(
+    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """List dead letters."""
+    from consumers.ops import Ops
+    from consumers.views import dead_table
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> list[Any]:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_list(count)
+        finally:
+            await ops.close()
+
+    letters = run(go())
+    if as_json:
+        for letter in letters:
+            print(letter.model_dump_json())
+    else:
+        out.print(dead_table(letters))
+
+
+@dead_app.command("replay")
+def dead_replay(
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="dead-letter entry IDs")] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Send dead letters back to their lanes with a fresh attempt budget."""
+    from consumers.ops import Ops
+
+    if not entry_ids and not replay_all:
+        err.print("[red]name dead-letter entry IDs or pass --all[/red]")
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> tuple[list[str], list[str]]:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_replay(entry_ids or [], replay_all)
+        finally:
+            await ops.close()
+
+    replayed, skipped = run(go())
+    for reason in skipped:
+        err.print(f"[yellow]skipped: {reason}[/yellow]")
+    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+
+
+@dead_app.command("purge")
+def dead_purge(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Delete every dead letter."""
+    from consumers.ops import Ops
+
+    if not yes and not typer.confirm("Delete every dead letter?"):
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> int:
+        ops = Ops(settings)
+        try:
+            return await ops.dead_purge()
+        finally:
+            await ops.close()
+
+    print(json.dumps({"purged": run(go())}))
+
+
+@webhooks_dead_app.command("list")
+def webhooks_dead_list(
+    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """List webhook deliveries that exhausted their retries (JSON lines)."""
+    from consumers.notifier import list_webhook_dead
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    for letter in run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count))):
+        print(letter.model_dump_json())
+
+
+@webhooks_dead_app.command("replay")
+def webhooks_dead_replay(
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="webhook dead-letter entry IDs")] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every webhook dead letter")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Deliver webhook dead letters again (the notifier picks them up)."""
+    from consumers.notifier import replay_webhook_dead
+
+    if not entry_ids and not replay_all:
+        err.print("[red]name webhook dead-letter entry IDs or pass --all[/red]")
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    replayed, skipped = run(_with_redis(settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids)))
+    for reason in skipped:
+        err.print(f"[yellow]skipped: {reason}[/yellow]")
+    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+
+
+@webhooks_dead_app.command("purge")
+def webhooks_dead_purge(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Delete every webhook dead letter."""
+    from consumers.notifier import purge_webhook_dead
+
+    if not yes and not typer.confirm("Delete every webhook dead letter?"):
+        raise typer.Exit(Exit.USAGE)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    print(json.dumps({"purged": run(_with_redis(settings, purge_webhook_dead))}))
+
+
+async def _with_redis(settings: StreamSettings, call: Any) -> Any:
+    """One short-lived client for a command that makes one call."""
+    from streams.connection import connect
+    from streams.keys import Keys
+
+    redis = connect(settings.effective_redis_url)
+    try:
+        return await call(redis, Keys(settings.prefix))
+    finally:
+        await redis.aclose()
