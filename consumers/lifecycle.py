@@ -1,4 +1,4 @@
-"""Signals of the long-running processes: the first SIGTERM/SIGINT drains, a second exits at once."""
+"""Life of the long-running processes: serve until the first SIGTERM/SIGINT, drain, a second signal exits at once."""
 
 from __future__ import annotations
 
@@ -6,8 +6,20 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Awaitable
+from typing import Protocol
+
+from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.lifecycle")
+
+
+class BatchWriterLike(Protocol):
+    """The worker's settler or the notifier's committer."""
+
+    def run(self) -> Awaitable[None]: ...
+
+    def close(self, task: asyncio.Task[None]) -> Awaitable[None]: ...
 
 
 def stop_on_signals(what: str, grace_s: float) -> asyncio.Event:
@@ -26,3 +38,22 @@ def stop_on_signals(what: str, grace_s: float) -> asyncio.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     return stop
+
+
+async def serve_until_stopped(runtime: GroupRuntime, writer: BatchWriterLike, stop: asyncio.Event, grace_s: float) -> tuple[int, int]:
+    """Run ``runtime`` and its batch writer until ``stop`` (or a crash), then drain in two steps.
+
+    Returns ``(finished, handed_back)`` from the drain; a crash of the read loop is re-raised.
+    """
+    write_task = asyncio.create_task(writer.run())
+    run_task = asyncio.create_task(runtime.run())
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    if run_task.done() and not run_task.cancelled() and (crash := run_task.exception()) is not None:
+        raise crash
+    finished, handed_back = await runtime.drain(grace_s)
+    await writer.close(write_task)
+    stop_task.cancel()
+    run_task.cancel()
+    await asyncio.gather(run_task, return_exceptions=True)
+    return finished, handed_back

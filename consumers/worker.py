@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import importlib
 import importlib.util
@@ -18,7 +17,7 @@ from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
 from agents.builtin import builtin_registry
 from agents.llm import LLMSettings
-from consumers.lifecycle import stop_on_signals
+from consumers.lifecycle import serve_until_stopped, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
 from streams.connection import connect, require_version
@@ -98,21 +97,11 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     # keep it out of the collector's full passes, which otherwise tax every job.
     gc.collect()
     gc.freeze()
-    settle_task = asyncio.create_task(processor.settler.run())
-    run_task = asyncio.create_task(runtime.run())
     llm_settings = agents_llm.runtime.settings()
     log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s", name, ",".join(registry.names()),
              settings.concurrency, settings.lease_s, settings.prefix,
              f"{llm_settings.model} at {llm_settings.base_url}" if llm_settings.base_url else "offline model")
-    stop_task = asyncio.create_task(stop.wait())
-    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    if run_task.done() and run_task.exception():
-        raise run_task.exception()  # type: ignore[misc]
-    finished, handed_back = await runtime.drain(settings.grace_s)
-    await processor.settler.close(settle_task)
-    stop_task.cancel()
-    run_task.cancel()
-    await asyncio.gather(run_task, return_exceptions=True)
+    finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)
     await agents_llm.aclose()

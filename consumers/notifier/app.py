@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
 import socket
 
-from consumers.lifecycle import stop_on_signals
+from consumers.lifecycle import serve_until_stopped, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.notifier.delivery import Deliverer
 from consumers.notifier.handler import NotifierHandler
@@ -59,21 +58,11 @@ async def run_notifier(settings: NotifierSettings) -> int:
 
     stop = stop_on_signals(f"notifier {name}", settings.grace_s)
 
-    commit_task = asyncio.create_task(handler.committer.run())
-    run_task = asyncio.create_task(runtime.run())
     log.info("notifier %s ready: concurrency=%d per_endpoint=%d max_attempts=%d backoff=%ss lease=%ss "
              "allow_private=%s subscriptions=%d prefix=%s", name, settings.concurrency, settings.per_endpoint_concurrency,
              settings.max_attempts, settings.backoff_s, settings.lease_s, settings.allow_private,
              len(settings.subscriptions), settings.prefix)
-    stop_task = asyncio.create_task(stop.wait())
-    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    if run_task.done() and not run_task.cancelled() and run_task.exception():
-        raise run_task.exception()  # type: ignore[misc]
-    finished, handed_back = await runtime.drain(settings.grace_s)
-    await handler.committer.close(commit_task)
-    stop_task.cancel()
-    run_task.cancel()
-    await asyncio.gather(run_task, return_exceptions=True)
+    finished, handed_back = await serve_until_stopped(runtime, handler.committer, stop, settings.grace_s)
     log.info("notifier %s stopped: %d entries finished, %d handed back", name, finished, handed_back)
     await deliverer.aclose()
     await redis.aclose()
