@@ -9,6 +9,7 @@ import orjson
 import typer
 
 from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks dead`
+from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
 

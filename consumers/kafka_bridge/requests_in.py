@@ -1,0 +1,91 @@
+"""Requests topic -> lanes: a batch of records becomes one publish per lane and one pipeline of dead letters.
+
+No faust here: the agent in :mod:`consumers.kafka_bridge.app` hands batches in and acks their offsets
+only after :meth:`RequestsIn.handle` returns, so a crash re-reads them and the Producer's idempotency
+on the job id (the record key) turns the second delivery into a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from consumers.kafka_bridge import metrics
+from consumers.kafka_bridge.records import Coordinates, Invalid, Parsed, dead_letter, parse_request
+from streams import metrics as stream_metrics
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.runtime import REDIS_DOWN, Backoff
+
+log = logging.getLogger("streamcrew.kafka_bridge")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIn:
+    key: bytes | None
+    value: bytes | None
+    where: Coordinates
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What one batch did; the agent yields it (tests read it through faust's test wrapper)."""
+
+    published: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+class RequestsIn:
+    """Publishes request records through the project's Producer; dead-letters the invalid ones."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.max_request_bytes = max_request_bytes
+        self.producer = Producer(redis, keys, max_request_bytes=max_request_bytes)
+
+    async def handle(self, records: list[RecordIn]) -> BatchOutcome:
+        """Publish or dead-letter every record; waits out Redis outages (the offsets wait with it)."""
+        by_lane: dict[str, list[JobRequest]] = defaultdict(list)
+        invalid: list[tuple[Invalid, RecordIn]] = []
+        for record in records:
+            parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
+            if isinstance(parsed, Parsed):
+                by_lane[parsed.lane].append(parsed.request)
+            else:
+                invalid.append((parsed, record))
+        outcome = BatchOutcome()
+        backoff = Backoff("kafka-bridge publish")
+        while True:
+            try:
+                await self._write(by_lane, invalid, outcome)
+                break
+            except REDIS_DOWN as exc:
+                outcome = BatchOutcome()
+                await backoff.failed(exc)
+        backoff.ok()
+        metrics.records("in", "published").inc(len(outcome.published))
+        metrics.records("in", "duplicate").inc(len(outcome.duplicates))
+        metrics.records("in", "invalid").inc(len(outcome.invalid))
+        return outcome
+
+    async def _write(self, by_lane: dict[str, list[JobRequest]], invalid: list[tuple[Invalid, RecordIn]], outcome: BatchOutcome) -> None:
+        if invalid:
+            pipe = self.redis.pipeline(transaction=False)
+            for problem, record in invalid:
+                letter = dead_letter(problem, record.key, record.value, record.where)
+                pipe.xadd(self.keys.dead, letter.to_fields())  # type: ignore[arg-type]
+            await pipe.execute()
+            for problem, record in invalid:
+                w = record.where
+                log.warning("kafka-bridge: dead-lettered record %s/%d@%d (job %s): %s", w.topic, w.partition, w.offset, problem.job_id[:80], problem.error)
+                stream_metrics.dead_letters("invalid").inc()
+                outcome.invalid.append(problem.job_id)
+        for lane, requests in by_lane.items():
+            for published in await self.producer.publish_many(requests, priority=lane):
+                (outcome.published if published.created else outcome.duplicates).append(published.job_id)

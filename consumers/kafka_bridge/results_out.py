@@ -1,0 +1,143 @@
+"""Results stream -> results topic: group ``kafka-bridge`` reads, Kafka acknowledges, only then XACK.
+
+:class:`ResultsReader` is the :class:`streams.runtime.EntryHandler` of the group: it turns entries
+into :class:`ResultBatch` es and hands them to the faust agent (through a channel). The agent calls
+:meth:`ResultsOut.forward`: produce every record keyed by job id, await each send's future (the
+broker's acknowledgement), XACK the acknowledged entries in one call. A crash anywhere before the
+XACK leaves the entries pending; another bridge reclaims them after the lease and sends them again
+(at-least-once: consumers dedupe on the job id, as webhook receivers do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from consumers.kafka_bridge import metrics
+from consumers.kafka_bridge.records import result_record
+from streams import metrics as stream_metrics
+from streams.envelope import DeadLetter, now_ms
+from streams.errors import DecodeError
+from streams.keys import Keys
+from streams.runtime import REDIS_DOWN, Backoff, Entry, Slot
+
+log = logging.getLogger("streamcrew.kafka_bridge")
+
+KAFKA_BRIDGE_GROUP = "kafka-bridge"
+
+# Sends a record and returns a future resolved by the broker's acknowledgement (faust's ``Topic.send``).
+Send = Callable[[bytes, bytes], Awaitable[Awaitable[Any]]]
+Release = Callable[[str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    entry_id: str
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResultBatch:
+    stream: str
+    records: tuple[ResultRecord, ...]
+
+
+class ResultsOut:
+    """Produces result batches and XACKs each entry only after Kafka acknowledged it."""
+
+    def __init__(self, redis: Redis, *, group: str = KAFKA_BRIDGE_GROUP, send: Send, release: Release | None = None) -> None:
+        self.redis = redis
+        self.group = group
+        self.send = send
+        self.release = release or (lambda stream, entry_id: None)
+
+    async def forward(self, batch: ResultBatch) -> list[str]:
+        """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending."""
+        try:
+            futures = [await self.send(r.key, r.value) for r in batch.records]
+            acks = await asyncio.gather(*futures, return_exceptions=True)
+        except Exception as exc:  # noqa: BLE001 - the producer refused the batch: leave it pending, retry after the lease
+            log.warning("kafka-bridge: producing %d result records failed (%s: %s); they stay pending and are sent again after the lease",
+                        len(batch.records), type(exc).__name__, exc)
+            acks = [exc] * len(batch.records)
+        done = [r.entry_id for r, ack in zip(batch.records, acks, strict=True) if not isinstance(ack, BaseException)]
+        failed = len(batch.records) - len(done)
+        if failed:
+            first = next(a for a in acks if isinstance(a, BaseException))
+            log.warning("kafka-bridge: Kafka refused %d of %d result records (%s: %s); they stay pending and are sent again after the lease",
+                        failed, len(batch.records), type(first).__name__, first)
+        if done:
+            backoff = Backoff("kafka-bridge xack")
+            while True:
+                try:
+                    await self.redis.xack(batch.stream, self.group, *done)
+                    break
+                except REDIS_DOWN as exc:
+                    await backoff.failed(exc)
+            backoff.ok()
+        for r in batch.records:
+            self.release(batch.stream, r.entry_id)
+        metrics.records("out", "produced").inc(len(done))
+        metrics.records("out", "failed").inc(failed)
+        return done
+
+
+class ResultsReader:
+    """The group's entry handler: entries -> :class:`ResultBatch` handed to ``deliver`` (the faust channel)."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, deliver: Callable[[ResultBatch], Awaitable[Any]], release: Release,
+                 consumer: str, lease_s: float, group: str = KAFKA_BRIDGE_GROUP) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.deliver = deliver
+        self.release = release
+        self.consumer = consumer
+        self.lease_s = lease_s
+        self.group = group
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        records: list[ResultRecord] = []
+        settle_now: list[str] = []
+        for entry_id, fields in entries:
+            if fields is None:  # trimmed or deleted while pending: nothing to send
+                settle_now.append(entry_id)
+                continue
+            try:
+                key, value = result_record(fields)
+            except DecodeError as exc:
+                await self._dead_letter(stream, entry_id, fields, exc.reason)
+                settle_now.append(entry_id)
+                continue
+            records.append(ResultRecord(entry_id, key, value))
+        if settle_now:
+            await self.redis.xack(stream, self.group, *settle_now)
+            for entry_id in settle_now:
+                self.release(stream, entry_id)
+        if records:
+            await self.deliver(ResultBatch(stream, tuple(records)))
+
+    async def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, str], reason: str) -> None:
+        letter = DeadLetter(id=fields.get("id") or entry_id, agent=fields.get("agent", ""), reason="invalid",
+                            error=f"result event is malformed: {reason}", source_stream=stream, source_id=entry_id,
+                            attempts=0, dead_at=now_ms(), request=dict(fields))
+        await self.redis.xadd(self.keys.dead, letter.to_fields())  # type: ignore[arg-type]
+        stream_metrics.dead_letters("invalid").inc()
+        metrics.records("out", "invalid").inc()
+        log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered", entry_id, reason)
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        """Stopping with entries unsent: mark them idle past the lease, so any bridge reclaims them at its next sweep."""
+        by_stream: dict[str, list[str]] = {}
+        for stream, entry_id in slots:
+            by_stream.setdefault(stream, []).append(entry_id)
+        for stream, ids in by_stream.items():
+            await self.redis.xclaim(stream, self.group, self.consumer, 0, ids, idle=int(self.lease_s * 1000) + 1, justid=True)
+
+    async def tick(self) -> None:
+        return None

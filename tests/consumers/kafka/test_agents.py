@@ -1,0 +1,160 @@
+"""The bridge's two faust agents through faust's own test support (``agent.test_context()``), offline, on the suite's Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, ResultsReader
+from streams.envelope import JobResult, Status
+from streams.records import get_job
+from tests.support import wait_results, wait_until
+
+
+def request(**fields: Any) -> bytes:
+    return orjson.dumps({"agent": "echo", "data": {"n": 1}, **fields})
+
+
+async def processed(agent: Any, n: int) -> None:
+    """Wait (bounded) until the test agent has yielded ``n`` values."""
+    async with agent.new_value_processed:
+        await asyncio.wait_for(agent.new_value_processed.wait_for(lambda: agent.processed_offset >= n), 10)
+
+
+async def test_valid_records_are_published_once_to_their_lanes(bridge: Any, redis: Any, keys: Any) -> None:
+    async with bridge.requests_agent.test_context() as agent:
+        await agent.put(request(priority=9), key=b"job-high")
+        await agent.put(request(lane="low", data={"n": 2}), key=b"job-low")
+        await agent.put(request(id="job-normal"))
+    outcomes = list(agent.results.values())
+    assert [o.published for o in outcomes] == [["job-high"], ["job-low"], ["job-normal"]]
+    high, low, normal = [await redis.xrange(keys.lane(lane)) for lane in ("high", "low", "normal")]
+    assert [f["id"] for _, f in high] == ["job-high"] and [f["id"] for _, f in low] == ["job-low"]
+    assert [f["id"] for _, f in normal] == ["job-normal"]
+    assert orjson.loads(low[0][1]["data"]) == {"n": 2}
+    record = await get_job(redis, keys, "job-low")
+    assert record is not None and record.status == "queued"
+
+
+async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, workers: Any) -> None:
+    """Kafka's at-least-once redelivery: the same key and value twice, one lane entry, one execution, one result."""
+    async with bridge.requests_agent.test_context() as agent:
+        first = await agent.put(request(), key=b"job-twice")
+        second = await agent.put(request(), key=b"job-twice")
+    assert first.message.offset != second.message.offset
+    assert [(o.published, o.duplicates) for o in agent.results.values()] == [(["job-twice"], []), ([], ["job-twice"])]
+    assert await redis.xlen(keys.lane("normal")) == 1
+    workers.start()
+    (result,) = await wait_results(redis, keys, 1, timeout=30)
+    assert result.id == "job-twice" and result.status == Status.COMPLETED and result.attempts == 1
+    async with bridge.requests_agent.test_context() as again:  # after the job ended, too
+        await again.put(request(), key=b"job-twice")
+    assert list(again.results.values())[0].duplicates == ["job-twice"]
+    assert await redis.xlen(keys.results) == 1
+
+
+@pytest.mark.parametrize(("value", "key", "error"), [
+    (b"not json", b"bad-json", "not JSON"),
+    (b"[1, 2]", b"bad-list", "must be a JSON object"),
+    (orjson.dumps({"data": {}}), b"bad-agent", "agent"),
+    (orjson.dumps({"agent": "echo", "data": {}, "priority": 11}), b"bad-priority", "priority must be 0-10"),
+    (orjson.dumps({"agent": "echo", "data": {}, "max_attempts": 0}), b"bad-attempts", "max_attempts"),
+    (orjson.dumps({"agent": "echo", "data": {}, "webhok": "x"}), b"bad-field", "unknown field"),
+    (orjson.dumps({"agent": "echo", "data": {}, "id": "other"}), b"bad-id", "disagree"),
+    (None, b"tombstone", "no value"),
+])
+async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
+    bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
+) -> None:
+    async with bridge.requests_agent.test_context() as agent:
+        bad = await agent.put(value, key=key, partition=3)
+        good = await agent.put(request(), key=b"job-after")
+        await wait_until(lambda: _true(bad.message.acked and good.message.acked), timeout=10, what="both offsets acked")
+    (invalid, valid) = agent.results.values()
+    assert invalid.invalid == [key.decode()] and invalid.published == []
+    assert valid.published == ["job-after"], "the partition moves on past an invalid record"
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert letter["reason"] == "invalid" and error in letter["error"], letter
+    assert letter["id"] == key.decode() and letter["source_stream"] == f"kafka:{bridge.requests_agent.channel.get_topic_name()}"
+    assert letter["source_id"] == f"3-{bad.message.offset}"
+    if value is not None:
+        assert orjson.loads(letter["request"])["value"] == value.decode()
+    assert await redis.xlen(keys.lane("normal")) == 1 and await redis.xlen(keys.results) == 0
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_acknowledged(bridge: Any, redis: Any, keys: Any) -> None:
+    results = [JobResult(id=f"job-{n}", agent="echo", status=Status.COMPLETED, result={"echo": {"n": n}}, attempts=1) for n in range(3)]
+    for r in results:
+        await redis.xadd(keys.results, r.to_fields())
+    batches: list[ResultBatch] = []
+
+    async def deliver(batch: ResultBatch) -> None:
+        batches.append(batch)
+
+    reader = ResultsReader(redis, keys, deliver=deliver, release=lambda s, e: None, consumer="test-bridge", lease_s=60)
+    reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
+    await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
+    (batch,) = batches
+
+    sent: list[tuple[bytes, bytes]] = []
+    acks: list[asyncio.Future[object]] = []
+    all_sent = asyncio.Event()
+
+    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
+        sent.append((key, value))
+        acks.append(asyncio.get_running_loop().create_future())
+        if len(sent) == len(results):
+            all_sent.set()
+        return acks[-1]
+
+    bridge.results_out.send = send
+    pending = lambda: redis.xpending(keys.results, KAFKA_BRIDGE_GROUP)  # noqa: E731
+    async with bridge.results_agent.test_context() as agent:
+        await agent.put(batch, wait=False)
+        await asyncio.wait_for(all_sent.wait(), 10)
+        assert [k for k, _ in sent] == [b"job-0", b"job-1", b"job-2"]
+        assert [orjson.loads(v)["result"] for _, v in sent] == [{"echo": {"n": n}} for n in range(3)]
+        acks[0].set_result("ack")
+        acks[2].set_result("ack")
+        await asyncio.sleep(0)  # let the agent run: it must still wait for the second acknowledgement
+        assert (await pending())["pending"] == 3, "nothing is XACKed before every send future resolved"
+        acks[1].set_result("ack")
+        await processed(agent, 1)
+    assert list(agent.results.values()) == [[e.entry_id for e in batch.records]]
+    assert (await pending())["pending"] == 0
+
+
+async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, keys: Any) -> None:
+    for n in range(2):
+        await redis.xadd(keys.results, JobResult(id=f"job-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
+    reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
+    batches: list[ResultBatch] = []
+    reader = ResultsReader(redis, keys, deliver=lambda b: _append(batches, b), release=lambda s, e: None, consumer="test-bridge", lease_s=60)
+    await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
+
+    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if key == b"job-0":
+            fut.set_exception(RuntimeError("MessageSizeTooLarge"))
+        else:
+            fut.set_result("ack")
+        return fut
+
+    bridge.results_out.send = send
+    async with bridge.results_agent.test_context() as agent:
+        await agent.put(batches[0])
+    (acked,) = agent.results.values()
+    assert acked == [reply[0][1][1][0]]
+    detail = await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10)
+    assert [d["message_id"] for d in detail] == [reply[0][1][0][0]], "the refused one waits for its reclaim"
+
+
+async def _append(batches: list[ResultBatch], batch: ResultBatch) -> None:
+    batches.append(batch)
