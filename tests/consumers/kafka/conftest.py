@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -30,3 +30,14 @@ async def bridge(bridge_settings: KafkaBridgeSettings, redis: object) -> AsyncIt
     import shutil
 
     shutil.rmtree(built.datadir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.consumers.kafka.broker import SKIP_REASON
+    from tests.consumers.kafka.broker import kafka_bootstrap as find
+
+    with find(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        if bootstrap is None:
+            pytest.skip(SKIP_REASON)
+        yield bootstrap
