@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from consumers.cli_base import Exit, Prefix, RedisUrl, app, build, err, run, setup_logging
 
@@ -25,6 +25,7 @@ def kafka_bridge(
     ssl_cafile: Annotated[str | None, typer.Option(help="CA bundle of the brokers' certificates \\[env STREAMCREW_KAFKA_SSL_CAFILE]")] = None,
     ssl_certfile: Annotated[str | None, typer.Option(help="client certificate (mutual TLS) \\[env STREAMCREW_KAFKA_SSL_CERTFILE]")] = None,
     ssl_keyfile: Annotated[str | None, typer.Option(help="key of the client certificate \\[env STREAMCREW_KAFKA_SSL_KEYFILE]")] = None,
+    session_timeout: Annotated[float | None, typer.Option(help="seconds the group waits for a silent bridge \\[env STREAMCREW_KAFKA_SESSION_TIMEOUT_S, default 30]")] = None,
     concurrency: Annotated[int | None, typer.Option(help="result events awaiting Kafka's acknowledgement at once \\[env STREAMCREW_CONCURRENCY, default 2000]")] = None,
     lease: Annotated[float | None, typer.Option(help="lease seconds of held result events \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9103]")] = None,
@@ -34,17 +35,19 @@ def kafka_bridge(
     prefix: Prefix = None,
 ) -> None:
     """Kafka bridge: requests topic -> lanes (idempotent on the job id), results -> results topic (XACK after Kafka's ack)."""
-    if importlib.util.find_spec("faust") is None:
-        err.print(f"[red]{KAFKA_EXTRA_HINT}[/red]")
-        raise typer.Exit(Exit.USAGE)
+    try:
+        from consumers.kafka_bridge.app import run_bridge
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("faust", "mode", "aiokafka"):
+            raise
+        err.print(f"[red]{escape(KAFKA_EXTRA_HINT)}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
     from consumers.kafka_bridge.settings import KafkaBridgeSettings
 
     settings = build(KafkaBridgeSettings, kafka_broker=broker, kafka_requests_topic=requests_topic, kafka_results_topic=results_topic,
                      kafka_group_id=group_id, kafka_topic_partitions=topic_partitions, kafka_security_protocol=security_protocol,
                      kafka_sasl_mechanism=sasl_mechanism, kafka_sasl_username=sasl_username, kafka_ssl_cafile=ssl_cafile,
-                     kafka_ssl_certfile=ssl_certfile, kafka_ssl_keyfile=ssl_keyfile, concurrency=concurrency, lease_s=lease,
+                     kafka_ssl_certfile=ssl_certfile, kafka_ssl_keyfile=ssl_keyfile, kafka_session_timeout_s=session_timeout, concurrency=concurrency, lease_s=lease,
                      metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
-    from consumers.kafka_bridge.app import run_bridge
-
     raise typer.Exit(run(run_bridge(settings)))

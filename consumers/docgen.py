@@ -17,6 +17,7 @@ SETTINGS = [
     ("`streamcrew worker`", "consumers.settings", "WorkerSettings"),
     ("`streamcrew notifier`", "consumers.notifier.settings", "NotifierSettings"),
     ("`streamcrew gateway`", "consumers.gateway.settings", "GatewaySettings"),
+    ("`streamcrew kafka-bridge`", "consumers.kafka_bridge.settings", "KafkaBridgeSettings"),
     ("LLM agents (worker)", "agents.llm.settings", "LLMSettings"),
 ]
 

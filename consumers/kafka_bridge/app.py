@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 from faust.types import TP
 from redis.asyncio import Redis
 
@@ -41,6 +42,7 @@ log = logging.getLogger("streamcrew.kafka_bridge")
 REQUEST_BATCH = 500
 REQUEST_BATCH_WITHIN_S = 0.01
 LAG_EVERY_S = 5.0
+UNAVAILABLE = 4  # the CLI's exit code for a service it cannot reach
 
 
 def consumer_name() -> str:
@@ -185,8 +187,13 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     await asyncio.wait({start_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     run_task: asyncio.Task[None] | None = None
-    if start_task.done() and not stop.is_set():
-        start_task.result()
+    started = start_task.done() and not stop.is_set()
+    if started and (problem := start_task.exception()) is not None:
+        if not isinstance(problem, KafkaError):
+            raise problem
+        log.error("kafka-bridge: cannot reach Kafka at %s: %s", broker, problem)
+        code, started = UNAVAILABLE, False
+    if started:
         run_task = asyncio.create_task(bridge.runtime.run())
         log.info("kafka-bridge %s ready: %s -> lanes, results -> %s, broker %s, prefix %s", bridge.runtime.consumer,
                  settings.kafka_requests_topic, settings.kafka_results_topic, broker, settings.prefix)

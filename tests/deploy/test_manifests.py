@@ -17,6 +17,7 @@ import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from consumers.gateway.settings import DEFAULT_GATEWAY_PORT
+from consumers.kafka_bridge.settings import DEFAULT_KAFKA_BRIDGE_METRICS_PORT, KafkaBridgeSettings
 from consumers.mock_llm import DEFAULT_PORT as MOCK_LLM_PORT
 from consumers.notifier.settings import DEFAULT_NOTIFIER_METRICS_PORT, NotifierSettings
 from consumers.settings import DEFAULT_WORKER_METRICS_PORT, WorkerSettings
@@ -27,8 +28,9 @@ from tests.deploy.support import (
     command_lines_in_docs, env_names_in, env_vars, load_yaml_all, project_version,
 )
 
-METRICS_PORTS = {"worker": DEFAULT_WORKER_METRICS_PORT, "notifier": DEFAULT_NOTIFIER_METRICS_PORT}
-GRACE_SETTINGS = {"worker": WorkerSettings, "notifier": NotifierSettings}
+METRICS_PORTS = {"worker": DEFAULT_WORKER_METRICS_PORT, "notifier": DEFAULT_NOTIFIER_METRICS_PORT,
+                 "kafka-bridge": DEFAULT_KAFKA_BRIDGE_METRICS_PORT}
+GRACE_SETTINGS = {"worker": WorkerSettings, "notifier": NotifierSettings, "kafka-bridge": KafkaBridgeSettings}
 IMAGE = f"streamcrew:{project_version()}"
 
 
@@ -161,9 +163,10 @@ def test_dockerfile_is_slim_non_root_with_the_streamcrew_entry_point() -> None:
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert "crewai" in extras and '".[crewai]"' in text
+    assert {"crewai", "kafka"} <= set(extras) and '".[crewai,kafka]"' in text
     exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", text, re.M) for p in line.split()}
-    assert exposed == {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT, MOCK_LLM_PORT}
+    assert exposed == {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT,
+                       DEFAULT_KAFKA_BRIDGE_METRICS_PORT, MOCK_LLM_PORT}
     for copied in re.findall(r"^COPY (?!--from)(\S+)", text, re.M):
         assert (ROOT / copied).exists(), f"Dockerfile copies {copied}, which is not in the repository"
 
@@ -172,7 +175,7 @@ def test_dockerfile_is_slim_non_root_with_the_streamcrew_entry_point() -> None:
 
 def test_compose_has_the_whole_stack() -> None:
     services = compose()["services"]
-    assert {"redis", "gateway", "worker", "notifier", "mock-llm", "prometheus", "grafana"} <= set(services)
+    assert {"redis", "gateway", "worker", "notifier", "kafka-bridge", "mock-llm", "prometheus", "grafana"} <= set(services)
     redis = services["redis"]
     assert str(redis["image"]).startswith("redis:7")
     command = " ".join(redis["command"])
@@ -215,7 +218,7 @@ def test_prometheus_scrapes_every_process_on_its_port() -> None:
         for sd in job.get("dns_sd_configs", []):
             targets |= {f"{n}:{sd['port']}" for n in sd["names"]}
     assert {f"gateway:{DEFAULT_GATEWAY_PORT}", f"worker:{DEFAULT_WORKER_METRICS_PORT}",
-            f"notifier:{DEFAULT_NOTIFIER_METRICS_PORT}"} <= targets
+            f"notifier:{DEFAULT_NOTIFIER_METRICS_PORT}", f"kafka-bridge:{DEFAULT_KAFKA_BRIDGE_METRICS_PORT}"} <= targets
     assert config["rule_files"] == [ALERTS.name]
     prometheus = compose()["services"]["prometheus"]
     assert "./prometheus:/etc/prometheus:ro" in prometheus["volumes"]
@@ -241,7 +244,7 @@ def test_grafana_is_provisioned_with_the_dashboard_and_datasource() -> None:
 
 def test_k8s_probes_and_ports_match_the_code() -> None:
     d = deployments()
-    assert {"gateway", "worker", "notifier"} <= set(d)
+    assert {"gateway", "worker", "notifier", "kafka-bridge"} <= set(d)
     gateway = container(d["gateway"])
     options = check_invocation(gateway["args"], "gateway")
     assert int(options["--port"]) == DEFAULT_GATEWAY_PORT and options["--host"] == "0.0.0.0"
@@ -258,6 +261,7 @@ def test_k8s_probes_and_ports_match_the_code() -> None:
     assert services["gateway"]["spec"]["ports"][0]["targetPort"] == DEFAULT_GATEWAY_PORT
     assert services["worker-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_WORKER_METRICS_PORT
     assert services["notifier-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_NOTIFIER_METRICS_PORT
+    assert services["kafka-bridge-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_KAFKA_BRIDGE_METRICS_PORT
 
 
 def test_k8s_termination_grace_outlasts_the_drain() -> None:

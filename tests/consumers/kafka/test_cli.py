@@ -1,0 +1,56 @@
+"""``streamcrew kafka-bridge`` as an operator meets it: no faust without the extra, clear errors, faust in one module."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from consumers.processes import streamcrew_cmd
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_cli(*args: str, code: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-c", code, *args] if code else streamcrew_cmd(*args)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def test_without_the_extra_the_command_says_what_to_install() -> None:
+    # faust made unimportable, as in a bare `pip install streamcrew`
+    code = "import sys; sys.modules['faust'] = None; sys.argv = ['streamcrew', *sys.argv[1:]]; from consumers.cli import main; main()"
+    done = run_cli("kafka-bridge", "--broker", "kafka://127.0.0.1:9", code=code)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'streamcrew[kafka]'" in done.stderr
+
+
+def test_the_cli_and_every_other_command_load_without_faust() -> None:
+    code = "import sys; sys.modules['faust'] = None; sys.argv = ['streamcrew', '--help']; from consumers.cli import main; main()"
+    done = run_cli(code=code)
+    assert done.returncode == 0 and "kafka-bridge" in done.stdout, done.stderr
+
+
+def test_only_the_bridge_app_imports_faust() -> None:
+    importing = sorted(
+        str(path.relative_to(ROOT)) for package in ("streams", "agents", "consumers") for path in (ROOT / package).rglob("*.py")
+        if re.search(r"^\s*(import faust|from faust\b)", path.read_text(), re.M)
+    )
+    assert importing == ["consumers/kafka_bridge/app.py"]
+
+
+def test_bad_settings_are_one_clear_line_each() -> None:
+    done = run_cli("kafka-bridge", "--broker", "localhost:9092")
+    assert done.returncode == 2 and "broker must be kafka://host:port" in done.stderr, done.stderr
+    done = run_cli("kafka-bridge", "--security-protocol", "SASL_SSL", env={"STREAMCREW_KAFKA_SASL_PASSWORD": "hunter2"})
+    assert done.returncode == 2 and "needs STREAMCREW_KAFKA_SASL_USERNAME" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+    done = run_cli("kafka-bridge", "--requests-topic", "same", "--results-topic", "same")
+    assert done.returncode == 2 and "must differ" in done.stderr
+
+
+def test_an_unreachable_broker_is_one_clear_line_and_exit_4(redis_url: str, prefix: str) -> None:
+    done = run_cli("kafka-bridge", "--broker", "kafka://127.0.0.1:9", "--metrics-port", "0", "--redis-url", redis_url, "--prefix", prefix)
+    assert done.returncode == 4, done.stderr[-2000:]
+    assert "cannot reach Kafka at kafka://127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
