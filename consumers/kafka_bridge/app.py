@@ -42,6 +42,8 @@ log = logging.getLogger("streamcrew.kafka_bridge")
 REQUEST_BATCH = 500
 REQUEST_BATCH_WITHIN_S = 0.01
 LAG_EVERY_S = 5.0
+# Result batches awaiting Kafka's acknowledgement at once: one round trip per batch would bound the rate.
+RESULT_BATCHES_IN_FLIGHT = 4
 UNAVAILABLE = 4  # the CLI's exit code for a service it cannot reach
 
 
@@ -140,7 +142,7 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
                 processed[m.tp] = max(processed.get(m.tp, -1), m.offset)
             yield await requests_in.handle(records)
 
-    @app.agent(results_channel, name="results_to_topic")
+    @app.agent(results_channel, name="results_to_topic", concurrency=RESULT_BATCHES_IN_FLIGHT)
     async def results_to_topic(stream: faust.StreamT[ResultBatch]) -> AsyncIterator[list[str]]:
         """Results stream -> results topic, keyed by job id; each entry XACKed once Kafka acknowledged it."""
         async for batch in stream:

@@ -17,6 +17,7 @@ from consumers.kafka_bridge import metrics
 from consumers.kafka_bridge.records import Coordinates, Invalid, Parsed, dead_letter, parse_request
 from streams import metrics as stream_metrics
 from streams.envelope import JobRequest
+from streams.errors import RequestTooLarge
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.runtime import REDIS_DOWN, Backoff
@@ -51,12 +52,12 @@ class RequestsIn:
 
     async def handle(self, records: list[RecordIn]) -> BatchOutcome:
         """Publish or dead-letter every record; waits out Redis outages (the offsets wait with it)."""
-        by_lane: dict[str, list[JobRequest]] = defaultdict(list)
+        by_lane: dict[str, list[tuple[JobRequest, RecordIn]]] = defaultdict(list)
         invalid: list[tuple[Invalid, RecordIn]] = []
         for record in records:
             parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
             if isinstance(parsed, Parsed):
-                by_lane[parsed.lane].append(parsed.request)
+                by_lane[parsed.lane].append((parsed.request, record))
             else:
                 invalid.append((parsed, record))
         outcome = BatchOutcome()
@@ -74,7 +75,21 @@ class RequestsIn:
         metrics.records("in", "invalid").inc(len(outcome.invalid))
         return outcome
 
-    async def _write(self, by_lane: dict[str, list[JobRequest]], invalid: list[tuple[Invalid, RecordIn]], outcome: BatchOutcome) -> None:
+    async def _write(self, by_lane: dict[str, list[tuple[JobRequest, RecordIn]]], invalid: list[tuple[Invalid, RecordIn]],
+                     outcome: BatchOutcome) -> None:
+        invalid = list(invalid)  # a retry after an outage starts from the parsed batch again
+        for lane, pairs in by_lane.items():
+            try:
+                done = await self.producer.publish_many([request for request, _ in pairs], priority=lane)
+            except RequestTooLarge:  # one of them encodes past the limit: publish one by one, dead-letter that one
+                done = []
+                for request, record in pairs:
+                    try:
+                        done += await self.producer.publish_many([request], priority=lane)
+                    except RequestTooLarge as exc:
+                        invalid.append((Invalid(str(exc), request.id or record.where.job_id, request.agent), record))
+            for published in done:
+                (outcome.published if published.created else outcome.duplicates).append(published.job_id)
         if invalid:
             pipe = self.redis.pipeline(transaction=False)
             for problem, record in invalid:
@@ -86,6 +101,3 @@ class RequestsIn:
                 log.warning("kafka-bridge: dead-lettered record %s/%d@%d (job %s): %s", w.topic, w.partition, w.offset, problem.job_id[:80], problem.error)
                 stream_metrics.dead_letters("invalid").inc()
                 outcome.invalid.append(problem.job_id)
-        for lane, requests in by_lane.items():
-            for published in await self.producer.publish_many(requests, priority=lane):
-                (outcome.published if published.created else outcome.duplicates).append(published.job_id)

@@ -158,3 +158,20 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
 
 async def _append(batches: list[ResultBatch], batch: ResultBatch) -> None:
     batches.append(batch)
+
+
+async def test_a_request_that_encodes_past_the_limit_is_dead_lettered_and_its_batch_published(redis: Any, keys: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+
+    limit = 200
+    small = request()
+    # Under the limit as a record, over it once encoded with the job id and submitted_at
+    big = orjson.dumps({"agent": "echo", "data": {"pad": "x" * (limit - 60)}})
+    assert len(big) <= limit
+    records = [RecordIn(b"job-small", small, Coordinates("t", 0, 0)), RecordIn(b"job-big" + b"-" * 40, big, Coordinates("t", 0, 1)),
+               RecordIn(b"job-small-2", small, Coordinates("t", 0, 2))]
+    outcome = await RequestsIn(redis, keys, max_request_bytes=limit).handle(records)
+    assert outcome.published == ["job-small", "job-small-2"] and outcome.invalid == ["job-big" + "-" * 40]
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert letter["reason"] == "invalid" and "byte limit" in letter["error"] and letter["source_id"] == "0-1"
