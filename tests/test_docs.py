@@ -11,7 +11,7 @@ from consumers.docgen import env_names, render, settings_classes, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
-NOT_SETTINGS = {"STREAMCREW_TEST_REDIS_URL"}  # read by the test suite's fixture only
+NOT_SETTINGS = {"STREAMCREW_TEST_REDIS_URL", "STREAMCREW_TEST_KAFKA"}  # read by the test suite's fixtures only
 
 
 def _commands() -> dict[tuple[str, ...], set[str]]:

@@ -322,7 +322,7 @@ def test_docs_name_only_images_and_ports_the_stack_has() -> None:
     published = {int(p.split(":")[0]) for s in compose()["services"].values() for p in s.get("ports", [])}
     local = {int(p) for p in re.findall(r"(?:localhost|127\.0\.0\.1):(\d+)", text)}
     assert local and local <= published, f"ports not published by compose: {sorted(local - published)}"
-    code_ports = {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT, MOCK_LLM_PORT}
+    code_ports = {DEFAULT_GATEWAY_PORT, DEFAULT_WORKER_METRICS_PORT, DEFAULT_NOTIFIER_METRICS_PORT, DEFAULT_KAFKA_BRIDGE_METRICS_PORT, MOCK_LLM_PORT}
     named = {int(p) for p in re.findall(r"\bport (\d{4,5})\b", text)}
     assert named <= code_ports | published | {6379}, f"ports named but not used: {sorted(named - code_ports - published)}"
 
