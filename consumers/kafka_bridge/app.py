@@ -32,6 +32,7 @@ from consumers.kafka_bridge.settings import KafkaBridgeSettings
 from consumers.lifecycle import stop_on_signals
 from consumers.metrics_server import serve_metrics
 from streams.connection import connect, require_version
+from streams.gauges import register_stream_gauges
 from streams.groups import ensure_group
 from streams.keys import Keys
 from streams.runtime import GroupRuntime
@@ -180,6 +181,7 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     await ensure_group(redis, keys.results, KAFKA_BRIDGE_GROUP)
     bridge = build_bridge(settings, redis)
     if settings.metrics_port:
+        register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
     stop = stop_on_signals(f"kafka-bridge {bridge.runtime.consumer}", settings.grace_s)
     broker = _broker_for_logs(settings.kafka_broker)
