@@ -69,6 +69,11 @@ class RequestsIn:
             except REDIS_DOWN as exc:
                 outcome = BatchOutcome()
                 await backoff.failed(exc)
+            except Exception as exc:  # noqa: BLE001 - a refused write must not ack the batch (faust acks on the way out)
+                log.error("kafka-bridge: publishing a batch of %d records failed (%s: %s); retrying, its offsets wait",
+                          len(records), type(exc).__name__, exc)
+                outcome = BatchOutcome()
+                await backoff.failed(exc)
         backoff.ok()
         metrics.records("in", "published").inc(len(outcome.published))
         metrics.records("in", "duplicate").inc(len(outcome.duplicates))

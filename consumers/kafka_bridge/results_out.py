@@ -58,13 +58,18 @@ class ResultsOut:
         self.release = release or (lambda stream, entry_id: None)
 
     async def forward(self, batch: ResultBatch) -> list[str]:
-        """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending."""
+        """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending (their slots are freed)."""
+        try:
+            return await self._forward(batch)
+        finally:
+            for r in batch.records:
+                self.release(batch.stream, r.entry_id)
+
+    async def _forward(self, batch: ResultBatch) -> list[str]:
         try:
             futures = [await self.send(r.key, r.value) for r in batch.records]
             acks = await asyncio.gather(*futures, return_exceptions=True)
         except Exception as exc:  # noqa: BLE001 - the producer refused the batch: leave it pending, retry after the lease
-            log.warning("kafka-bridge: producing %d result records failed (%s: %s); they stay pending and are sent again after the lease",
-                        len(batch.records), type(exc).__name__, exc)
             acks = [exc] * len(batch.records)
         done = [r.entry_id for r, ack in zip(batch.records, acks, strict=True) if not isinstance(ack, BaseException)]
         failed = len(batch.records) - len(done)
@@ -81,8 +86,6 @@ class ResultsOut:
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)
             backoff.ok()
-        for r in batch.records:
-            self.release(batch.stream, r.entry_id)
         metrics.records("out", "produced").inc(len(done))
         metrics.records("out", "failed").inc(failed)
         return done

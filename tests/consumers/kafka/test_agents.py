@@ -11,7 +11,7 @@ import pytest
 from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, ResultsReader
 from streams.envelope import JobResult, Status
 from streams.records import get_job
-from tests.support import wait_results, wait_until
+from tests.support import wait_for_log, wait_results, wait_until
 
 
 def request(**fields: Any) -> bytes:
@@ -47,7 +47,7 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     assert first.message.offset != second.message.offset
     assert [(o.published, o.duplicates) for o in agent.results.values()] == [(["job-twice"], []), ([], ["job-twice"])]
     assert await redis.xlen(keys.lane("normal")) == 1
-    workers.start()
+    wait_for_log(workers.start(wait_ready=False), " ready: ", timeout=120)  # CrewAI's import is slow on a loaded machine
     (result,) = await wait_results(redis, keys, 1, timeout=30)
     assert result.id == "job-twice" and result.status == Status.COMPLETED and result.attempts == 1
     async with bridge.requests_agent.test_context() as again:  # after the job ended, too
