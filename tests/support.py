@@ -21,8 +21,11 @@ async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, wh
         await asyncio.sleep(every)
 
 
-def wait_for_log(child: Child, text: str, *, timeout: float = 20.0) -> None:
-    """Block until ``text`` shows in the child's log (the worker's ready line, say)."""
+def wait_for_log(child: Child, text: str, *, timeout: float = 90.0) -> None:
+    """Block until ``text`` shows in the child's log (the worker's ready line, say).
+
+    The bound is generous: on a loaded 2-core machine CrewAI's import alone took 24 s of wall clock.
+    """
     deadline = time.monotonic() + timeout
     while text not in child.log_text():
         if not child.alive():
