@@ -1,29 +1,31 @@
 """One webhook POST: guarded, signed, bounded per endpoint, classified for the retry policy.
 
-One pooled :class:`httpx.AsyncClient` serves every endpoint. A global
+One pooled aiohttp session (``http_client``) serves every endpoint. A global
 semaphore bounds requests in flight; the :class:`EndpointLimiter` bounds each
 endpoint (scheme, host, port). A delivery the limiter will not queue, or that
 waited ``QUEUE_WAIT_S`` in vain, answers ``BUSY``: the caller parks it in the
 delayed set, so a slow endpoint never holds the slots other endpoints need.
+The attempt's deadline (``timeout_s``) covers name resolution, connect,
+request and answer. A POST is never re-sent within one attempt: if the
+connection fails after the request may have gone out, the attempt failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
+import ssl
 import time
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-import httpx
+import aiohttp
 
-from consumers.notifier import metrics
+from consumers.notifier import http_client, metrics
 from consumers.notifier.limiter import EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
-from consumers.notifier.transport import LeanTransport
+from streams.retry_after import parse_retry_after
 
 log = logging.getLogger("streamcrew.notifier.delivery")
 
@@ -56,29 +58,13 @@ class Attempt:
         return self.kind in (Kind.DELIVERED, Kind.RETRY, Kind.GONE)
 
 
-def parse_retry_after(value: str | None, *, cap_s: float, now_s: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), capped; None if absent or bad."""
-    if not value:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now_s is None else now_s)
-        except (TypeError, ValueError, IndexError):
-            return None
-    if not math.isfinite(seconds):
-        return None
-    return min(max(0.0, seconds), cap_s)
-
-
 class Deliverer:
     """POSTs signed bodies; never raises for a delivery problem: every outcome is an :class:`Attempt`."""
 
     def __init__(
         self, *, signer: Signer, guard: SsrfGuard, concurrency: int, per_endpoint: int,
         connect_timeout_s: float, timeout_s: float, retry_after_cap_s: float,
-        transport: httpx.AsyncBaseTransport | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.signer = signer
         self.guard = guard
@@ -86,23 +72,35 @@ class Deliverer:
         self.retry_after_cap_s = retry_after_cap_s
         self.limiter = EndpointLimiter(per_endpoint, queue_wait_s=QUEUE_WAIT_S, max_waiting=concurrency)
         self._global = asyncio.Semaphore(concurrency)
-        self.client = httpx.AsyncClient(
-            transport=transport or LeanTransport(guard),
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self._concurrency = concurrency
+        self._connect_timeout_s = connect_timeout_s
+        self._ssl_context = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """Created on first use, inside the running loop."""
+        if self._session is None:
+            self._session = http_client.session(self.guard, limit=self._concurrency, connect_timeout_s=self._connect_timeout_s,
+                                                ssl_context=self._ssl_context)
+        return self._session
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._session is not None:
+            await self._session.close()
+        await self.guard.resolver.aclose()
 
     async def deliver(self, url: str, msg_id: str, body: bytes) -> Attempt:
+        started = time.perf_counter()
         try:
-            target = await self.guard.check(url)
+            async with asyncio.timeout(self.timeout_s):  # a resolver that never answers costs this attempt only
+                target = await self.guard.check(url)
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))
         except Unresolvable as exc:
-            return Attempt(Kind.RETRY, error=str(exc))
+            return self._failed(started, str(exc))
+        except TimeoutError:
+            return self._failed(started, f"timeout after {self.timeout_s:g}s resolving the host")
         ep = self.limiter.enter(target.origin)
         if ep is None:
             return Attempt(Kind.BUSY, error=f"{target.origin} has {self.limiter.users(target.origin)} deliveries under way")
@@ -119,7 +117,7 @@ class Deliverer:
                     self.limiter.started(ep)
                     attempt = Attempt(Kind.RETRY, error="cancelled")
                     try:
-                        attempt = await self._post(url, msg_id, body)
+                        attempt = await self._post(url, msg_id, body, self.timeout_s - (time.perf_counter() - started))
                     finally:
                         self.limiter.finished(ep, attempt.seconds)
                     return attempt
@@ -128,32 +126,38 @@ class Deliverer:
         finally:
             self.limiter.leave(ep)
 
-    async def _post(self, url: str, msg_id: str, body: bytes) -> Attempt:
-        headers = self.signer.headers(msg_id, body)
+    async def _post(self, url: str, msg_id: str, body: bytes, budget_s: float) -> Attempt:
+        headers = self.signer.headers(msg_id, body, url=url)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async with self.client.stream("POST", parse_url(url), content=body, headers=headers) as response:
-                    snippet = await _read_some(response)
+            async with asyncio.timeout(max(0.0, budget_s)):
+                async with self.session.post(parse_url(url), data=body, headers=headers, allow_redirects=False) as response:
+                    status = response.status
+                    if not 100 <= status <= 599:  # aiohttp takes 000-099 as final; for us it is not HTTP
+                        response.close()
+                        return self._failed(started, f"protocol error: status {status:03d}")
+                    snippet = await response.content.read(MAX_RESPONSE_BYTES)
+                    if not response.content.at_eof():
+                        response.close()  # a huge answer is not ours to read: drop the connection, not the memory
+                    retry_after = response.headers.get("retry-after")
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            return self._failed(started, f"timeout after {time.perf_counter() - started:.1f}s ({type(exc).__name__})")
-        except httpx.HTTPError as exc:
-            return self._failed(started, f"{type(exc).__name__}: {exc}".rstrip(": "))
+        except TimeoutError:
+            return self._failed(started, f"timeout after {time.perf_counter() - started:.1f}s")
+        except aiohttp.ClientError as exc:
+            return self._failed(started, describe(exc))
         except Exception as exc:  # a delivery problem must become data, never kill the notifier
-            log.exception("unexpected error delivering to %s", url)
-            return self._failed(started, f"{type(exc).__name__}: {exc}".rstrip(": "))
+            log.exception("unexpected %s delivering to an endpoint", type(exc).__name__)
+            return self._failed(started, type(exc).__name__)
         seconds = time.perf_counter() - started
         metrics.LATENCY.observe(seconds)
-        status = response.status_code
         if 200 <= status < 300:
             return Attempt(Kind.DELIVERED, status=status, seconds=seconds)
         text = snippet[:ERROR_SNIPPET].decode(errors="replace").strip()
         error = f"HTTP {status}" + (f": {text}" if text else "")
         if status == 410:
             return Attempt(Kind.GONE, status=status, error=f"{error} (endpoint gone; not retried)", seconds=seconds)
-        wait = parse_retry_after(response.headers.get("retry-after"), cap_s=self.retry_after_cap_s)
+        wait = parse_retry_after(retry_after, cap_s=self.retry_after_cap_s)
         return Attempt(Kind.RETRY, status=status, error=error, retry_after_s=wait, seconds=seconds)
 
     @staticmethod
@@ -163,14 +167,16 @@ class Deliverer:
         return Attempt(Kind.RETRY, error=error, seconds=seconds)
 
 
-async def _read_some(response: httpx.Response) -> bytes:
-    """Read at most ``MAX_RESPONSE_BYTES`` of the body (enough for the error text; a huge body is not ours to hold)."""
-    data = bytearray()
-    try:
-        async for chunk in response.aiter_raw():  # raw: no decompression of what we only skim
-            data += chunk
-            if len(data) >= MAX_RESPONSE_BYTES:
-                break
-    except httpx.StreamConsumed:  # a transport that read it already (tests' MockTransport)
-        return response.content[:MAX_RESPONSE_BYTES]
-    return bytes(data)
+def describe(exc: aiohttp.ClientError) -> str:
+    """What went wrong, from the exception's parts: aiohttp's own text can carry the URL (query, credentials)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"TLS certificate of {exc.host}:{exc.port} not accepted: {exc.certificate_error}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"ConnectError: cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror or exc.os_error}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "ServerDisconnectedError: the receiver closed the connection without a complete answer"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"protocol error: {str(exc.message)[:200]}"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "ClientPayloadError: the answer's body was cut short or malformed"
+    return type(exc).__name__

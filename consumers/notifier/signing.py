@@ -2,42 +2,74 @@
 
 Every delivery carries ``webhook-id`` (the job id, the same on every retry so
 receivers can deduplicate), ``webhook-timestamp`` (the attempt's time) and
-``webhook-signature``: one ``v1,<base64>`` per configured secret, separated by
-spaces, so a receiver holding either the old or the new secret verifies it
-while a secret is being rotated.
+``webhook-signature``: one ``v1,<base64>`` per secret, separated by spaces, so
+a receiver holding either the old or the new secret verifies it while a
+secret is being rotated.
+
+Which secrets sign: a subscription's own, for deliveries to its URL; else the
+secrets of the tenant named in the event; else the default ones. A tenant's
+receiver therefore never learns a secret that signs another tenant's events.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from urllib.parse import quote
 
+import orjson
 from standardwebhooks import Webhook
 
 USER_AGENT = "streamcrew-notifier"
+_HEADER_SAFE = frozenset(chr(c) for c in range(0x21, 0x7F))
+
+
+def header_id(msg_id: str) -> str:
+    """``msg_id`` as a header value: printable ASCII as is, anything else percent-encoded (UTF-8)."""
+    if msg_id and all(c in _HEADER_SAFE for c in msg_id):
+        return msg_id
+    return quote(msg_id, safe="") or "-"
 
 
 class Signer:
-    """Builds the headers of one delivery attempt; with no secret the signature header is left out."""
+    """Builds the headers of one delivery attempt; with no secret for it the signature header is left out."""
 
-    def __init__(self, secrets: Sequence[str]) -> None:
-        self._webhooks = [Webhook(secret) for secret in secrets]
+    def __init__(self, secrets: Sequence[str], *, tenants: Mapping[str, Sequence[str]] | None = None,
+                 urls: Mapping[str, Sequence[str]] | None = None) -> None:
+        self._default = [Webhook(s) for s in secrets]
+        self._tenants = {t: [Webhook(s) for s in ss] for t, ss in (tenants or {}).items() if ss}
+        self._urls = {u: [Webhook(s) for s in ss] for u, ss in (urls or {}).items() if ss}
 
     @property
     def signs(self) -> bool:
-        return bool(self._webhooks)
+        """Whether every delivery is signed (a default secret is set)."""
+        return bool(self._default)
 
-    def headers(self, msg_id: str, body: bytes, *, now_s: float | None = None) -> dict[str, str]:
+    def _webhooks(self, body: bytes, url: str | None) -> list[Webhook]:
+        if url is not None and (by_url := self._urls.get(url)) is not None:
+            return by_url
+        if self._tenants:
+            try:
+                event = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                event = None
+            tenant = event.get("tenant") if isinstance(event, dict) else None
+            if isinstance(tenant, str) and (by_tenant := self._tenants.get(tenant)) is not None:
+                return by_tenant
+        return self._default
+
+    def headers(self, msg_id: str, body: bytes, *, url: str | None = None, now_s: float | None = None) -> dict[str, str]:
         seconds = int(time.time() if now_s is None else now_s)
+        wid = header_id(msg_id)
         headers = {
             "content-type": "application/json",
             "user-agent": USER_AGENT,
-            "webhook-id": msg_id,
+            "webhook-id": wid,
             "webhook-timestamp": str(seconds),
         }
-        if self._webhooks:
+        if webhooks := self._webhooks(body, url):
             stamp = datetime.fromtimestamp(seconds, tz=UTC)
             text = body.decode()
-            headers["webhook-signature"] = " ".join(w.sign(msg_id, stamp, text) for w in self._webhooks)
+            headers["webhook-signature"] = " ".join(w.sign(wid, stamp, text) for w in webhooks)
         return headers

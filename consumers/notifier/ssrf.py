@@ -8,14 +8,14 @@ embedded in IPv6 (``::ffff:127.0.0.1``, 6to4, Teredo, NAT64, IPv4-compatible).
 The same check runs again when a connection is opened (``addresses``, called
 by the transport), and the socket is opened to the address just checked, so a
 DNS answer that changes between the check and the connect (rebinding) cannot
-slip through. ``allow_private`` lifts
+slip through. Names are resolved by :class:`~consumers.notifier.dns.Resolver`
+(asynchronous, with its own timeout and caches). ``allow_private`` lifts
 the range checks except for cloud-metadata addresses; an allow-list entry
 (host, ``.suffix``, IP or CIDR) lifts them all.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import ipaddress
 import socket
@@ -23,7 +23,11 @@ import time
 import typing
 from dataclasses import dataclass
 
-import httpx
+import yarl
+
+from consumers.notifier.dns import Resolver, Unresolvable
+
+__all__ = ["Refused", "SsrfGuard", "Target", "Unresolvable", "classify", "parse_target", "parse_url"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -33,6 +37,8 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
     for a in (
         "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
         "169.254.170.2",  # AWS ECS task metadata
+        "169.254.170.23",  # AWS EKS Pod Identity agent
+        "fd00:ec2::23",  # AWS EKS Pod Identity agent, IPv6
         "fd00:ec2::254",  # AWS IPv6
         "100.100.100.200",  # Alibaba Cloud
         "168.63.129.16",  # Azure wire server
@@ -41,6 +47,7 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
 )
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")  # deprecated (RFC 3879) but still routed inside some networks
 SCHEMES = frozenset({"http", "https"})
 CACHE_S = 30.0
 CACHE_MAX = 10_000
@@ -48,10 +55,6 @@ CACHE_MAX = 10_000
 
 class Refused(Exception):
     """Raised when a webhook URL may not be fetched; the message is the reason, kept in the dead letter."""
-
-
-class Unresolvable(Exception):
-    """Raised when a host name does not resolve now (retried: DNS may recover)."""
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -74,10 +77,26 @@ def classify(ip: IPAddress) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address) and (v4 := embedded_ipv4(ip)) is not None:
         inner = classify(v4)
         return f"{inner} (IPv4 {v4} embedded)" if inner else None
+    if isinstance(ip, ipaddress.IPv6Address) and ip in SITE_LOCAL:
+        return "site-local"
     for name in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
         if getattr(ip, f"is_{name}"):
             return name.replace("_", "-")
     return None if ip.is_global else "non-global"
+
+
+def ip_literal(host: str) -> IPAddress | None:
+    """The address ``host`` spells, canonical or legacy (``127.1``, ``0x7f.1``, ``2130706433``), or None for a name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    if host and all(c in "0123456789abcdefx." for c in host) and host[0].isdigit():
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +111,9 @@ class Target:
 
 
 @functools.lru_cache(maxsize=4096)
-def parse_url(url: str) -> httpx.URL:
-    """httpx's URL parse, cached: the same few URLs come back thousands of times a second."""
-    return httpx.URL(url)
+def parse_url(url: str) -> yarl.URL:
+    """yarl's URL parse, cached: the same few URLs come back thousands of times a second."""
+    return yarl.URL(url)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -102,21 +121,24 @@ def parse_target(url: str) -> Target:
     """Scheme, host and port of a webhook URL; raises :class:`Refused` for anything not http(s) with a host."""
     try:
         parsed = parse_url(url)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        raise Refused(f"invalid URL: {exc}") from None
+        host = (parsed.host or "").lower().rstrip(".")
+        port = parsed.port
+    except (TypeError, ValueError, UnicodeError) as exc:
+        raise Refused(f"invalid URL: {type(exc).__name__}") from None
     if parsed.scheme not in SCHEMES:
-        raise Refused(f"scheme {parsed.scheme or '(none)'!r} is not http or https")
-    host = parsed.host.lower().rstrip(".")
+        raise Refused(f"scheme {parsed.scheme[:20] or '(none)'!r} is not http or https")
     if not host:
         raise Refused("URL has no host")
-    return Target(parsed.scheme, host, parsed.port or (443 if parsed.scheme == "https" else 80))
+    return Target(parsed.scheme, host, port or (443 if parsed.scheme == "https" else 80))
 
 
 class SsrfGuard:
     """Decides whether a URL may be fetched; caches the answer per host for ``CACHE_S`` seconds."""
 
-    def __init__(self, *, allow_private: bool = False, allow_list: typing.Iterable[str] = ()) -> None:
+    def __init__(self, *, allow_private: bool = False, allow_list: typing.Iterable[str] = (),
+                 resolver: Resolver | None = None) -> None:
         self.allow_private = allow_private
+        self.resolver = resolver or Resolver()
         self._hosts: set[str] = set()
         self._nets: list[IPNetwork] = []
         for item in allow_list:
@@ -167,19 +189,12 @@ class SsrfGuard:
         return target
 
     async def addresses(self, host: str, port: int) -> list[str]:
-        """Resolve ``host`` now and return its addresses, all checked; refuses if any one is not allowed."""
-        try:
-            literal: IPAddress | None = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            literal = None
+        """Resolve ``host`` (cached) and return its addresses, all checked; refuses if any one is not allowed."""
+        literal = ip_literal(host)
         if literal is not None:
             ips = [literal]
         else:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            except (socket.gaierror, UnicodeError) as exc:
-                raise Unresolvable(f"cannot resolve {host}: {exc}") from None
-            ips = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+            ips = await self.resolver.resolve(host)
         if self.host_allowed(host):
             return [str(ip) for ip in ips]
         for ip in ips:
@@ -187,4 +202,6 @@ class SsrfGuard:
                 shown = host if literal is not None else f"{host} resolves to {ip}, which"
                 how = "the allow-list" if problem.startswith("cloud-metadata") else "--allow-private or the allow-list"
                 raise Refused(f"refused: {shown} is not a public address ({problem}); allow it with {how}")
+        if literal is not None and host.strip("[]") != str(literal):
+            raise Refused(f"refused: {host} is a legacy form of {literal}; write the address as {literal}")
         return [str(ip) for ip in ips]

@@ -1,4 +1,4 @@
-"""The notifier's lean HTTP/1.1 transport and codec: keep-alive, stale sockets, framing, timeouts."""
+"""The notifier's HTTP client (aiohttp, pinned to checked addresses): keep-alive, stale sockets, bodies, timeouts, TLS."""
 
 from __future__ import annotations
 
@@ -7,161 +7,133 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
-from consumers.notifier.delivery import Deliverer, Kind
-from consumers.notifier.http1 import Answer, ProtocolError, encode_request, read_response
+from consumers.notifier.delivery import MAX_RESPONSE_BYTES, Deliverer, Kind
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
-from consumers.notifier.transport import MAX_BODY_BYTES, LeanTransport
+from tests.hostile import Answer, HostilePeer, response
 
-class RawServer:
-    """Counts connections; ``answer`` handles each request on a connection until it returns False."""
-
-    def __init__(self, answer: Callable[[asyncio.StreamWriter, int], Awaitable[bool]]) -> None:
-        self.answer = answer
-        self.connections = 0
-        self.requests = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
-                await reader.readexactly(length)
-                self.requests += 1
-                if not await self.answer(writer, self.requests):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
+Start = Callable[[Answer], Awaitable[HostilePeer]]
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Callable[[asyncio.StreamWriter, int], Awaitable[bool]]], Awaitable[tuple[RawServer, str]]]]:
-    servers: list[asyncio.Server] = []
+async def serve() -> AsyncIterator[Start]:
+    peers: list[HostilePeer] = []
 
-    async def start(answer: Callable[[asyncio.StreamWriter, int], Awaitable[bool]]) -> tuple[RawServer, str]:
-        raw = RawServer(answer)
-        server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
-        servers.append(server)
-        return raw, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    async def start(answer: Answer) -> HostilePeer:
+        p = await HostilePeer(answer).start()
+        peers.append(p)
+        return p
 
     yield start
-    for server in servers:
-        server.close()
+    for p in peers:
+        await p.stop()
 
 
-def client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=LeanTransport(SsrfGuard(allow_private=True)), timeout=httpx.Timeout(2.0))
+def deliverer(timeout_s: float = 2.0, ssl_context: ssl.SSLContext | None = None) -> Deliverer:
+    return Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=2,
+                     connect_timeout_s=1, timeout_s=timeout_s, retry_after_cap_s=60, ssl_context=ssl_context)
 
 
 async def ok(writer: asyncio.StreamWriter, n: int) -> bool:
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    writer.write(response(200))
     await writer.drain()
     return True
 
 
-async def test_connections_are_kept_alive_and_reused(serve) -> None:  # type: ignore[no-untyped-def]
-    raw, url = await serve(ok)
-    async with client() as c:
-        for _ in range(5):
-            r = await c.post(url, content=b"{}")
-            assert (r.status_code, r.content) == (200, b"ok")
-    assert (raw.connections, raw.requests) == (1, 5)
+async def test_connections_are_kept_alive_and_reused(serve: Start) -> None:
+    p = await serve(ok)
+    d = deliverer()
+    try:
+        for i in range(5):
+            assert (await d.deliver(p.url + "/hook", f"j{i}", b"{}")).kind is Kind.DELIVERED
+    finally:
+        await d.aclose()
+    assert (p.connections, p.requests) == (1, 5)
 
 
-async def test_a_connection_the_server_closed_while_idle_is_replaced(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_a_connection_the_server_closed_while_idle_is_replaced(serve: Start) -> None:
+    closed = asyncio.Event()
+
     async def answer_then_hang_up(writer: asyncio.StreamWriter, n: int) -> bool:
         await ok(writer, n)
+        writer.close()
+        await writer.wait_closed()
+        closed.set()
         return False  # closes without saying so: the client's idle socket goes stale
 
-    raw, url = await serve(answer_then_hang_up)
-    async with client() as c:
-        for _ in range(3):
-            assert (await c.post(url, content=b"{}")).status_code == 200
-    assert raw.requests == 3 and raw.connections == 3
+    p = await serve(answer_then_hang_up)
+    d = deliverer()
+    try:
+        for i in range(3):
+            closed.clear()
+            assert (await d.deliver(p.url + "/hook", f"j{i}", b"{}")).kind is Kind.DELIVERED
+            await asyncio.wait_for(closed.wait(), 5)
+            await asyncio.sleep(0.02)  # a loop turn or two for the client to see the FIN
+    finally:
+        await d.aclose()
+    assert p.requests == 3 and p.connections == 3
 
 
-async def test_chunked_and_oversized_answers(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_chunked_and_oversized_answers(serve: Start) -> None:
     async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
         if n == 1:
             writer.write(b"HTTP/1.1 500 Oops\r\ntransfer-encoding: chunked\r\n\r\n4\r\nfail\r\n3\r\ned!\r\n0\r\n\r\n")
         else:
-            body = b"x" * (MAX_BODY_BYTES * 3)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+            writer.write(response(200, b"x" * (MAX_RESPONSE_BYTES * 3)))
         await writer.drain()
         return True
 
-    raw, url = await serve(answer)
-    async with client() as c:
-        r = await c.post(url, content=b"{}")
-        assert (r.status_code, r.content) == (500, b"failed!")
-        r = await c.post(url, content=b"{}")
-        assert r.status_code == 200 and len(r.content) == MAX_BODY_BYTES
+    p = await serve(answer)
+    d = deliverer()
+    try:
+        first = await d.deliver(p.url + "/hook", "j1", b"{}")
+        assert (first.kind, first.status, first.error) == (Kind.RETRY, 500, "HTTP 500: failed!")
+        second = await d.deliver(p.url + "/hook", "j2", b"{}")
+        assert (second.kind, second.status) == (Kind.DELIVERED, 200)
+    finally:
+        await d.aclose()
 
 
-async def test_a_silent_endpoint_times_out_and_is_retried(serve) -> None:  # type: ignore[no-untyped-def]
+async def test_a_silent_endpoint_times_out_and_is_retried(serve: Start) -> None:
     async def never(writer: asyncio.StreamWriter, n: int) -> bool:
         await asyncio.sleep(30)
         return False
 
-    _, url = await serve(never)
-    deliverer = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=2,
-                          connect_timeout_s=1, timeout_s=0.5, retry_after_cap_s=60)
+    p = await serve(never)
+    d = deliverer(timeout_s=0.5)
     try:
-        attempt = await deliverer.deliver(url, "job-t", b"{}")
+        attempt = await d.deliver(p.url + "/hook", "job-t", b"{}")
     finally:
-        await deliverer.aclose()
+        await d.aclose()
     assert attempt.kind is Kind.RETRY and attempt.error.startswith("timeout after 0.5s")
 
 
 async def test_nothing_listening_is_a_connect_error() -> None:
     from streams.embedded import free_port
 
-    deliverer = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=2,
-                          connect_timeout_s=1, timeout_s=2, retry_after_cap_s=60)
+    d = deliverer()
+    port = free_port()
     try:
-        attempt = await deliverer.deliver(f"http://127.0.0.1:{free_port()}/x", "job-c", b"{}")
+        attempt = await d.deliver(f"http://user:pw@127.0.0.1:{port}/x?token=q", "job-c", b"{}")
     finally:
-        await deliverer.aclose()
-    assert attempt.kind is Kind.RETRY and attempt.error.startswith("ConnectError")
+        await d.aclose()
+    assert attempt.kind is Kind.RETRY and attempt.error.startswith("ConnectError"), attempt
+    assert f"127.0.0.1:{port}" in attempt.error and "pw" not in attempt.error and "token" not in attempt.error
 
 
-async def parse(raw: bytes) -> Answer:
-    reader = asyncio.StreamReader()
-    reader.feed_data(raw)
-    reader.feed_eof()
-    return await read_response(reader, max_body=100)
-
-
-async def test_http1_framing() -> None:
-    a = await parse(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\ncontent-length: 3\r\n\r\nyes")
-    assert (a.status, a.reason, a.body, a.reusable) == (202, "Accepted", b"yes", True)
-    a = await parse(b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 0\r\n\r\n")
-    assert a.reusable is False
-    a = await parse(b"HTTP/1.0 500 Bad\r\n\r\nuntil the end")
-    assert (a.status, a.body, a.reusable) == (500, b"until the end", False)
-    a = await parse(b"HTTP/1.1 204 No Content\r\n\r\n")
-    assert (a.body, a.reusable) == (b"", True)
-    a = await parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"80\r\n" + b"z" * 128 + b"\r\n0\r\n\r\n")
-    assert (len(a.body), a.reusable) == (100, False)
-    for bad in (b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nx"):
-        with pytest.raises(ProtocolError):
-            await parse(bad)
-    with pytest.raises(asyncio.IncompleteReadError):
-        await parse(b"")
-
-
-def test_request_encoding_refuses_header_injection() -> None:
-    assert encode_request("POST", b"/h?a=1", [(b"host", b"x")], b"{}") == b"POST /h?a=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
-    with pytest.raises(ProtocolError):
-        encode_request("POST", b"/h", [(b"x-evil", b"a\r\nhost: other")], b"")
-    with pytest.raises(ProtocolError):
-        encode_request("POST", b"/h HTTP/1.1\r\nx: y", [], b"")
+async def test_an_id_or_url_that_would_break_the_framing_never_injects_a_header(serve: Start) -> None:
+    p = await serve(ok)
+    d = deliverer()
+    try:
+        attempt = await d.deliver(p.url + "/hook", "job\r\nx-evil: 1", b"{}")
+        assert attempt.kind is Kind.DELIVERED
+        bad_url = await d.deliver(p.url + "/hook\r\nx-evil: 1", "job-2", b"{}")
+    finally:
+        await d.aclose()
+    assert bad_url.kind in (Kind.DELIVERED, Kind.REFUSED)
+    assert p.requests >= 1 and not any(b"\r\nx-evil" in head.lower() for head in p.heads), p.heads
 
 
 def _self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
@@ -196,19 +168,32 @@ async def test_https_is_pinned_to_the_checked_address_and_verified_against_the_h
     cert, key = _self_signed(tmp_path, "localhost")
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
-    raw = RawServer(ok)
-    server = await asyncio.start_server(raw.handle, "127.0.0.1", 0, ssl=server_ctx)
-    port = server.sockets[0].getsockname()[1]
-    client_ctx = ssl.create_default_context(cafile=str(cert))
-    transport = LeanTransport(SsrfGuard(allow_private=True), ssl_context=client_ctx)
+    p = await HostilePeer(ok).start(ssl=server_ctx)
+    d = deliverer(ssl_context=ssl.create_default_context(cafile=str(cert)))
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=5) as c:
-            # When it is called by name, the socket goes to the resolved address and TLS checks the name
-            r = await c.post(f"https://localhost:{port}/hook", content=b"{}")
-            assert (r.status_code, r.content) == (200, b"ok")
-            # Then called by IP, the certificate does not match and nothing is sent
-            with pytest.raises(httpx.ConnectError, match="certificate|CERTIFICATE|match"):
-                await c.post(f"https://127.0.0.1:{port}/hook", content=b"{}")
-        assert raw.requests == 1
+        # When it is called by name, the socket goes to the resolved, checked address and TLS checks the name
+        by_name = await d.deliver(f"https://localhost:{p.port}/hook", "j1", b"{}")
+        # Then called by IP, the certificate does not match and nothing is sent
+        by_ip = await d.deliver(f"https://127.0.0.1:{p.port}/hook", "j2", b"{}")
     finally:
-        server.close()
+        await d.aclose()
+        await p.stop()
+    assert (by_name.kind, by_name.status) == (Kind.DELIVERED, 200)
+    assert by_ip.kind is Kind.RETRY and "certificate" in by_ip.error.lower(), by_ip
+    assert p.requests == 1
+
+
+async def test_a_name_is_connected_only_to_addresses_the_guard_approved(serve: Start) -> None:
+    # Given a guard that allows 127.0.0.1 but refuses every other address (::1 included)
+    p = await serve(ok)
+    d = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_list=["127.0.0.1"]), concurrency=4, per_endpoint=2,
+                  connect_timeout_s=1, timeout_s=2, retry_after_cap_s=60)
+    try:
+        # When "localhost" (127.0.0.1 and ::1) is the target, it is refused as a whole
+        attempt = await d.deliver(f"http://localhost:{p.port}/hook", "j1", b"{}")
+        # And the literal allowed address is delivered
+        literal = await d.deliver(f"http://127.0.0.1:{p.port}/hook", "j2", b"{}")
+    finally:
+        await d.aclose()
+    assert attempt.kind is Kind.REFUSED and "::1" in attempt.error, attempt
+    assert literal.kind is Kind.DELIVERED and p.requests == 1

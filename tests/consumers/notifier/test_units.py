@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import ipaddress
 from pathlib import Path
 
-import httpx
+import aiohttp
 import orjson
 import pytest
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from consumers.notifier.delivery import Deliverer, Kind, parse_retry_after
+from consumers.notifier.delivery import Deliverer, Kind
 from consumers.notifier.handler import targets
 from consumers.notifier.limiter import EndpointLimiter
 from consumers.notifier.settings import NotifierSettings, Subscription
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, classify
 from tests.consumers.notifier.conftest import make_secret
+from streams.retry_after import parse_retry_after
 from tests.consumers.notifier.receiver import Receiver
+from tests.hostile import HostilePeer, response
 
 REFUSED_URLS = [
     "http://127.0.0.1/", "http://127.1/", "http://2130706433/", "http://0x7f.1/", "http://017700000001/",
@@ -32,6 +35,7 @@ REFUSED_URLS = [
     "http://[ff02::1]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:a00:1]/", "http://[::ffff:169.254.169.254]/",
     "http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/", "http://[::127.0.0.1]/",
     "https://127.0.0.1:8443/x", "http://100.100.100.200/", "http://168.63.129.16/",
+    "http://[fec0::1]/", "http://[fefe::1]/", "http://169.254.170.23/", "http://[fd00:ec2::23]/",
 ]
 
 
@@ -80,8 +84,8 @@ async def test_the_connection_is_checked_again_at_connect() -> None:
     deliverer = Deliverer(signer=Signer([]), guard=SsrfGuard(), concurrency=4, per_endpoint=2,
                           connect_timeout_s=2, timeout_s=5, retry_after_cap_s=60)
     try:
-        with pytest.raises(Refused, match="loopback"):
-            await deliverer.client.post(f"http://localhost:{receiver.port}/x", content=b"{}")
+        with pytest.raises(aiohttp.ClientConnectorError, match="loopback"):
+            await deliverer.session.post(f"http://localhost:{receiver.port}/x", data=b"{}")
         assert receiver.count() == 0
     finally:
         await deliverer.aclose()
@@ -89,18 +93,26 @@ async def test_the_connection_is_checked_again_at_connect() -> None:
 
 
 async def test_deliverer_classifies_responses() -> None:
-    replies = iter([httpx.Response(204), httpx.Response(410), httpx.Response(429, headers={"retry-after": "7"}),
-                    httpx.Response(500, text="x" * 1000)])
+    replies = [b"HTTP/1.1 204 No Content\r\n\r\n", response(410), response(429, headers="retry-after: 7\r\n"),
+               response(500, b"x" * 1000), response(429, headers="retry-after: inf\r\n")]
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(replies[n - 1])
+        await writer.drain()
+        return True
+
+    peer = await HostilePeer(answer).start()
     deliverer = Deliverer(signer=Signer([make_secret()]), guard=SsrfGuard(allow_private=True), concurrency=4,
-                          per_endpoint=2, connect_timeout_s=2, timeout_s=5, retry_after_cap_s=60,
-                          transport=httpx.MockTransport(lambda request: next(replies)))
+                          per_endpoint=2, connect_timeout_s=2, timeout_s=5, retry_after_cap_s=60)
     try:
-        got = [await deliverer.deliver("http://127.0.0.1/h", "job-1", b"{}") for _ in range(4)]
+        got = [await deliverer.deliver(peer.url + "/h", "job-1", b"{}") for _ in range(5)]
     finally:
         await deliverer.aclose()
-    assert [a.kind for a in got] == [Kind.DELIVERED, Kind.GONE, Kind.RETRY, Kind.RETRY]
+        await peer.stop()
+    assert [a.kind for a in got] == [Kind.DELIVERED, Kind.GONE, Kind.RETRY, Kind.RETRY, Kind.RETRY]
     assert got[2].retry_after_s == 7 and got[2].status == 429
     assert len(got[3].error) < 300
+    assert got[4].status == 429 and got[4].retry_after_s is None  # inf is no answer: the backoff applies
 
 
 def test_retry_after_forms() -> None:
@@ -109,6 +121,10 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", cap_s=60, now_s=1445412470.0) == 10
     assert parse_retry_after("soon", cap_s=60) is None
     assert parse_retry_after("nan", cap_s=60) is None
+    assert parse_retry_after("inf", cap_s=60) is None
+    assert parse_retry_after("1e400", cap_s=60) is None
+    assert parse_retry_after("1e300", cap_s=60) == 60
+    assert parse_retry_after("-5", cap_s=60) == 0
     assert parse_retry_after(None, cap_s=60) is None
 
 

@@ -1,0 +1,121 @@
+"""Hostile webhook receivers on loopback against the real delivery client (issue 10, defects 4 and 10)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from consumers.notifier.delivery import Deliverer, Kind
+from consumers.notifier.signing import Signer
+from consumers.notifier.ssrf import SsrfGuard
+from tests.hostile import Answer, HostilePeer, response
+
+Start = Callable[[Answer], Awaitable[HostilePeer]]
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[Start]:
+    peers: list[HostilePeer] = []
+
+    async def start(answer: Answer) -> HostilePeer:
+        p = await HostilePeer(answer).start()
+        peers.append(p)
+        return p
+
+    yield start
+    for p in peers:
+        await p.stop()
+
+
+@pytest.fixture
+async def deliverer() -> AsyncIterator[Deliverer]:
+    d = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=50, per_endpoint=20,
+                  connect_timeout_s=2, timeout_s=3, retry_after_cap_s=60)
+    yield d
+    await d.aclose()
+
+
+async def test_a_second_answer_to_one_request_is_never_credited_to_the_next_delivery(peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that answers its first request with two 200s, and every later request with 500
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(200) + response(200) if n == 1 else response(500, b"no"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    # When two deliveries go to it one after the other
+    first = await deliverer.deliver(p.url + "/hook", "job-1", b"{}")
+    second = await deliverer.deliver(p.url + "/hook", "job-2", b"{}")
+    # Then the second is the 500 the receiver gave it, not the stray 200
+    assert first.kind is Kind.DELIVERED
+    assert (second.kind, second.status) == (Kind.RETRY, 500), second
+    assert p.requests == 2
+
+
+async def test_a_request_the_receiver_read_is_not_sent_again_in_the_same_attempt(peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that kept ten connections alive, then starts reading requests and hanging up without a word
+    hang_up = asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if hang_up.is_set():
+            return False
+        await asyncio.sleep(0.05)  # hold the connection so the warm-up opens several
+        writer.write(response(200))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    warm = await asyncio.gather(*(deliverer.deliver(p.url + "/hook", f"warm-{i}", b"{}") for i in range(10)))
+    assert all(a.kind is Kind.DELIVERED for a in warm) and p.connections >= 5
+    hang_up.set()
+    before = p.requests
+    # When one delivery is attempted
+    attempt = await deliverer.deliver(p.url + "/hook", "job-once", b'{"n": 1}')
+    # Then the event was POSTed once, and the attempt counts as failed (it is retried later, with backoff)
+    assert p.requests - before == 1, f"one attempt POSTed the event {p.requests - before} times"
+    assert attempt.kind is Kind.RETRY and attempt.status is None and attempt.made
+
+
+async def test_status_lines_below_100_are_a_failed_attempt_not_an_interim_answer(peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that answers "050" then a 200 on the same request
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"HTTP/1.1 050 Odd\r\n\r\n" + response(200))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    # When a delivery goes to it
+    attempt = await deliverer.deliver(p.url + "/hook", "job-0xx", b"{}")
+    # Then it is not delivered: the status line is a protocol error, the attempt failed
+    assert attempt.kind is Kind.RETRY and attempt.status is None, attempt
+
+
+async def test_a_stray_answer_arriving_on_an_idle_connection_is_never_credited_to_the_next_delivery(
+        peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that answers its first request, then sends a second 200 on the idle connection
+    stray_sent = asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            writer.write(response(200))
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the client has read its answer and pooled the connection by now
+            writer.write(response(200))
+            await writer.drain()
+            stray_sent.set()
+        else:
+            writer.write(response(500, b"no"))
+            await writer.drain()
+        return True
+
+    p = await peer(answer)
+    assert (await deliverer.deliver(p.url + "/hook", "job-1", b"{}")).kind is Kind.DELIVERED
+    await asyncio.wait_for(stray_sent.wait(), 5)
+    await asyncio.sleep(0.02)  # one loop turn or two for the client's socket to take the stray bytes in
+    # When the next delivery goes out
+    second = await deliverer.deliver(p.url + "/hook", "job-2", b"{}")
+    # Then it gets its own answer (500), on a fresh connection
+    assert (second.kind, second.status) == (Kind.RETRY, 500), second
+    assert p.connections == 2
