@@ -1,4 +1,4 @@
-"""LLM access for agents: provider clients over httpx, the offline model, pricing and keys."""
+"""LLM access for agents: provider clients over aiohttp, the offline model, pricing and keys."""
 
 from agents.llm.client import LLMClient
 from agents.llm.errors import LLMError, LLMRequestError, LLMUnavailable

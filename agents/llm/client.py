@@ -1,17 +1,19 @@
 """The LLM HTTP client: retries, key rotation, concurrency caps, cost ledger, metrics.
 
-One ``httpx.AsyncClient`` (passed in, or created over ``PooledTransport``)
-serves every call. A call retries 429, 5xx, timeouts and transport errors
-with exponential backoff and jitter, honouring Retry-After, within
-``max_retries`` and ``retry_budget_s``; then it raises ``LLMUnavailable``,
-which the worker counts as a failed attempt and retries the job. A 429 cools
-the key down and the next key is tried at once.
+One ``aiohttp.ClientSession`` (passed in, or created here) serves every
+call: aiohttp frames HTTP (1xx answers skipped, a connection with stray bytes
+never reused), pools connections per origin and never re-sends a POST on its
+own. A call retries 429, 5xx, timeouts and transport errors with exponential
+backoff and jitter, honouring Retry-After (finite, capped at
+``max_backoff_s``), within ``max_retries`` and ``retry_budget_s``; then it
+raises ``LLMUnavailable``, which the worker counts as a failed attempt and
+retries the job. A 429 cools the key down and the next key is tried at once.
+Errors name the endpoint as ``host:port``, never its credentials or query.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import random
 import re
@@ -19,8 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
+import yarl
 
 from agents.llm import metrics, providers
 from agents.llm.errors import LLMRequestError, LLMUnavailable
@@ -28,8 +31,8 @@ from agents.llm.keys import ApiKey, KeyPool
 from agents.llm.pricing import PriceTable
 from agents.llm.providers import ChatResult
 from agents.llm.settings import LLMSettings
-from agents.llm.transport import PooledTransport
 from agents.usage import record_usage
+from streams.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -47,21 +50,6 @@ class _Outcome:
     detail: str = ""
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds (fractions accepted) or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 class LLMClient:
     """Chat completions against ``settings.base_url`` (OpenAI-compatible or Anthropic)."""
 
@@ -69,7 +57,7 @@ class LLMClient:
         self,
         settings: LLMSettings,
         *,
-        http: httpx.AsyncClient | None = None,
+        http: aiohttp.ClientSession | None = None,
         prices: PriceTable | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -77,22 +65,36 @@ class LLMClient:
             raise ValueError("LLMClient needs a base_url; use OfflineModel without one")
         self.settings = settings
         self.model = settings.model
-        self._url = providers.endpoint(settings.base_url, settings.provider)
+        self._url = yarl.URL(providers.endpoint(settings.base_url, settings.provider))
+        self.endpoint = f"{self._url.host}:{self._url.port}"  # what errors name: never credentials or the query
+        if self._url.user is not None and settings.provider == "openai" and settings.api_keys:
+            self._url = self._url.with_user(None)  # the key's Bearer header is the authorization
         self.keys = KeyPool([k.get_secret_value() for k in settings.api_keys], max_concurrency=settings.max_concurrency)
         self._prices = prices or PriceTable.load(settings.price_file, settings.prices)
         self._rng = rng or random.Random()
         self._owns_http = http is None
-        self._http = http or self._default_http(settings, len(self.keys.keys))
-        self._timeout = httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s, pool=settings.retry_budget_s)
+        self._http_session: aiohttp.ClientSession | None = http
+        self._timeout = aiohttp.ClientTimeout(total=settings.timeout_s, sock_connect=settings.connect_timeout_s)
 
-    @staticmethod
-    def _default_http(settings: LLMSettings, n_keys: int) -> httpx.AsyncClient:
-        max_connections = settings.max_connections or n_keys * settings.max_concurrency
-        return httpx.AsyncClient(transport=PooledTransport(max_connections=max_connections), follow_redirects=False)
+    @property
+    def _http(self) -> aiohttp.ClientSession:
+        """Created on first use, inside the running loop (a session belongs to one loop)."""
+        if self._http_session is None:
+            s = self.settings
+            connector = aiohttp.TCPConnector(
+                limit=s.max_connections or len(self.keys.keys) * s.max_concurrency, limit_per_host=0,
+                keepalive_timeout=30.0, ttl_dns_cache=60,
+            )
+            self._http_session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"), raise_for_status=False,
+            )
+        return self._http_session
 
     async def aclose(self) -> None:
-        if self._owns_http:
-            await self._http.aclose()
+        if self._owns_http and self._http_session is not None:
+            await self._http_session.close()
+            self._http_session = None
 
     async def chat(
         self,
@@ -146,36 +148,43 @@ class LLMClient:
     async def _attempt(self, key: ApiKey, payload: bytes) -> _Outcome:
         s = self.settings
         started = time.monotonic()
+        headers = providers.headers(s.provider, key.secret, s.anthropic_version)
         try:
-            response = await self._http.post(self._url, content=payload, headers=providers.headers(s.provider, key.secret, s.anthropic_version), timeout=self._timeout)
-        except httpx.TimeoutException as exc:
-            outcome = _Outcome("timeout", detail=f"timeout ({type(exc).__name__})")
-        except httpx.TransportError as exc:
-            outcome = _Outcome("transport_error", detail=f"transport error ({type(exc).__name__})")
-        else:
-            outcome = self._read(response)
+            async with self._http.post(self._url, data=payload, headers=headers, timeout=self._timeout,
+                                       allow_redirects=False) as response:
+                if not 200 <= response.status <= 599:  # 000-099 (aiohttp skips 1xx): not an answer
+                    response.close()  # and the connection is not reused
+                    outcome = _Outcome("transport_error", detail=f"protocol error (status {response.status:03d}) at {self.endpoint}")
+                else:
+                    outcome = self._read(response.status, response.headers, await response.read())
+        except TimeoutError:
+            outcome = _Outcome("timeout", detail=f"timeout after {s.timeout_s:g}s at {self.endpoint}")
+        except aiohttp.ClientConnectorError as exc:
+            reason = exc.os_error.strerror or type(exc.os_error).__name__
+            outcome = _Outcome("transport_error", detail=f"cannot connect to {self.endpoint}: {reason}")
+        except aiohttp.ClientError as exc:
+            outcome = _Outcome("transport_error", detail=f"transport error ({type(exc).__name__}) at {self.endpoint}")
         metrics.LLM_REQUESTS.labels(self.model, outcome.status).inc()
         metrics.LLM_LATENCY.labels(self.model).observe(time.monotonic() - started)
         return outcome
 
-    def _read(self, response: httpx.Response) -> _Outcome:
-        code = response.status_code
+    def _read(self, code: int, headers: Any, content: bytes) -> _Outcome:
         if code == 200:
             try:
-                data = orjson.loads(response.content)
+                data = orjson.loads(content)
             except orjson.JSONDecodeError:
                 return _Outcome("502", detail="HTTP 200 with a body that is not JSON")
             if isinstance(data, dict):
                 return _Outcome("200", data=data)
             return _Outcome("502", detail="HTTP 200 with a body that is not a JSON object")
+        cap = self.settings.max_backoff_s
         retry_after = None
-        if "retry-after-ms" in response.headers:
-            try:
-                retry_after = float(response.headers["retry-after-ms"]) / 1000
-            except ValueError:
-                retry_after = None
-        retry_after = retry_after if retry_after is not None else parse_retry_after(response.headers.get("retry-after"))
-        return _Outcome(str(code), retry_after_s=retry_after, detail=f"HTTP {code}{self._redact(_error_message(response))}")
+        if "retry-after-ms" in headers:
+            ms = parse_retry_after(headers["retry-after-ms"], cap_s=cap * 1000)
+            retry_after = ms / 1000 if ms is not None else None
+        if retry_after is None:
+            retry_after = parse_retry_after(headers.get("retry-after"), cap_s=cap)
+        return _Outcome(str(code), retry_after_s=retry_after, detail=f"HTTP {code}{self._redact(_error_message(content))}")
 
     def _redact(self, text: str) -> str:
         """Providers quote (partly masked) keys in 401 bodies: strip ours and anything key-shaped."""
@@ -193,10 +202,10 @@ class LLMClient:
         return ChatResult(content, self.model, prompt_tokens, completion_tokens, cost, calls, finish)
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(content: bytes) -> str:
     """The provider's own error text, short; providers do not echo keys in error bodies."""
     try:
-        error = orjson.loads(response.content).get("error")
+        error = orjson.loads(content).get("error")
     except (orjson.JSONDecodeError, AttributeError):
         return ""
     message = error.get("message") if isinstance(error, dict) else error

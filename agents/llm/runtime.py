@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import aiohttp
 
 from agents.llm.client import LLMClient
 from agents.llm.offline import OfflineModel
@@ -18,12 +18,12 @@ from agents.llm.providers import ChatModel
 from agents.llm.settings import LLMSettings
 
 _settings: LLMSettings | None = None
-_http: httpx.AsyncClient | None = None
+_http: aiohttp.ClientSession | None = None
 _model: ChatModel | None = None
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def configure(settings: LLMSettings | None = None, *, http: httpx.AsyncClient | None = None) -> None:
+def configure(settings: LLMSettings | None = None, *, http: aiohttp.ClientSession | None = None) -> None:
     """Set the LLM settings (and optionally the HTTP client) every LLM agent in this process uses."""
     global _settings, _http, _model, _loop
     _settings, _http, _model, _loop = settings, http, None, None

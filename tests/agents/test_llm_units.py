@@ -1,20 +1,22 @@
-"""Pure logic of agents/llm: settings, prices, Retry-After, key redaction (httpx.MockTransport)."""
+"""Pure logic of agents/llm: settings, prices, Retry-After, key redaction (a loopback peer)."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import time
 from pathlib import Path
 
-import httpx
+import orjson
 import pytest
 
 from agents.llm import LLMClient, LLMRequestError, LLMSettings, PriceTable
-from agents.llm.client import parse_retry_after
 from agents.llm.keys import KeyPool
 from agents.llm.providers import endpoint
 from streams.errors import ConfigError
+from streams.retry_after import parse_retry_after
+from tests.hostile import HostilePeer, response
 
 SECRET = "sk-live-abcdef0123456789"
 
@@ -53,11 +55,13 @@ def test_prices_seed_file_then_overrides(tmp_path: Path) -> None:
 
 
 def test_retry_after_forms() -> None:
-    assert parse_retry_after("3") == 3.0
-    assert parse_retry_after("0.5") == 0.5
-    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("3", cap_s=20) == 3.0
+    assert parse_retry_after("0.5", cap_s=20) == 0.5
+    assert parse_retry_after(None, cap_s=20) is None and parse_retry_after("soon", cap_s=20) is None
+    assert parse_retry_after("inf", cap_s=20) is None and parse_retry_after("1e400", cap_s=20) is None
+    assert parse_retry_after("1e9", cap_s=20) == 20 and parse_retry_after("-5", cap_s=20) == 0
     now = time.time()
-    assert parse_retry_after(email.utils.formatdate(now + 10, usegmt=True), now=now) == pytest.approx(10, abs=1)
+    assert parse_retry_after(email.utils.formatdate(now + 10, usegmt=True), cap_s=20, now_s=now) == pytest.approx(10, abs=1)
 
 
 def test_endpoints_accept_a_base_with_or_without_v1() -> None:
@@ -67,17 +71,19 @@ def test_endpoints_accept_a_base_with_or_without_v1() -> None:
 
 
 async def test_a_401_echoing_the_key_is_redacted_and_not_retried() -> None:
-    calls: list[httpx.Request] = []
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(401, orjson.dumps({"error": {"message": f"Incorrect API key provided: {SECRET}"}})))
+        await writer.drain()
+        return True
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(request)
-        return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: {SECRET}"}})
-
-    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    client = LLMClient(LLMSettings(base_url="http://llm.invalid/v1", api_keys=[SECRET]), http=http)  # type: ignore[list-item]
-    with pytest.raises(LLMRequestError) as caught:
-        await client.chat([{"role": "user", "content": "hi"}])
-    await http.aclose()
-    assert caught.value.status == 401 and len(calls) == 1
+    peer = await HostilePeer(answer).start()
+    client = LLMClient(LLMSettings(base_url=peer.url + "/v1", api_keys=[SECRET]))  # type: ignore[list-item]
+    try:
+        with pytest.raises(LLMRequestError) as caught:
+            await client.chat([{"role": "user", "content": "hi"}])
+    finally:
+        await client.aclose()
+        await peer.stop()
+    assert caught.value.status == 401 and peer.requests == 1
     assert SECRET not in str(caught.value) and "key#1" in str(caught.value)
-    assert calls[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert f"authorization: Bearer {SECRET}".encode() in peer.heads[0]
