@@ -31,7 +31,7 @@ def consumer_name() -> str:
 def build_deliverer(settings: NotifierSettings) -> Deliverer:
     guard = SsrfGuard(allow_private=settings.allow_private, allow_list=settings.allow_list)
     return Deliverer(
-        signer=Signer(settings.webhook_secrets), guard=guard, concurrency=settings.concurrency,
+        signer=Signer(settings.webhook_secrets, tenants=settings.tenant_secrets, urls=settings.subscription_secrets), guard=guard, concurrency=settings.concurrency,
         per_endpoint=settings.per_endpoint_concurrency, connect_timeout_s=settings.connect_timeout_s,
         timeout_s=settings.timeout_s, retry_after_cap_s=settings.backoff_max_s,
     )
@@ -39,7 +39,6 @@ def build_deliverer(settings: NotifierSettings) -> Deliverer:
 
 async def run_notifier(settings: NotifierSettings) -> int:
     """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is ours to write
     keys = Keys(settings.prefix)
     redis = connect(settings.effective_redis_url)
     await require_version(redis)
@@ -51,7 +50,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
     deliverer = build_deliverer(settings)
     handler = NotifierHandler(store, keys, settings, runtime, deliverer)
     if not deliverer.signer.signs:
-        log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks go out unsigned")
+        log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks without a tenant or subscription secret go out unsigned")
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)

@@ -147,7 +147,7 @@ class Deliverer:
         except aiohttp.ClientError as exc:
             return self._failed(started, describe(exc))
         except Exception as exc:  # a delivery problem must become data, never kill the notifier
-            log.exception("unexpected %s delivering to an endpoint", type(exc).__name__)
+            log.error("unexpected %s delivering job %s (no traceback: it may quote the URL)", type(exc).__name__, msg_id)
             return self._failed(started, type(exc).__name__)
         seconds = time.perf_counter() - started
         metrics.LATENCY.observe(seconds)

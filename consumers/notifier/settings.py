@@ -26,6 +26,12 @@ class Subscription(BaseModel):
     url: str = Field(min_length=1)
     agents: frozenset[str] | None = None
     statuses: frozenset[str] | None = None
+    secret: SecretStr | None = Field(default=None, description="this endpoint's own whsec_ secret(s), space-separated")
+
+    @field_validator("secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_secrets(value)
 
     @field_validator("url")
     @classmethod
@@ -38,11 +44,50 @@ class Subscription(BaseModel):
         return (self.agents is None or agent in self.agents) and (self.statuses is None or status in self.statuses)
 
 
+def check_secrets(value: SecretStr | None) -> SecretStr | None:
+    """Space-separated ``whsec_`` secrets, each valid base64 after the prefix; blank is None."""
+    if value is None:
+        return None
+    parts = value.get_secret_value().split()
+    if not parts:
+        return None
+    for n, part in enumerate(parts, 1):
+        if not part.startswith("whsec_"):
+            raise ValueError(f"secret {n} does not start with 'whsec_'")
+        try:
+            Webhook(part)
+        except (binascii.Error, EmptyWebhookSecretError, ValueError):
+            raise ValueError(f"secret {n} is not 'whsec_' followed by base64") from None
+    return value
+
+
+def _json_or_file(value: object, what: str, opening: str) -> object:
+    """A JSON text, or the path of a file holding one (so secrets need not sit in the environment)."""
+    if not isinstance(value, str | bytes):
+        return value
+    text = (value.decode() if isinstance(value, bytes) else value).strip()
+    if not text:
+        return None
+    if not text.startswith(opening):
+        path = Path(text)
+        if not path.is_file():
+            raise ValueError(f"{what}: neither JSON nor the path of a file")
+        text = path.read_text()
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{what} are not JSON: {exc}") from None
+
+
 class NotifierSettings(StreamSettings):
     """``streamcrew notifier``: every field is also a ``STREAMCREW_*`` variable."""
 
     webhook_secret: SecretStr | None = Field(
         default=None, description="whsec_ secret(s), space-separated; every delivery is signed with each (rotation)"
+    )
+    webhook_tenant_secrets: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict,
+        description='JSON {"tenant": "whsec_... [whsec_...]"}, or a file holding it: a tenant\'s events are signed with its own secret(s) instead',
     )
     allow_private: bool = Field(default=False, description="deliver to loopback, private and link-local addresses too")
     allow_list: Annotated[list[str], NoDecode] = Field(
@@ -64,23 +109,37 @@ class NotifierSettings(StreamSettings):
 
     @property
     def webhook_secrets(self) -> list[str]:
+        """The default secrets: events of tenants without their own, and subscriptions without their own."""
         return self.webhook_secret.get_secret_value().split() if self.webhook_secret else []
+
+    @property
+    def tenant_secrets(self) -> dict[str, list[str]]:
+        return {tenant: secret.get_secret_value().split() for tenant, secret in self.webhook_tenant_secrets.items()}
+
+    @property
+    def subscription_secrets(self) -> dict[str, list[str]]:
+        return {s.url: s.secret.get_secret_value().split() for s in self.subscriptions if s.secret is not None}
 
     @field_validator("webhook_secret")
     @classmethod
     def _check_secrets(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return None
-        parts = value.get_secret_value().split()
-        if not parts:
-            return None
-        for n, part in enumerate(parts, 1):
-            if not part.startswith("whsec_"):
-                raise ValueError(f"secret {n} does not start with 'whsec_'")
+        return check_secrets(value)
+
+    @field_validator("webhook_tenant_secrets", mode="before")
+    @classmethod
+    def _load_tenant_secrets(cls, value: object) -> object:
+        loaded = _json_or_file(value, "webhook tenant secrets", "{")
+        return {} if loaded is None else loaded
+
+    @field_validator("webhook_tenant_secrets")
+    @classmethod
+    def _check_tenant_secrets(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for tenant, secret in value.items():
             try:
-                Webhook(part)
-            except (binascii.Error, EmptyWebhookSecretError, ValueError):
-                raise ValueError(f"secret {n} is not 'whsec_' followed by base64") from None
+                if check_secrets(secret) is None:
+                    raise ValueError("no secret")
+            except ValueError as exc:
+                raise ValueError(f"tenant {tenant[:40]!r}: {exc}") from None
         return value
 
     @field_validator("allow_list", mode="before")

@@ -68,12 +68,12 @@ def receiver() -> Iterator[Receiver]:
 
 
 async def add_result(redis: Redis, keys: Keys, job_id: str, webhook: str | None, *, agent: str = "echo",
-                     status: Status = Status.COMPLETED, result: Any = None) -> str:
+                     status: Status = Status.COMPLETED, result: Any = None, tenant: str | None = None) -> str:
     """XADD one result event, as a worker would (the notifier's input contract)."""
     await ensure_groups(redis, standard_groups(keys))
     t = now_ms()
     event = JobResult(id=job_id, agent=agent, status=status, attempts=1, submitted_at=t - 5, started_at=t - 3,
-                      finished_at=t, worker="test", webhook=webhook,
+                      finished_at=t, worker="test", webhook=webhook, tenant=tenant,
                       result=(result if result is not None else {"echo": {"n": job_id}}) if status == Status.COMPLETED else None,
                       error=None if status == Status.COMPLETED else "it broke")
     return str(await redis.xadd(keys.results, event.to_fields()))

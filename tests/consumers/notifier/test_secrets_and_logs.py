@@ -1,0 +1,85 @@
+"""Per-tenant and per-subscription webhook secrets; URLs and ids that must not leak or crash (issue 10)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+from standardwebhooks import Webhook
+
+from consumers.notifier.signing import Signer, header_id
+from streams.keys import Keys
+from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret
+from tests.consumers.notifier.receiver import Receiver, Reply
+from tests.support import wait_until
+
+FAST = ("--backoff", "0.05", "--lease", "2")
+
+
+async def test_each_tenant_and_subscription_is_signed_only_with_its_own_secret(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a default secret, one secret per tenant, and a subscription with its own secret
+    acme, globex, sub = make_secret(), make_secret(), make_secret()
+    subscriptions = [{"url": receiver.url("/sub"), "statuses": ["failed"], "secret": sub}]
+    notifiers.start(*FAST, env={"STREAMCREW_WEBHOOK_TENANT_SECRETS": orjson.dumps({"acme": acme, "globex": globex}).decode(),
+                                "STREAMCREW_SUBSCRIPTIONS": orjson.dumps(subscriptions).decode()})
+    # When results of two tenants (and one with no tenant) land, each with its own webhook
+    from streams.envelope import Status
+
+    await add_result(redis, keys, "job-acme", receiver.url("/acme"), tenant="acme", status=Status.FAILED)
+    await add_result(redis, keys, "job-globex", receiver.url("/globex"), tenant="globex")
+    await add_result(redis, keys, "job-none", receiver.url("/none"))
+    await wait_until(lambda: _true(receiver.count() == 4), timeout=10, what="four deliveries")
+    # Then tenant A's secret verifies A's event and nothing else, and B's secret never signs A's event
+    (a,), (g,), (n,), (s,) = receiver.on("/acme"), receiver.on("/globex"), receiver.on("/none"), receiver.on("/sub")
+    assert Webhook(acme).verify(a.body, a.headers)["tenant"] == "acme"
+    assert Webhook(globex).verify(g.body, g.headers)["tenant"] == "globex"
+    for secret, got in ((globex, a), (notifiers.secret, a), (acme, g), (notifiers.secret, g), (acme, n), (globex, n)):
+        with pytest.raises(Exception, match="No matching signature"):
+            Webhook(secret).verify(got.body, got.headers)
+    # And the job without a tenant is signed with the default secret; the subscription with its own only
+    Webhook(notifiers.secret).verify(n.body, n.headers)
+    assert Webhook(sub).verify(s.body, s.headers)["id"] == "job-acme"
+    for secret in (acme, notifiers.secret):
+        with pytest.raises(Exception, match="No matching signature"):
+            Webhook(secret).verify(s.body, s.headers)
+
+
+async def test_no_url_credentials_or_query_reach_the_log_and_a_non_ascii_id_is_delivered(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a webhook URL with credentials and a token in its query, whose receiver fails once
+    path = "/secretive?token=tok-123456"
+    receiver.script(path, [Reply(500, body=b"nope")])
+    child = notifiers.start(*FAST, env={"STREAMCREW_LOG_LEVEL": "debug"})
+    url = f"http://bob:pa55word@127.0.0.1:{receiver.port}{path}"
+    # When a job whose id is not ASCII is delivered there, and one to an unreachable host with the same secrets
+    await add_result(redis, keys, "commande-é", url)
+    await add_result(redis, keys, "job-nowhere", "http://carol:pw-999999@nowhere.invalid/x?api_key=qk-777777")
+    await wait_until(lambda: _true(receiver.count(path) == 2), timeout=15, what="a retry then a delivery")
+    await wait_until(lambda: _true("job-nowhere" in child.log_text()), timeout=10, what="the unresolvable attempt logged")
+    # Then the delivery carries an encodable webhook-id that verifies with the body
+    got = receiver.on(path)[-1]
+    assert got.headers["webhook-id"] == quote("commande-é", safe="")
+    assert Webhook(notifiers.secret).verify(got.body, got.headers)["id"] == "commande-é"
+    # And no log line holds a URL's credentials or query string
+    text = child.log_text()
+    assert "url=http://127.0.0.1:%d/secretive" % receiver.port in text
+    for secret in ("pa55word", "bob:", "tok-123456", "token=", "pw-999999", "qk-777777", "api_key"):
+        assert secret not in text, f"{secret!r} in the notifier log"
+
+
+def test_a_header_id_is_printable_ascii_whatever_the_job_id() -> None:
+    assert header_id("job-1") == "job-1"
+    for raw in ("commande-é", "a\r\nx-evil: 1", "", "tab\there", "日本"):
+        wid = header_id(raw)
+        assert wid and all(0x21 <= ord(c) < 0x7F for c in wid), wid
+    headers = Signer([make_secret()]).headers("a\r\nb", b"{}")
+    assert "\r" not in headers["webhook-id"] and "\n" not in headers["webhook-id"]
+
+
+async def _true(value: bool) -> bool:
+    return value
