@@ -10,6 +10,7 @@ import socket
 from consumers.lifecycle import serve_until_stopped, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.notifier.delivery import Deliverer
+from consumers.notifier.dns import Resolver
 from consumers.notifier.handler import NotifierHandler
 from consumers.notifier.settings import NotifierSettings
 from consumers.notifier.signing import Signer
@@ -29,7 +30,8 @@ def consumer_name() -> str:
 
 
 def build_deliverer(settings: NotifierSettings) -> Deliverer:
-    guard = SsrfGuard(allow_private=settings.allow_private, allow_list=settings.allow_list)
+    resolver = Resolver(timeout_s=min(settings.dns_timeout_s, settings.timeout_s))
+    guard = SsrfGuard(allow_private=settings.allow_private, allow_list=settings.allow_list, resolver=resolver)
     return Deliverer(
         signer=Signer(settings.webhook_secrets, tenants=settings.tenant_secrets, urls=settings.subscription_secrets), guard=guard, concurrency=settings.concurrency,
         per_endpoint=settings.per_endpoint_concurrency, connect_timeout_s=settings.connect_timeout_s,
