@@ -23,7 +23,7 @@ class LLMSettings(BaseSettings):
     max_retries: int = Field(6, ge=0, description="retries after the first attempt, per call")
     retry_budget_s: float = Field(60.0, gt=0, description="wall-clock cap on one call, waits included")
     backoff_s: float = Field(0.5, gt=0, description="first backoff; doubled per retry, with jitter")
-    max_backoff_s: float = Field(20.0, gt=0)
+    max_backoff_s: float = Field(20.0, gt=0, description="longest backoff, also the cap on a provider's Retry-After")
     max_concurrency: int = Field(1024, ge=1, description="in-flight requests per API key in this process")
     max_connections: int | None = Field(None, ge=1, description="open sockets; default keys x max_concurrency")
     max_tokens: int = Field(1024, ge=1, description="completion cap sent to the provider (Anthropic requires one)")
