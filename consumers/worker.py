@@ -26,6 +26,7 @@ from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
 from streams.jobs import JobProcessor
 from streams.keys import WORKERS_GROUP, Keys
+from streams.urls import loggable_url
 from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.worker")
@@ -100,7 +101,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     llm_settings = agents_llm.runtime.settings()
     log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s", name, ",".join(registry.names()),
              settings.concurrency, settings.lease_s, settings.prefix,
-             f"{llm_settings.model} at {llm_settings.base_url}" if llm_settings.base_url else "offline model")
+             f"{llm_settings.model} at {loggable_url(llm_settings.base_url)}" if llm_settings.base_url else "offline model")
     finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)

@@ -271,3 +271,20 @@ async def test_requests_without_an_id_on_two_lanes_in_the_same_millisecond_each_
     # Then each request yields its own result (contract §3 invariant)
     assert len(await results(redis, keys)) == 2, worker.log_text()[-2000:]
 
+
+
+async def test_an_unreachable_llm_endpoint_is_named_in_the_job_error_without_credentials(
+    redis, keys: Keys, producer, workers: WorkerFactory  # type: ignore[no-untyped-def]
+) -> None:
+    # Given a worker whose LLM endpoint (with credentials in its URL) has nothing listening
+    port, key = free_port(), _secret("down")
+    worker = workers.start("--concurrency", "5", "--llm-base-url", f"http://ops:hunter2@127.0.0.1:{port}/v1",
+                           "--llm-api-keys", key, env={"STREAMCREW_LLM_MAX_RETRIES": "1", "STREAMCREW_LLM_BACKOFF_S": "0.01"})
+    # When an ask job with one attempt runs
+    await producer.publish("ask", {"prompt": "anyone there?"}, id="down-1", max_attempts=1)
+    (event,) = await wait_results(redis, keys, 1, timeout=20)
+    # Then its error names the endpoint, and neither the key nor the URL's credentials appear anywhere
+    assert event.status == "failed" and f"127.0.0.1:{port}" in (event.error or ""), event.error
+    for secret in (key, "hunter2"):
+        assert secret not in (event.error or "")
+    _assert_no_secret_in(worker, key, "hunter2")
