@@ -9,13 +9,14 @@ scripts), because pooled connections belong to one loop.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-import aiohttp
-
-from agents.llm.client import LLMClient
 from agents.llm.offline import OfflineModel
 from agents.llm.providers import ChatModel
 from agents.llm.settings import LLMSettings
+
+if TYPE_CHECKING:
+    import aiohttp
 
 _settings: LLMSettings | None = None
 _http: aiohttp.ClientSession | None = None
@@ -42,7 +43,12 @@ def get_model() -> ChatModel:
     loop = asyncio.get_running_loop()
     if _model is None or _loop is not loop:
         s = settings()
-        _model = OfflineModel() if s.offline else LLMClient(s, http=_http)
+        if s.offline:
+            _model = OfflineModel()
+        else:
+            from agents.llm.client import LLMClient  # aiohttp only when a model is reached over HTTP
+
+            _model = LLMClient(s, http=_http)
         _loop = loop
     return _model
 

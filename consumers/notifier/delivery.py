@@ -98,9 +98,10 @@ class Deliverer:
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))
         except Unresolvable as exc:
-            return self._failed(started, str(exc))
+            return Attempt(Kind.RETRY, error=str(exc), seconds=time.perf_counter() - started)
         except TimeoutError:
-            return self._failed(started, f"timeout after {self.timeout_s:g}s resolving the host")
+            return Attempt(Kind.RETRY, error=f"timeout after {self.timeout_s:g}s resolving the host", seconds=self.timeout_s)
+        budget_s = self.timeout_s - (time.perf_counter() - started)  # what resolving left; the queue wait is not an attempt
         ep = self.limiter.enter(target.origin)
         if ep is None:
             return Attempt(Kind.BUSY, error=f"{target.origin} has {self.limiter.users(target.origin)} deliveries under way")
@@ -117,7 +118,7 @@ class Deliverer:
                     self.limiter.started(ep)
                     attempt = Attempt(Kind.RETRY, error="cancelled")
                     try:
-                        attempt = await self._post(url, msg_id, body, self.timeout_s - (time.perf_counter() - started))
+                        attempt = await self._post(url, msg_id, body, budget_s)
                     finally:
                         self.limiter.finished(ep, attempt.seconds)
                     return attempt
