@@ -49,6 +49,7 @@ class AgentRegistry:
 
     def __init__(self) -> None:
         self._specs: dict[str, AgentSpec] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(
         self,
@@ -91,6 +92,11 @@ class AgentRegistry:
         self._specs[name] = spec
         return spec
 
+    def alias(self, alias: str, target: str) -> None:
+        """Serve ``target`` also under ``alias``; results carry the name the request used."""
+        self._specs[alias] = self.get(target)
+        self._aliases[alias] = target
+
     def get(self, name: str) -> AgentSpec:
         try:
             return self._specs[name]
@@ -104,10 +110,13 @@ class AgentRegistry:
         return sorted(self._specs)
 
     def subset(self, names: Iterable[str]) -> AgentRegistry:
-        """A registry with only ``names``; an unknown name is an error, not a silent no-op."""
+        """A registry with only ``names`` and their aliases; an unknown name is an error, not a silent no-op."""
         chosen = AgentRegistry()
         for name in names:
             chosen._specs[name] = self.get(name)
+        for alias, target in self._aliases.items():
+            if target in chosen._specs:
+                chosen.alias(alias, target)
         return chosen
 
 

@@ -184,13 +184,17 @@ def watch(
         raise typer.Exit(Exit.OK) from None
 
 
+Window = Annotated[int, typer.Option(min=1, max=10_000, help="how many of the latest results the figures cover")]
+
+
 @app.command()
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    window: Window = 1000,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Lane lengths, pending, lag, dead letters, consumers."""
+    """Lane lengths, pending, lag, dead letters, consumers; outcomes, latency, tokens and cost of the latest results."""
     from consumers.ops import Ops
     from consumers.views import stats_table
 
@@ -199,7 +203,7 @@ def stats(
     async def go() -> dict[str, Any]:
         ops = Ops(settings)
         try:
-            return await ops.stats()
+            return await ops.stats(window)
         finally:
             await ops.close()
 
@@ -208,6 +212,34 @@ def stats(
         print(json.dumps(figures, indent=2))
     else:
         out.print(stats_table(figures))
+
+
+@app.command()
+def monitor(
+    interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 5.0,
+    once: Annotated[bool, typer.Option("--once", help="print one report and exit")] = False,
+    window: Window = 1000,
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """The Queue Performance Report, refreshed in place (plain lines when not a terminal)."""
+    from consumers.monitor import monitor as show
+    from consumers.ops import Ops
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> int:
+        ops = Ops(settings)
+        try:
+            await show(lambda: ops.stats(window), out, interval_s=interval, once=once)
+        finally:
+            await ops.close()
+        return Exit.OK
+
+    try:
+        raise typer.Exit(run(go()))
+    except KeyboardInterrupt:
+        raise typer.Exit(Exit.OK) from None
 
 
 @app.command()

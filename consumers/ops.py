@@ -16,6 +16,7 @@ from streams.keys import Keys
 from streams.producer import Producer, Published
 from streams.records import JobRecord, wait_for_terminal
 from streams.stats import queue_stats
+from streams.window import DEFAULT_WINDOW
 
 
 class Ops:
@@ -51,8 +52,8 @@ class Ops:
                         return
             await asyncio.sleep(0)
 
-    async def stats(self) -> dict[str, Any]:
-        return await queue_stats(self.redis, self.keys)
+    async def stats(self, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+        return await queue_stats(self.redis, self.keys, window=window)
 
     async def dead_list(self, count: int) -> list[DeadLetter]:
         return await dead_letters.list_dead(self.redis, self.keys, count=count)

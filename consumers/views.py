@@ -9,7 +9,10 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from consumers.monitor import report_rows
 from streams.envelope import DeadLetter
+
+QUEUE_ROWS = frozenset({"Queue Depth", "Processing", "Retrying", "Dead Letters", "Window"})  # shown in the tables above
 
 
 def _num(value: Any) -> str:
@@ -34,7 +37,11 @@ def stats_table(figures: dict[str, Any]) -> Group:
     totals.add_row("dead letters", _num(figures["dead_letters"]))
     totals.add_row("retrying", _num(figures["retrying"]))
     totals.add_row("webhook dead letters", _num(figures["webhooks"]["dead_letters"]))
-    return Group(streams, consumers, totals)
+    recent = Table(title=f"latest {figures['window']['results']:,} results", show_header=False)
+    for name, value in report_rows(figures):
+        if name not in QUEUE_ROWS:
+            recent.add_row(name, value)
+    return Group(streams, consumers, totals, recent)
 
 
 def dead_table(letters: Sequence[DeadLetter]) -> Table:

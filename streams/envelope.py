@@ -65,6 +65,22 @@ def lane_for_priority(priority: int | str | None) -> str:
     return "high" if priority >= 7 else "normal" if priority >= 4 else "low"
 
 
+def priority_in_data(data: Mapping[str, Any]) -> int | None:
+    """A 0-10 ``priority`` in a request's data: ``data.priority``, else ``data.data.priority``
+    (the first design's payload nests it). Anything but an integer 0-10 is not a priority."""
+    for holder in (data, data.get("data")):
+        if isinstance(holder, Mapping):
+            value = holder.get("priority")
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10:
+                return value
+    return None
+
+
+def lane_for_request(priority: int | str | None, data: Mapping[str, Any]) -> str:
+    """The lane of a request: its explicit ``priority``, else the one in its data, else ``normal`` (contract §13)."""
+    return lane_for_priority(priority if priority is not None else priority_in_data(data))
+
+
 def flat(fields: Mapping[str, str]) -> list[str]:
     """``{k: v}`` as ``[k, v, ...]``, the shape XADD and HSET take in Lua."""
     out: list[str] = []

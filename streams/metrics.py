@@ -1,4 +1,4 @@
-"""Worker-side Prometheus metrics (contract §8), on the process's default registry.
+"""Worker-side Prometheus metrics (contract §8) and the producers' submission counter, on the process's default registry.
 
 Children of labelled metrics are cached: ``labels()`` costs more than the
 observation itself on a hot path of thousands of jobs a second.
@@ -23,6 +23,8 @@ IN_FLIGHT = Gauge("streamcrew_jobs_in_flight", "Attempts running now", ["agent"]
 RETRIES = Counter("streamcrew_retries_total", "Attempts that failed and were scheduled again", ["agent"])
 RECLAIMED = Counter("streamcrew_reclaimed_total", "Entries taken over from stalled consumers", ["lane"])
 DEAD_LETTERS = Counter("streamcrew_dead_letters_total", "Requests dead-lettered, by reason", ["reason"])
+# Counted by every producer; exported by those that serve /metrics (the gateway).
+SUBMITTED = Counter("streamcrew_jobs_submitted_total", "New jobs published to a lane by this process (repeated ids not counted)", ["lane"])
 
 
 @cache
@@ -63,3 +65,8 @@ def reclaimed(lane: str) -> Counter:
 @cache
 def dead_letters(reason: str) -> Counter:
     return DEAD_LETTERS.labels(reason=reason)
+
+
+@cache
+def submitted(lane: str) -> Counter:
+    return SUBMITTED.labels(lane=lane)

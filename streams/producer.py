@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from streams.envelope import JobRequest, flat, lane_for_priority, now_ms
+from streams import metrics
+from streams.envelope import JobRequest, flat, lane_for_priority, lane_for_request, now_ms
 from streams.errors import RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
@@ -58,7 +59,11 @@ class Producer:
         deadline: int | None = None,
         traceparent: str | None = None,
     ) -> Published:
-        """Publish one request; returns its job id. Idempotent on ``id``."""
+        """Publish one request; returns its job id. Idempotent on ``id``.
+
+        Without ``priority`` the lane is the one a ``priority`` 0-10 in ``data`` names (or in
+        ``data["data"]``, the first design's shape), else ``normal``.
+        """
         request = JobRequest(
             agent=agent, data=data, id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
             timeout_s=timeout_s, deadline=deadline, traceparent=traceparent, submitted_at=now_ms(),
@@ -67,7 +72,12 @@ class Producer:
         return published
 
     async def publish_many(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published]:
-        """Publish requests to one lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept."""
+        """Publish requests to the ``priority`` lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept.
+
+        Without ``priority`` each request goes to the lane its data names, as in :meth:`publish`.
+        """
+        if priority is None:
+            return await self._publish_by_data(list(requests))
         lane_name = lane_for_priority(priority)
         await self.ensure_groups()
         out: list[Published] = []
@@ -81,6 +91,16 @@ class Producer:
             out.extend(await self._publish_chunk(chunk, lane_name))
         return out
 
+    async def _publish_by_data(self, requests: list[JobRequest]) -> list[Published]:
+        by_lane: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            by_lane.setdefault(lane_for_request(None, request.data), []).append(index)
+        out: dict[int, Published] = {}
+        for lane_name, indexes in by_lane.items():
+            published = await self.publish_many([requests[i] for i in indexes], priority=lane_name)
+            out.update(zip(indexes, published, strict=True))
+        return [out[i] for i in range(len(requests))]
+
     async def _publish_chunk(self, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
         jobs = []
         for request in chunk:
@@ -92,4 +112,6 @@ class Producer:
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args = [self.keys.job_prefix, lane_name, orjson.dumps(jobs).decode()]
         reply = await self._scripts.publish(keys=[self.keys.lane(lane_name), self.keys.clock], args=args)
-        return [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
+        published = [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
+        metrics.submitted(lane_name).inc(sum(p.created for p in published))
+        return published

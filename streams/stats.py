@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from streams.window import DEFAULT_WINDOW, window_figures
 
 
 def _age_s(entry_id: str | None, now_ms: int) -> float | None:
@@ -54,8 +55,9 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
     }
 
 
-async def queue_stats(redis: Redis, keys: Keys) -> dict[str, Any]:
-    """Per lane length, pending, lag (Redis >= 7), oldest pending age and consumers; results; dead letters."""
+async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_WINDOW) -> dict[str, Any]:
+    """Per lane length, pending, lag (Redis >= 7), oldest pending age and consumers; results; dead letters;
+    and, unless ``window`` is None, the monitor's figures over the last ``window`` results (``streams.window``)."""
     now_ms = int(time.time() * 1000)
     lanes = {name: await _stream_stats(redis, keys.lane(name), WORKERS_GROUP, now_ms) for name in LANES}
     results = await _stream_stats(redis, keys.results, NOTIFIER_GROUP, now_ms)
@@ -65,7 +67,7 @@ async def queue_stats(redis: Redis, keys: Keys) -> dict[str, Any]:
         pipe.xlen(keys.webhooks_dead)
         pipe.zcard(keys.webhooks_delayed)
         dead, delayed, wh_dead, wh_delayed = await pipe.execute()
-    return {
+    figures: dict[str, Any] = {
         "prefix": keys.prefix,
         "lanes": lanes,
         "results": results,
@@ -73,3 +75,6 @@ async def queue_stats(redis: Redis, keys: Keys) -> dict[str, Any]:
         "retrying": int(delayed),
         "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
     }
+    if window is not None:
+        figures.update(await window_figures(redis, keys, window))
+    return figures

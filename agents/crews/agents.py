@@ -1,25 +1,47 @@
-"""The agent functions the worker calls: validated input in, a crew's answer out."""
+"""The agent functions the worker calls: validated input in, a crew's answer out.
+
+Each also takes the first design's payload (``DesignRequest``), answered by
+:func:`agents.crews.design.answer_design_request`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agents.crews.models import OrderInput, ProductInput, ReturnsInput
+from agents.crews.design import answer_design_request
+from agents.crews.models import DesignRequest, OrderRequest, ProductRequest, ReturnsRequest, SupportRequest
 from agents.crews.specialists import run_specialist
+from agents.crews.support import support
 
 
-async def order(data: OrderInput) -> dict[str, Any]:
+async def order(request: OrderRequest) -> dict[str, Any]:
     """Order status, shipping and tracking, answered by the order crew."""
+    data = request.root
+    if isinstance(data, DesignRequest):
+        return await answer_design_request(data)
     return await run_specialist("order", {"customer": "(not given)", "order_id": data.order_id, "question": data.question})
 
 
-async def returns(data: ReturnsInput) -> dict[str, Any]:
+async def returns(request: ReturnsRequest) -> dict[str, Any]:
     """Returns and refunds, handled by the returns crew."""
+    data = request.root
+    if isinstance(data, DesignRequest):
+        return await answer_design_request(data)
     inputs = {"customer": "(not given)", "order_id": data.order_id, "item": data.sku or "the whole order", "reason": data.reason, "question": data.question}
     return await run_specialist("returns", inputs)
 
 
-async def product(data: ProductInput) -> dict[str, Any]:
+async def product(request: ProductRequest) -> dict[str, Any]:
     """Stock, price and product questions, answered by the product crew."""
-    item = data.sku or "a product"
-    return await run_specialist("product", {"customer": "(not given)", "item": item, "question": data.question})
+    data = request.root
+    if isinstance(data, DesignRequest):
+        return await answer_design_request(data)
+    return await run_specialist("product", {"customer": "(not given)", "item": data.sku or "a product", "question": data.question})
+
+
+async def support_desk(request: SupportRequest) -> dict[str, Any]:
+    """Route a customer's message to order, returns or product, and return that crew's answer."""
+    data = request.root
+    if isinstance(data, DesignRequest):
+        return await answer_design_request(data)
+    return await support(data)

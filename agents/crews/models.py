@@ -1,10 +1,22 @@
-"""Input models of the support agents; invalid input ends the job ``rejected``."""
+"""Input models of the support agents; invalid input ends the job ``rejected``.
+
+Each crew takes its own shape or the first design's ``{"customer_id", "request_type", "data"}``
+(contract §13); ``*Request`` picks the model by the presence of ``request_type``.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from agents.tools.functions import ORDER_ID, SKU
+
+
+
+def _priority() -> Any:
+    """A producer given no priority picks the lane by this one (contract §13); the crews only check it."""
+    return Field(None, ge=0, le=10, strict=True, description="0-10; chooses the lane when the producer was given none")
 
 
 class _Input(BaseModel):
@@ -14,6 +26,7 @@ class _Input(BaseModel):
 class OrderInput(_Input):
     order_id: str = Field(pattern=ORDER_ID, description="order number, e.g. ORD-12345")
     question: str = Field("What is the status of my order?", min_length=1, max_length=2000)
+    priority: int | None = _priority()
 
 
 class ReturnsInput(_Input):
@@ -21,14 +34,72 @@ class ReturnsInput(_Input):
     sku: str | None = Field(None, pattern=SKU, description="the item to return; the whole order when omitted")
     reason: str = Field("not given", max_length=500)
     question: str = Field("I would like to return my order.", min_length=1, max_length=2000)
+    priority: int | None = _priority()
 
 
 class ProductInput(_Input):
     question: str = Field(min_length=1, max_length=2000)
     sku: str | None = Field(None, pattern=SKU)
+    priority: int | None = _priority()
 
 
 class SupportInput(_Input):
     query: str = Field(min_length=1, max_length=4000, description="the customer's message, free text")
     customer_id: str = Field(min_length=1, max_length=64)
+    priority: int | None = _priority()
 
+
+class DesignData(BaseModel):
+    """The first design's request data: free-form, with these keys checked when present."""
+
+    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
+
+    order_id: str | None = Field(None, pattern=ORDER_ID)
+    sku: str | None = Field(None, pattern=SKU)
+    reason: str | None = Field(None, max_length=500)
+    query: str | None = Field(None, min_length=1, max_length=2000)
+    question: str | None = Field(None, min_length=1, max_length=2000)
+    priority: int | None = _priority()
+
+
+class DesignRequest(_Input):
+    """``{"customer_id": "CUST-001", "request_type": "order", "data": {"order_id": "ORD-12345", "priority": 5}}``."""
+
+    customer_id: str = Field(min_length=1, max_length=64)
+    request_type: str = Field(min_length=1, max_length=64, description="order, return or product; anything else goes to the support router")
+    data: DesignData = Field(default_factory=DesignData)
+
+
+def _pick(own: type[BaseModel], value: Any) -> Any:
+    # Validating here (not as a union) keeps error locations those of the chosen model: "order_id", not "OrderInput.order_id".
+    if isinstance(value, dict):
+        return (DesignRequest if "request_type" in value else own).model_validate(value)
+    return value
+
+
+class OrderRequest(RootModel[DesignRequest | OrderInput]):
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, value: Any) -> Any:
+        return _pick(OrderInput, value)
+
+
+class ReturnsRequest(RootModel[DesignRequest | ReturnsInput]):
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, value: Any) -> Any:
+        return _pick(ReturnsInput, value)
+
+
+class ProductRequest(RootModel[DesignRequest | ProductInput]):
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, value: Any) -> Any:
+        return _pick(ProductInput, value)
+
+
+class SupportRequest(RootModel[DesignRequest | SupportInput]):
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, value: Any) -> Any:
+        return _pick(SupportInput, value)

@@ -1,6 +1,9 @@
 """USD per million tokens, per model: a seed table, a JSON file, then explicit overrides.
 
-An unknown model costs ``None`` (reported as unknown), never a guess.
+An unknown model costs ``None`` (reported as unknown), never a guess. The seed
+holds the first design's 2026 table and the GPT-4o snapshots at OpenAI's list
+prices, so the design's "DeepSeek V3.2 at $0.42 against GPT-4o at $15/MTok"
+(the output price of ``gpt-4o-2024-05-13``) can be reproduced.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ SEED_PRICES: Mapping[str, Price] = {
     "gpt-4.1": Price(8.0, 8.0),
     "claude-sonnet-4.5": Price(15.0, 15.0),
     "gemini-2.5-flash": Price(2.50, 2.50),
+    # GPT-4o at OpenAI's list prices per snapshot; the bare alias points at 2024-08-06.
+    "gpt-4o-2024-05-13": Price(5.0, 15.0),
+    "gpt-4o-2024-08-06": Price(2.50, 10.0),
+    "gpt-4o-2024-11-20": Price(2.50, 10.0),
+    "gpt-4o": Price(2.50, 10.0),
 }
 
 

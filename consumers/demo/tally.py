@@ -62,7 +62,7 @@ class Tally:
             for eid, fields in reply[0][1]:
                 self._last_id = eid
                 self._add(JobResult.from_fields(fields))
-        stats = await queue_stats(self.redis, self.keys)
+        stats = await queue_stats(self.redis, self.keys, window=None)  # the tally reads every result itself
         self.backlog = {name: int(lane["lag"] if lane["lag"] is not None else lane["length"]) for name, lane in stats["lanes"].items()}
         self.in_flight = sum(int(lane["pending"]) for lane in stats["lanes"].values())
         self.dead_letters = int(stats["dead_letters"])

@@ -16,6 +16,7 @@ from consumers.gateway.state import GatewayState, gateway_state
 from streams import dead
 from streams.errors import StreamcrewError
 from streams.stats import queue_stats
+from streams.window import DEFAULT_WINDOW, MAX_WINDOW
 
 router = APIRouter(tags=["operations"])
 State = Annotated[GatewayState, Depends(gateway_state)]
@@ -24,10 +25,15 @@ EntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="dead-letter
 
 
 @router.get("/queue/stats", response_model=QueueStats, summary="Queue figures", responses=errors(403, *AUTH_ERRORS))
-async def get_queue_stats(state: State, _: Operator) -> Response:
+async def get_queue_stats(
+    state: State, _: Operator,
+    window: Annotated[int, Query(ge=1, le=MAX_WINDOW, description="how many of the latest results the figures cover")] = DEFAULT_WINDOW,
+) -> Response:
     """Per lane: length, pending, lag, oldest pending age, consumers and their idle times; the results
-    stream; dead letters and retries. The same figures as ``streamcrew stats --json``."""
-    return json_response(200, await queue_stats(state.redis, state.keys))
+    stream; dead letters and retries; over the last ``window`` results: outcomes, latency and queue-wait
+    percentiles, tokens and cost, per model and per tenant. The same figures as ``streamcrew stats --json``.
+    Queue-wide, so only for keys not bound to a tenant."""
+    return json_response(200, await queue_stats(state.redis, state.keys, window=window))
 
 
 @router.get("/dead", response_model=DeadLetterPage, summary="List dead letters", responses=errors(403, *AUTH_ERRORS))

@@ -15,7 +15,7 @@ from consumers.gateway.errors import ApiError
 from consumers.gateway.models import ID_PATTERN, JobAccepted, JobResultView, JobSubmission, JobView
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view, json_response
 from consumers.gateway.state import GatewayState, gateway_state
-from streams.envelope import JobRequest, lane_for_priority, now_ms
+from streams.envelope import JobRequest, lane_for_request, now_ms
 from streams.errors import RequestTooLarge
 from streams.records import JobRecord, get_job
 
@@ -62,6 +62,11 @@ async def submit_job(request: Request) -> Response:
     state: GatewayState = request.app.state.gateway
     caller = await identify(request)
     body = parse_submission(await request.body(), request.headers.get("content-type"))
+    return await accept_submission(state, caller, body, request.headers.get("traceparent"))
+
+
+async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmission, traceparent: str | None) -> Response:
+    """Publish ``body`` for ``caller``: 202 for a new job, 200 with the record for a repeated id (also POST /tasks)."""
     known = state.settings.known_agents
     if known is not None and body.agent not in known:
         runs = ", ".join(known) or "no agents"
@@ -71,14 +76,13 @@ async def submit_job(request: Request) -> Response:
         if tenant is not None and tenant != caller.tenant:
             raise ApiError(403, "tenant_mismatch", f"this key is bound to tenant {caller.tenant!r}")
         tenant = caller.tenant
-    traceparent = request.headers.get("traceparent")
     job_request = JobRequest(
         agent=body.agent, data=body.data, id=body.id, webhook=body.webhook, tenant=tenant, max_attempts=body.max_attempts,
         timeout_s=body.timeout_s, traceparent=traceparent if traceparent and TRACEPARENT.match(traceparent) else None,
         submitted_at=now_ms(),
     )
     try:
-        published = await state.batcher.publish(job_request, lane_for_priority(body.priority))
+        published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
     except RequestTooLarge as exc:
         raise ApiError(413, "request_too_large", str(exc)) from None
     links = job_links(published.job_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -69,13 +70,28 @@ class JobSubmission(BaseModel):
 
     agent: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN, description="registered agent name")]
     data: dict[str, Any] = Field(description="the agent's input, a JSON object")
-    priority: Priority | None = Field(default=None, description="lane name, or 0-10 (7-10 high, 4-6 normal, 0-3 low); default normal")
+    priority: Priority | None = Field(default=None, description="lane name, or 0-10 (7-10 high, 4-6 normal, 0-3 low); default: a priority 0-10 in data (or data.data), else normal")
     webhook: WebhookUrl | None = Field(default=None, description="http(s) URL the notifier POSTs the result to")
     id: JobId | None = Field(default=None, description="job id and idempotency key; default: the stream entry ID")
     tenant: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)] | None = Field(
         default=None, description="tenant id; a tenant-bound API key sets it")
     max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] | None = Field(default=None, description="seconds one attempt may run")
+
+
+class TaskSubmission(BaseModel):
+    """POST /tasks: the second design's request, a query for the ``ask`` agent (contract §13)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"query": "Explain async programming", "user_id": "user-001", "priority": "normal"}]},
+    )
+
+    query: str = Field(min_length=1, max_length=100_000, description="the prompt the ask agent answers")
+    user_id: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)] | None = Field(
+        default=None, description="the job's tenant (as tenant in POST /jobs); a tenant-bound key sets it")
+    priority: Priority | None = Field(default=None, description="high, normal, low or 0-10; default normal")
+    webhook: WebhookUrl | None = Field(default=None, description="http(s) URL the notifier POSTs the result to")
 
 
 class Links(BaseModel):
@@ -114,6 +130,16 @@ class JobView(BaseModel):
     links: Links
 
 
+class JobTimes(BaseModel):
+    """GET /jobs/{id}/status: the second design's view of a job, times in ISO 8601 (null until reached)."""
+
+    job_id: str
+    status: Status
+    queued_at: datetime | None = Field(description="when a producer accepted the job")
+    started_at: datetime | None = Field(description="when a worker picked it up")
+    completed_at: datetime | None = Field(description="when it ended (completed, failed, rejected or expired)")
+
+
 # The result event as the results stream and webhooks carry it (contract §3), ``result`` and ``usage`` parsed.
 JobResultView = JobResult
 
@@ -146,8 +172,31 @@ class WebhookStats(BaseModel):
     retrying: int
 
 
+class Window(BaseModel):
+    size: int = Field(description="results asked for (?window=, default 1000)")
+    results: int = Field(description="results found in the window")
+    oldest_finished_at: int | None = Field(description="epoch ms")
+    newest_finished_at: int | None = Field(description="epoch ms")
+
+
+class Spread(BaseModel):
+    """Milliseconds: average and nearest-rank percentiles; null without data."""
+
+    avg: float | None
+    p50: int | None
+    p95: int | None
+    p99: int | None
+
+
+class Spend(BaseModel):
+    results: int
+    tokens: int
+    cost_usd: float | None = Field(description="sum of the known costs; null when all LLM use was unpriced")
+    unpriced: int = Field(description="results with usage but no known price")
+
+
 class QueueStats(BaseModel):
-    """The figures of ``streamcrew stats --json``."""
+    """The figures of ``streamcrew stats --json``; from ``window`` on, over the latest results (contract §12)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -157,6 +206,18 @@ class QueueStats(BaseModel):
     dead_letters: int
     retrying: int
     webhooks: WebhookStats
+    window: Window
+    completed: int
+    failed: int
+    rejected: int
+    expired: int
+    latency_ms: Spread = Field(description="submitted to finished, completed results")
+    queue_wait_ms: Spread = Field(description="submitted to started, every result that started")
+    tokens: int
+    cost_usd: float = Field(description="sum of the known costs")
+    unpriced: int = Field(description="results with usage but no known price (cost_usd null)")
+    by_model: dict[str, Spend]
+    by_tenant: dict[str, Spend] = Field(description="results that carry a tenant")
 
 
 class DeadLetterView(BaseModel):

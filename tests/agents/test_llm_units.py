@@ -54,6 +54,17 @@ def test_prices_seed_file_then_overrides(tmp_path: Path) -> None:
         PriceTable.load(path)
 
 
+def test_gpt4o_snapshots_reproduce_the_first_designs_comparison() -> None:
+    # The first design: "DeepSeek V3.2 at $0.42/MTok compared to GPT-4o's $15/MTok" (the first snapshot's output price)
+    table = PriceTable.load()
+    assert table.cost("gpt-4o-2024-05-13", 1_000_000, 0) == pytest.approx(5.0)
+    assert table.cost("gpt-4o-2024-05-13", 0, 1_000_000) == pytest.approx(15.0)
+    for later in ("gpt-4o-2024-08-06", "gpt-4o-2024-11-20", "openai/gpt-4o"):
+        assert table.cost(later, 1_000_000, 1_000_000) == pytest.approx(2.5 + 10.0)
+    assert table.cost("deepseek-v3.2", 0, 1_000_000) / table.cost("gpt-4o-2024-05-13", 0, 1_000_000) == pytest.approx(0.42 / 15)  # type: ignore[operator]
+    assert table.cost("gpt-4o-2099-01-01", 10, 10) is None  # an unknown snapshot is not guessed
+
+
 def test_retry_after_forms() -> None:
     assert parse_retry_after("3", cap_s=20) == 3.0
     assert parse_retry_after("0.5", cap_s=20) == 0.5

@@ -111,7 +111,7 @@ def mock_process(tmp_path: Path) -> Iterator[MockProcess]:
 
 # (job id, agent, lane, input, facts the answer must quote from the catalogue's tools)
 JOBS: list[tuple[str, str, str, dict[str, Any], tuple[str, ...]]] = [
-    ("e2e-order", "order", "high", {"order_id": "ORD-12345", "question": "Where is my package?"}, ("UPS", "1Z999AA10123456784", "shipped")),
+    ("e2e-order", "order", "high", {"order_id": "ORD-12345", "question": "Where is my package?"}, ("FedEx", "771234567890", "shipped")),
     ("e2e-returns", "returns", "normal", {"order_id": "ORD-12346", "reason": "too small"}, ('"approved":true', "RMA-")),
     ("e2e-product", "product", "low", {"question": "Is the hiking backpack in stock?", "sku": "SKU-1002"},
      ("Summit 30L hiking backpack", '"in_stock":false')),

@@ -1,0 +1,51 @@
+"""The second design's routes (contract §13): POST /tasks runs ``ask`` on a query; GET /jobs/{id}/status.
+
+They are thin views over POST /jobs and the job record, so a task is a job
+like any other: same lanes, auth, tenant scoping, results and webhooks.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from consumers.gateway.auth import Caller, authorize
+from consumers.gateway.jobs import JobIdPath, accept_submission, visible_job
+from consumers.gateway.models import JobAccepted, JobSubmission, JobTimes, TaskSubmission
+from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
+from consumers.gateway.state import GatewayState, gateway_state
+from streams.records import JobRecord
+
+router = APIRouter(tags=["tasks"])
+State = Annotated[GatewayState, Depends(gateway_state)]
+Authorized = Annotated[Caller, Depends(authorize)]
+TASK_AGENT = "ask"
+
+
+@router.post(
+    "/tasks", status_code=202, response_model=JobAccepted, summary="Submit a query (the ask agent)",
+    responses=errors(403, 413, *AUTH_ERRORS),
+)
+async def submit_task(task: TaskSubmission, request: Request, state: State, caller: Authorized) -> Response:
+    """Queue ``query`` for the ``ask`` agent: 202 ``{"job_id", "status": "queued"}``; follow it with
+    ``GET /jobs/{job_id}/status`` and ``GET /jobs/{job_id}/result`` (``{"result": {"answer": ...}}``)."""
+    body = JobSubmission(agent=TASK_AGENT, data={"prompt": task.query}, priority=task.priority, webhook=task.webhook, tenant=task.user_id)
+    return await accept_submission(state, caller, body, request.headers.get("traceparent"))
+
+
+def _iso(epoch_ms: int | None) -> str | None:
+    return None if epoch_ms is None else datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def job_times(record: JobRecord) -> dict[str, str | None]:
+    return {"job_id": record.id, "status": record.status, "queued_at": _iso(record.submitted_at),
+            "started_at": _iso(record.started_at), "completed_at": _iso(record.finished_at if record.terminal else None)}
+
+
+@router.get("/jobs/{job_id}/status", response_model=JobTimes, summary="A job's status and times", responses=errors(404, *AUTH_ERRORS))
+async def get_job_times(job_id: JobIdPath, state: State, caller: Authorized) -> Response:
+    """``{"status", "queued_at", "started_at", "completed_at"}``: queue latency is started − queued."""
+    return json_response(200, job_times(await visible_job(state, caller, job_id)))

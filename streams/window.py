@@ -1,0 +1,146 @@
+"""Queue-monitor figures over the results stream's most recent entries (contract §12).
+
+One ``XREVRANGE results + - COUNT window`` and arithmetic: the figures are
+exact for that window, and there is no second copy of them to keep consistent.
+
+- ``latency_ms``: submitted → finished, over the ``completed`` results (what a caller waits).
+- ``queue_wait_ms``: submitted → started, over every result that started (the second
+  design's queue latency; it says whether more workers are needed).
+- percentiles are nearest-rank: each one is a value some job really had.
+- ``cost_usd`` sums the known costs; ``unpriced`` counts results whose model has no price; in
+  ``by_model`` and ``by_tenant`` a ``cost_usd`` is null when all its LLM use was unpriced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict, cast
+
+from redis.asyncio import Redis
+
+from streams.envelope import JobResult, Status
+from streams.errors import DecodeError
+from streams.keys import Keys
+
+DEFAULT_WINDOW = 1000
+MAX_WINDOW = 10_000
+OUTCOMES = (Status.COMPLETED, Status.FAILED, Status.REJECTED, Status.EXPIRED)
+
+
+class Spread(TypedDict):
+    avg: float | None
+    p50: int | None
+    p95: int | None
+    p99: int | None
+
+
+class Spend(TypedDict):
+    results: int
+    tokens: int
+    cost_usd: float | None  # None only when every priced-able result had no known price
+    unpriced: int
+
+
+def spread(values: Sequence[int]) -> Spread:
+    """Average and nearest-rank p50/p95/p99 of ``values``; all None when there are none."""
+    if not values:
+        return {"avg": None, "p50": None, "p95": None, "p99": None}
+    ordered = sorted(values)
+
+    def rank(p: int) -> int:
+        return ordered[max(0, math.ceil(p * len(ordered) / 100) - 1)]
+
+    return {"avg": round(sum(ordered) / len(ordered), 1), "p50": rank(50), "p95": rank(95), "p99": rank(99)}
+
+
+def _tokens(usage: dict[str, Any]) -> int:
+    total = 0
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += value
+    return total
+
+
+def _cost(usage: dict[str, Any]) -> float | None:
+    value = usage.get("cost_usd")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _spend(into: dict[str, Spend], name: str, tokens: int, cost: float | None, unpriced: bool) -> None:
+    entry = into.setdefault(name, {"results": 0, "tokens": 0, "cost_usd": None, "unpriced": 0})
+    entry["results"] += 1
+    entry["tokens"] += tokens
+    entry["unpriced"] += unpriced
+    if cost is not None:
+        entry["cost_usd"] = (entry["cost_usd"] or 0.0) + cost
+
+
+def summarize(results: Iterable[JobResult], *, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """The §12 figures of ``results`` (newest first, as XREVRANGE gives them)."""
+    outcomes: Counter[str] = Counter()
+    latencies: list[int] = []
+    waits: list[int] = []
+    tokens, unpriced, seen = 0, 0, 0
+    cost = 0.0
+    by_model: dict[str, Spend] = {}
+    by_tenant: dict[str, Spend] = {}
+    newest = oldest = None
+    for result in results:
+        seen += 1
+        outcomes[str(result.status)] += 1
+        if result.finished_at is not None:
+            newest = result.finished_at if newest is None else max(newest, result.finished_at)
+            oldest = result.finished_at if oldest is None else min(oldest, result.finished_at)
+        if result.submitted_at is not None and result.started_at is not None:
+            waits.append(max(0, result.started_at - result.submitted_at))  # hosts' clocks may differ a little
+        if result.status == Status.COMPLETED and result.submitted_at is not None and result.finished_at is not None:
+            latencies.append(max(0, result.finished_at - result.submitted_at))
+        job_tokens, job_cost, job_unpriced = 0, None, False
+        if result.usage:
+            job_tokens, job_cost = _tokens(result.usage), _cost(result.usage)
+            job_unpriced = job_cost is None
+            tokens += job_tokens
+            unpriced += job_unpriced
+            cost += job_cost or 0.0
+            _spend(by_model, str(result.usage.get("model") or "unknown"), job_tokens, job_cost, job_unpriced)
+        if result.tenant:
+            _spend(by_tenant, result.tenant, job_tokens, job_cost, job_unpriced)
+    return {
+        "window": {"size": window, "results": seen, "oldest_finished_at": oldest, "newest_finished_at": newest},
+        **{str(status): outcomes[str(status)] for status in OUTCOMES},
+        "latency_ms": spread(latencies),
+        "queue_wait_ms": spread(waits),
+        "tokens": tokens,
+        "cost_usd": round(cost, 9),
+        "unpriced": unpriced,
+        "by_model": {name: _rounded(s) for name, s in sorted(by_model.items())},
+        "by_tenant": {name: _rounded(s) for name, s in sorted(by_tenant.items())},
+    }
+
+
+def _rounded(spend: Spend) -> Spend:
+    cost = spend["cost_usd"]
+    if cost is None and not spend["unpriced"]:
+        cost = 0.0  # no LLM use at all: nothing spent, not an unknown price
+    return {**spend, "cost_usd": None if cost is None else round(cost, 9)}
+
+
+async def recent_results(redis: Redis, keys: Keys, window: int = DEFAULT_WINDOW) -> list[JobResult]:
+    """The last ``window`` result events, newest first; entries that do not decode are skipped."""
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be 1-{MAX_WINDOW}, got {window}")
+    out: list[JobResult] = []
+    for _, fields in cast(list[tuple[str, dict[str, str]]], await redis.xrevrange(keys.results, count=window)):
+        try:
+            out.append(JobResult.from_fields(fields))
+        except DecodeError:
+            continue
+    return out
+
+
+async def window_figures(redis: Redis, keys: Keys, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """:func:`summarize` over the results stream's last ``window`` entries."""
+    return summarize(await recent_results(redis, keys, window), window=window)
