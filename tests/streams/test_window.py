@@ -1,0 +1,93 @@
+"""The queue monitor's figures (contract §12) over results whose timestamps the test writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streams.envelope import JobResult, Status
+from streams.keys import Keys
+from streams.stats import queue_stats
+from streams.window import MAX_WINDOW, spread, summarize, window_figures
+
+T0 = 1_800_000_000_000
+
+
+def result(i: int, status: Status = Status.COMPLETED, *, wait_ms: int = 0, run_ms: int = 0, started: bool = True,
+           usage: dict[str, object] | None = None, tenant: str | None = None) -> JobResult:
+    submitted = T0 + i * 10_000
+    started_at = submitted + wait_ms if started else None
+    return JobResult(id=f"j{i}", agent="echo", status=status, attempts=1, submitted_at=submitted, started_at=started_at,
+                     finished_at=(started_at or submitted) + run_ms, usage=usage, tenant=tenant,
+                     result={} if status == Status.COMPLETED else None, error=None if status == Status.COMPLETED else "x")
+
+
+def test_nearest_rank_percentiles_are_values_jobs_had() -> None:
+    assert spread(list(range(1, 101))) == {"avg": 50.5, "p50": 50, "p95": 95, "p99": 99}
+    assert spread([7]) == {"avg": 7.0, "p50": 7, "p95": 7, "p99": 7}
+    assert spread([10, 10, 10, 10, 10, 10, 10, 10, 10, 1000]) == {"avg": 109.0, "p50": 10, "p95": 1000, "p99": 1000}
+    assert spread([]) == {"avg": None, "p50": None, "p95": None, "p99": None}
+
+
+async def test_figures_from_the_results_stream_window(redis, keys: Keys) -> None:
+    # Given 100 completed jobs that waited i ms and ran 100 + i ms, two with a known price, one with an unknown one,
+    # and a failed, a rejected (never started) and an expired job, some of two tenants
+    events: list[JobResult] = []
+    for i in range(1, 101):
+        usage = None
+        if i == 1:
+            usage = {"model": "deepseek-v3.2", "prompt_tokens": 1000, "completion_tokens": 500, "cost_usd": 0.00063}
+        elif i == 2:
+            usage = {"model": "gpt-4o-2024-05-13", "prompt_tokens": 100, "completion_tokens": 100, "cost_usd": 0.002}
+        elif i == 3:
+            usage = {"model": "who-knows", "prompt_tokens": 10, "completion_tokens": 10, "cost_usd": None}
+        events.append(result(i, wait_ms=i, run_ms=100 + i, usage=usage, tenant="acme" if i <= 3 else ("globex" if i == 4 else None)))
+    events.append(result(101, Status.FAILED, wait_ms=500, run_ms=50, tenant="globex"))
+    events.append(result(102, Status.REJECTED, started=False))
+    events.append(result(103, Status.EXPIRED, started=False))
+    for event in events:
+        await redis.xadd(keys.results, event.to_fields())
+    await redis.xadd(keys.results, {"garbage": "no id or status"})  # a user's stray entry is skipped, not fatal
+
+    # When the figures are computed over the default window
+    figures = await window_figures(redis, keys)
+
+    # Then the counts, the spreads (latency over completed jobs: 100 + 2i ms; waits over all started) and spend are exact
+    assert figures["window"]["size"] == 1000 and figures["window"]["results"] == 103
+    assert (figures["completed"], figures["failed"], figures["rejected"], figures["expired"]) == (100, 1, 1, 1)
+    assert figures["latency_ms"] == {"avg": 201.0, "p50": 200, "p95": 290, "p99": 298}
+    assert figures["queue_wait_ms"] == spread([*range(1, 101), 500]) == {"avg": 55.0, "p50": 51, "p95": 96, "p99": 100}
+    assert figures["tokens"] == 1500 + 200 + 20
+    assert figures["cost_usd"] == pytest.approx(0.00263) and figures["unpriced"] == 1
+    assert figures["by_model"] == {
+        "deepseek-v3.2": {"results": 1, "tokens": 1500, "cost_usd": pytest.approx(0.00063), "unpriced": 0},
+        "gpt-4o-2024-05-13": {"results": 1, "tokens": 200, "cost_usd": pytest.approx(0.002), "unpriced": 0},
+        "who-knows": {"results": 1, "tokens": 20, "cost_usd": None, "unpriced": 1},
+    }
+    assert figures["by_tenant"] == {
+        "acme": {"results": 3, "tokens": 1720, "cost_usd": pytest.approx(0.00263), "unpriced": 1},
+        "globex": {"results": 2, "tokens": 0, "cost_usd": 0.0, "unpriced": 0},
+    }
+    assert figures["window"]["newest_finished_at"] == events[-1].finished_at
+    json.dumps(figures)  # plain JSON, as stats --json and the gateway print it
+
+    # And a smaller window covers only the newest results
+    small = await window_figures(redis, keys, 4)
+    assert small["window"]["results"] == 3  # the stray entry is one of the 4
+    assert (small["completed"], small["failed"], small["rejected"], small["expired"]) == (0, 1, 1, 1)
+    assert small["latency_ms"]["p50"] is None and small["queue_wait_ms"]["p99"] == 500
+
+
+async def test_queue_stats_carry_the_window_and_an_empty_one_is_all_zero(redis, keys: Keys) -> None:
+    figures = await queue_stats(redis, keys)
+    assert figures["completed"] == 0 and figures["window"] == {"size": 1000, "results": 0, "oldest_finished_at": None, "newest_finished_at": None}
+    assert figures["latency_ms"]["p95"] is None and figures["cost_usd"] == 0 and figures["by_model"] == {} == figures["by_tenant"]
+    assert "completed" not in await queue_stats(redis, keys, window=None)
+    with pytest.raises(ValueError, match="window must be"):
+        await window_figures(redis, keys, MAX_WINDOW + 1)
+
+
+def test_summarize_takes_any_iterable() -> None:
+    figures = summarize(iter([result(1, wait_ms=5, run_ms=10)]), window=1)
+    assert figures["latency_ms"]["p99"] == 15 and figures["queue_wait_ms"]["avg"] == 5.0
