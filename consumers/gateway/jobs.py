@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from consumers.gateway.auth import Caller, authorize, identify
@@ -20,6 +20,7 @@ from streams.errors import RequestTooLarge
 from streams.records import JobRecord, get_job
 
 router = APIRouter(tags=["jobs"])
+M = TypeVar("M", bound=BaseModel)
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 JobIdPath = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN, description="job id")]
 State = Annotated[GatewayState, Depends(gateway_state)]
@@ -33,10 +34,15 @@ def _is_json(content_type: str | None) -> bool:
 
 def parse_submission(body: bytes, content_type: str | None) -> JobSubmission:
     """The body as a JobSubmission, or the same 422 FastAPI's own validation gives."""
+    return parse_body(JobSubmission, body, content_type)
+
+
+def parse_body(model: type[M], body: bytes, content_type: str | None) -> M:
+    """The body as ``model``, or the same 422 FastAPI's own validation gives (never its 400 for bad JSON)."""
     if not _is_json(content_type):
         raise ApiError(422, "invalid_request", "body: send a JSON object with 'Content-Type: application/json'")
     try:
-        return JobSubmission.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from None
 

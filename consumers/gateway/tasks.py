@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from consumers.gateway.auth import Caller, authorize
-from consumers.gateway.jobs import JobIdPath, accept_submission, visible_job
+from consumers.gateway.auth import Caller, authorize, identify
+from consumers.gateway.jobs import JobIdPath, accept_submission, parse_body, visible_job
 from consumers.gateway.models import JobAccepted, JobSubmission, JobTimes, TaskSubmission
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
 from consumers.gateway.state import GatewayState, gateway_state
@@ -25,13 +25,23 @@ Authorized = Annotated[Caller, Depends(authorize)]
 TASK_AGENT = "ask"
 
 
+# Read like POST /jobs (one pydantic parse, the API's 422 for any bad body), so the OpenAPI entries are given here.
+TASK_OPENAPI = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": TaskSubmission.model_json_schema()}}},
+    "security": [{"HTTPBearer": []}],
+}
+
+
 @router.post(
-    "/tasks", status_code=202, response_model=JobAccepted, summary="Submit a query (the ask agent)",
+    "/tasks", status_code=202, response_model=JobAccepted, summary="Submit a query (the ask agent)", openapi_extra=TASK_OPENAPI,
     responses=errors(403, 413, *AUTH_ERRORS),
 )
-async def submit_task(task: TaskSubmission, request: Request, state: State, caller: Authorized) -> Response:
+async def submit_task(request: Request) -> Response:
     """Queue ``query`` for the ``ask`` agent: 202 ``{"job_id", "status": "queued"}``; follow it with
     ``GET /jobs/{job_id}/status`` and ``GET /jobs/{job_id}/result`` (``{"result": {"answer": ...}}``)."""
+    state: GatewayState = request.app.state.gateway
+    caller = await identify(request)
+    task = parse_body(TaskSubmission, await request.body(), request.headers.get("content-type"))
     body = JobSubmission(agent=TASK_AGENT, data={"prompt": task.query}, priority=task.priority, webhook=task.webhook, tenant=task.user_id)
     return await accept_submission(state, caller, body, request.headers.get("traceparent"))
 

@@ -16,9 +16,9 @@ from consumers.monitor import TITLE, rich_report
 from consumers.processes import Child, streamcrew_cmd
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
-from tests.support import WorkerFactory, results, wait_results, wait_until
+from tests.support import WorkerFactory, results, wait_for_log, wait_results, wait_until
 
-FAST_S, SLOW_S = 0.05, 0.8
+FAST_S, SLOW_S = 0.05, 1.5
 
 
 def cli(redis_url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +37,8 @@ async def test_monitor_figures_match_the_jobs_the_test_timed(
     # Given a worker and, through the gateway, 18 fast and 2 slow echo jobs for two tenants, one that fails,
     # one that is rejected, and two ask jobs (offline model: tokens, no cost)
     gateway = await gateways.start()
-    workers.start("--concurrency", "30")
+    worker = workers.start("--concurrency", "30", wait_ready=False)
+    wait_for_log(worker, " ready: ", timeout=120)  # CrewAI's import is slow on a loaded machine; the timings start after it
     jobs: list[dict[str, Any]] = [{"agent": "echo", "data": {"sleep_s": FAST_S}, "tenant": "acme"} for _ in range(18)]
     jobs += [{"agent": "echo", "data": {"sleep_s": SLOW_S}, "tenant": "globex"} for _ in range(2)]
     jobs += [{"agent": "echo", "data": {"fail_first": 1}, "max_attempts": 1, "tenant": "globex"},
@@ -46,7 +47,7 @@ async def test_monitor_figures_match_the_jobs_the_test_timed(
     async with gateway.client() as client:
         for job in jobs:
             assert (await client.post("/jobs", json=job)).status_code == 202
-        events = await wait_results(redis, keys, len(jobs), timeout=60)
+        events = await wait_results(redis, keys, len(jobs), timeout=120)
 
         # When the figures are read over HTTP and from the CLI
         http = (await client.get("/queue/stats", params={"window": 100})).json()
@@ -106,9 +107,9 @@ async def test_monitor_refreshes_every_interval(workers: WorkerFactory, redis, k
         await wait_until(lambda: reports(1), timeout=30, what="the first report")
         assert "Completed: 0" in child.log_text()
         # When a job completes
-        workers.start()
+        workers.start("--agents", "echo", wait_ready=False)
         await producer.publish("echo", {}, id="seen")
-        await wait_results(redis, keys, 1, timeout=30)
+        await wait_results(redis, keys, 1, timeout=90)
 
         # Then a later report counts it
         async def counted() -> bool:
