@@ -11,10 +11,12 @@ from agents.registry import AgentRegistry
 
 
 class AskInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """One prompt, with an optional system message."""
 
-    prompt: str = Field(min_length=1, max_length=100_000)
-    system: str | None = Field(None, max_length=20_000)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"prompt": "In one sentence, what is a Redis stream?"}]})
+
+    prompt: str = Field(min_length=1, max_length=100_000, description="the user message sent to the model")
+    system: str | None = Field(None, max_length=20_000, description="a system message sent before the prompt")
 
 
 async def ask(data: AskInput) -> dict[str, Any]:

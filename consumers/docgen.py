@@ -62,7 +62,9 @@ def render() -> str:
             continue
         lines += [f"## {who}", "", "| variable | default | meaning |", "|---|---|---|"]
         for name, info in names.items():
-            desc = (info.description or "").replace("|", "\\|")
+            if not (info.description or "").strip():
+                raise ValueError(f"{cls.__name__}: {name} has no description; give its Field a description= (it is the meaning column)")
+            desc = info.description.replace("|", "\\|")
             lines.append(f"| `{name}` | {_default(info)} | {desc} |")
         lines.append("")
     lines += ["## Commands and options", ""]

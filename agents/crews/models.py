@@ -2,6 +2,8 @@
 
 Each crew takes its own shape or the first design's ``{"customer_id", "request_type", "data"}``
 (contract §13); ``*Request`` picks the model by the presence of ``request_type``.
+
+Each model's ``examples`` is the request docs/agents.md shows (and runs, on the offline model).
 """
 
 from __future__ import annotations
@@ -24,28 +26,44 @@ class _Input(BaseModel):
 
 
 class OrderInput(_Input):
+    """A question about one order."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"order_id": "ORD-12345", "question": "Where is my parcel?"}]})
+
     order_id: str = Field(pattern=ORDER_ID, description="order number, e.g. ORD-12345")
-    question: str = Field("What is the status of my order?", min_length=1, max_length=2000)
+    question: str = Field("What is the status of my order?", min_length=1, max_length=2000, description="the customer's question, free text")
     priority: int | None = _priority()
 
 
 class ReturnsInput(_Input):
-    order_id: str = Field(pattern=ORDER_ID)
+    """A request to return an order, or one item of it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"order_id": "ORD-12346", "sku": "SKU-1004", "reason": "too small"}]})
+
+    order_id: str = Field(pattern=ORDER_ID, description="order number, e.g. ORD-12346")
     sku: str | None = Field(None, pattern=SKU, description="the item to return; the whole order when omitted")
-    reason: str = Field("not given", max_length=500)
-    question: str = Field("I would like to return my order.", min_length=1, max_length=2000)
+    reason: str = Field("not given", max_length=500, description="why the customer returns it")
+    question: str = Field("I would like to return my order.", min_length=1, max_length=2000, description="the customer's request, free text")
     priority: int | None = _priority()
 
 
 class ProductInput(_Input):
-    question: str = Field(min_length=1, max_length=2000)
-    sku: str | None = Field(None, pattern=SKU)
+    """A question about the catalogue: stock, price, sizes, warranty."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"question": "Is it in stock, and what does it cost?", "sku": "SKU-1001"}]})
+
+    question: str = Field(min_length=1, max_length=2000, description="the customer's question, free text")
+    sku: str | None = Field(None, pattern=SKU, description="the product asked about, e.g. SKU-1001, if known")
     priority: int | None = _priority()
 
 
 class SupportInput(_Input):
+    """A free-text customer message, routed to the right specialist."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"query": "Where is my order ORD-12345?", "customer_id": "CUS-001"}]})
+
     query: str = Field(min_length=1, max_length=4000, description="the customer's message, free text")
-    customer_id: str = Field(min_length=1, max_length=64)
+    customer_id: str = Field(min_length=1, max_length=64, description="your id of the customer, passed to the crew and returned in the result")
     priority: int | None = _priority()
 
 

@@ -1,0 +1,209 @@
+"""Generates the reference parts of docs/agents.md and docs/llm.md from the code, so they cannot drift.
+
+``python -m consumers.agentdocs`` rewrites the blocks between ``<!-- generated:NAME -->`` and
+``<!-- /generated:NAME -->`` in place; ``--check`` only compares (a test runs it). The agents
+reference walks the built-in registry: each agent's docstring, its input model's fields, and its
+example request (the model's ``examples``) run on the offline model, whose result is printed.
+Result values vary with CrewAI's prompts, so ``--check`` compares results by shape only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FREEFORM_EXAMPLE: dict[str, Any] = {"text": "hello"}  # the example of an agent without an input model
+_BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.DOTALL)
+_RESULT = re.compile(r"(```json\n)(.*?)(```)", re.DOTALL)
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_type(s) for s in schema["anyOf"])
+    if schema.get("type") == "array":
+        return f"array of {_type(schema.get('items', {}))}"
+    if "$ref" in schema:
+        return "object"
+    return str(schema.get("type", "any"))
+
+
+def _constraints(schema: dict[str, Any]) -> str:
+    parts = []
+    for variant in [schema, *schema.get("anyOf", [])]:
+        for key, label in (("minLength", "min length"), ("maxLength", "max length"), ("minimum", "≥"), ("maximum", "≤"),
+                           ("exclusiveMinimum", ">"), ("exclusiveMaximum", "<")):
+            if key in variant:
+                parts.append(f"{label} {variant[key]}")
+        if "pattern" in variant:
+            parts.append(f"pattern `{variant['pattern']}`")
+        if "enum" in variant:
+            parts.append("one of " + ", ".join(f"`{v}`" for v in variant["enum"]))
+    return ", ".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _fields_table(model: Any) -> list[str]:
+    schema = model.model_json_schema()
+    required = set(schema.get("required", []))
+    lines = ["| field | type | required | default | constraints | meaning |", "|---|---|---|---|---|---|"]
+    for name, prop in schema.get("properties", {}).items():
+        description = prop.get("description", "")
+        if not description:
+            raise ValueError(f"{model.__name__}.{name} has no description; give its Field a description=")
+        default = "" if name in required else f"`{json.dumps(prop.get('default'))}`"
+        lines.append(f"| `{name}` | {_type(prop)} | {'yes' if name in required else 'no'} | {_cell(default)} | "
+                     f"{_cell(_constraints(prop))} | {_cell(description)} |")
+    extra = model.model_config.get("extra")
+    lines += ["", "Other fields are rejected." if extra == "forbid" else "Other fields are ignored." if extra in (None, "ignore") else "Other fields are kept."]
+    return lines
+
+
+def _example(spec: Any) -> dict[str, Any]:
+    if spec.input_model is None:
+        return dict(FREEFORM_EXAMPLE)
+    examples = (spec.input_model.model_config.get("json_schema_extra") or {}).get("examples")
+    if not examples:
+        raise ValueError(f"agent {spec.name!r}: {spec.input_model.__name__} has no example; add "
+                         "model_config = ConfigDict(json_schema_extra={'examples': [{...}]})")
+    return dict(examples[0])
+
+
+async def _run_examples(registry: Any) -> dict[str, tuple[dict[str, Any], Any, Any]]:
+    from agents.registry import AgentContext
+    from agents.runner import run_agent
+
+    out = {}
+    for name in registry.names():
+        spec = registry.get(name)
+        example = _example(spec)
+        ctx = AgentContext(job_id=f"doc-{name}", agent=name, attempt=1, max_attempts=3)
+        try:
+            output, usage = await run_agent(spec, example, ctx, timeout_s=120)
+        except Exception as exc:
+            raise RuntimeError(f"agent {name!r}: its documented example {example} does not complete offline: {exc!r}") from None
+        out[name] = (example, output, usage)
+    return out
+
+
+def render_agents() -> str:
+    """The built-in agents' reference, each example run on the offline model."""
+    from agents.builtin import builtin_registry
+    from agents.llm import runtime
+    from agents.llm.settings import LLMSettings
+
+    registry = builtin_registry()
+    runtime.configure(LLMSettings(base_url=None))
+    try:
+        runs = asyncio.run(_run_examples(registry))
+    finally:
+        runtime.configure(None)
+    lines = ["| agent | what it does | input model |", "|---|---|---|"]
+    for name in registry.names():
+        spec = registry.get(name)
+        model = spec.input_model.__name__ if spec.input_model else "none (any JSON object)"
+        lines.append(f"| [`{name}`](#{name}) | {_cell(spec.description)} | {model} |")
+    lines.append("")
+    for name in registry.names():
+        spec = registry.get(name)
+        example, output, usage = runs[name]
+        lines += [f"### `{name}`", "", (inspect.getdoc(spec.fn) or "").strip(), ""]
+        limits = ["async, on the worker's event loop" if spec.is_async else "sync, in the worker's thread pool"]
+        limits.append(f"timeout {spec.timeout_s:g} s per attempt" if spec.timeout_s else "no timeout of its own (the request's `timeout_s` applies)")
+        if spec.max_attempts:
+            limits.append(f"{spec.max_attempts} attempts")
+        lines += ["Runs: " + "; ".join(limits) + ".", ""]
+        if spec.input_model is not None:
+            doc = (spec.input_model.__doc__ or "").strip()
+            lines += [f"Input (`{spec.input_model.__name__}`){': ' + doc if doc else ''}", "", *_fields_table(spec.input_model), ""]
+        else:
+            lines += ["Input: any JSON object (no input model).", ""]
+        data = json.dumps(example, ensure_ascii=False)
+        lines += ["Example request:", "", "```bash", f"streamcrew submit {name} --data '{data}' --wait", "```", "",
+                  "Its result on the offline model (`result` and `usage` of the result event):", "",
+                  "```json", json.dumps({"status": "completed", "result": output, "usage": usage}, indent=2, ensure_ascii=False), "```", ""]
+    return "\n".join(lines)
+
+
+def render_prices() -> str:
+    """The built-in price table."""
+    from agents.llm.pricing import SEED_PRICES
+
+    lines = ["| model | prompt, USD per million tokens | completion, USD per million tokens |", "|---|---|---|"]
+    for model, price in SEED_PRICES.items():
+        lines.append(f"| `{model}` | {price.prompt_per_m:g} | {price.completion_per_m:g} |")
+    return "\n".join(lines) + "\n"
+
+
+PAGES: dict[str, dict[str, Callable[[], str]]] = {
+    "docs/agents.md": {"agents": render_agents},
+    "docs/llm.md": {"prices": render_prices},
+}
+
+
+def splice(text: str, blocks: dict[str, str]) -> str:
+    """``text`` with each generated block replaced; a block named but missing in ``text`` is an error."""
+    seen = set()
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in blocks:
+            return match.group(0)
+        seen.add(name)
+        body = blocks[name].rstrip("\n") + "\n"
+        return match.group(1) + body + match.group(4)
+
+    out = _BLOCK.sub(replace, text)
+    missing = set(blocks) - seen
+    if missing:
+        raise ValueError(f"no <!-- generated:NAME --> ... <!-- /generated:NAME --> block for {sorted(missing)}")
+    return out
+
+
+def shape(text: str) -> str:
+    """``text`` with the JSON examples of its generated blocks reduced to keys and value types (values vary with CrewAI)."""
+
+    def skeleton(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: skeleton(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [skeleton(v) for v in value]
+        return type(value).__name__
+
+    def reduce(block: re.Match[str]) -> str:
+        body = _RESULT.sub(lambda m: m.group(1) + json.dumps(skeleton(json.loads(m.group(2))), indent=2) + "\n" + m.group(3), block["body"])
+        return block.group(1) + body + block.group(4)
+
+    return _BLOCK.sub(reduce, text)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for page, renderers in PAGES.items():
+        path = ROOT / page
+        current = path.read_text()
+        fresh = splice(current, {name: render() for name, render in renderers.items()})
+        if check:
+            if shape(current) != shape(fresh):
+                stale.append(page)
+        elif fresh != current:
+            path.write_text(fresh)
+            print(f"wrote {page}")
+    if stale:
+        print(f"stale: {', '.join(stale)}; run `python -m consumers.agentdocs`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
