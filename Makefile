@@ -1,16 +1,16 @@
-# The two commands of the README: `make demo` (the main job) and `make test` (the suite).
+# The two commands of the README: `make demo` (the main job) and `make test` (the suite); `make docs` serves the site.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench docs clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,docs]"
 	touch $@
 
 demo: setup
@@ -21,6 +21,9 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench.bench_core
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -82,3 +82,17 @@ def test_documented_variables_exist(doc: Path) -> None:
     named = set(re.findall(r"STREAMCREW_[A-Z0-9_]+", doc.read_text()))
     missing = sorted(n for n in named - known - NOT_SETTINGS if not n.endswith("_"))
     assert not missing, f"{doc.name} names variables no settings model reads: {missing}"
+
+
+def test_the_generator_refuses_a_setting_without_a_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    import consumers.docgen
+
+    class Undescribed(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="STREAMCREW_DOCTEST_")
+        knob: int = 1
+
+    monkeypatch.setattr(consumers.docgen, "settings_classes", lambda: [("a process", Undescribed)])
+    with pytest.raises(ValueError, match="STREAMCREW_DOCTEST_KNOB has no description"):
+        render()
