@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agents.llm.pricing import PriceTable
+from streams.errors import ConfigError
 
 
 class LLMSettings(BaseSettings):
@@ -42,6 +45,15 @@ class LLMSettings(BaseSettings):
     @classmethod
     def _blank_is_offline(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _prices_load(self) -> LLMSettings:
+        """A bad price file or price stops the worker at start, not every LLM job later."""
+        try:
+            PriceTable.load(self.price_file, self.prices)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @property
     def offline(self) -> bool:
