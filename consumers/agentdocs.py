@@ -144,9 +144,46 @@ def render_prices() -> str:
     return "\n".join(lines) + "\n"
 
 
+def call_seconds(settings: Any, try_s: float, jitter: float = 1.0) -> tuple[float, int]:
+    """(seconds, tries) of one LLM call whose every try fails after ``try_s``: the client's retry loop, without the I/O."""
+    t, tries = 0.0, 0
+    while True:
+        tries += 1
+        t += try_s
+        if tries > settings.max_retries:
+            return t, tries
+        wait = min(settings.max_backoff_s, settings.backoff_s * 2 ** (tries - 1)) * jitter
+        if t + wait > settings.retry_budget_s:
+            return t, tries
+        t += wait
+
+
+def render_worst_case() -> str:
+    """How long one call holds a job at the default settings, per kind of dead endpoint."""
+    from agents.llm.settings import LLMSettings
+
+    s = LLMSettings.model_construct()  # the defaults, never this machine's environment
+    rows = [
+        ("refuses connections (nothing listening, DNS fails): each try fails at once", 0.0),
+        (f"drops packets: each try waits the {s.connect_timeout_s:g} s connect timeout", s.connect_timeout_s),
+        (f"accepts and never answers: each try waits the {s.timeout_s:g} s timeout", s.timeout_s),
+    ]
+    lines = ["| the endpoint | one call, computed from the defaults (waits × 0.5–1.5 jitter) |", "|---|---|"]
+    for label, try_s in rows:
+        nominal, tries = call_seconds(s, try_s)
+        spans = [call_seconds(s, try_s, jitter)[0] for jitter in (0.5, 1.0, 1.5)]
+        low, high = min(spans), max(spans)
+        spread = f" ({low:.0f}–{high:.0f} s)" if round(low) != round(high) else ""
+        lines.append(f"| {label} | {tries} {'try' if tries == 1 else 'tries'}, **{nominal:.0f} s**{spread} |")
+    worst = s.retry_budget_s + s.connect_timeout_s + s.timeout_s
+    lines.append(f"| the worst: fast failures for almost the {s.retry_budget_s:g} s budget, then a try that connects slowly "
+                 f"and hangs | {s.retry_budget_s:g} + {s.connect_timeout_s:g} + {s.timeout_s:g} = **{worst:.0f} s** |")
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/agents.md": {"agents": render_agents},
-    "docs/llm.md": {"prices": render_prices},
+    "docs/llm.md": {"prices": render_prices, "worst-case": render_worst_case},
 }
 
 

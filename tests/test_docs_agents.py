@@ -1,10 +1,18 @@
 """docs/agents.md and docs/llm.md: the generated reference is current, and the page's own agents run as written."""
 
 import json
+import random
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+
+from agents.llm import LLMClient, LLMSettings, LLMUnavailable
+from consumers.agentdocs import call_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,3 +73,29 @@ def test_the_pages_own_agents_run_as_written(tmp_path: Path) -> None:
     assert (locked["retry_in"], locked["reason"]) == (30, "customer record locked")
     assert summary["result"]["summary"] and summary["usage"]["offline"] is True
     assert tagline["result"]["tagline"] and tagline["usage"]["prompt_tokens"] > 0
+
+
+class _MidJitter(random.Random):
+    """Jitter factor exactly 1.0 (the client draws 0.5 + random())."""
+
+    def random(self) -> float:
+        return 0.5
+
+
+@pytest.mark.parametrize(("max_retries", "budget_s"), [(4, 30.0), (20, 1.0)], ids=["tries-run-out", "budget-runs-out"])
+async def test_the_worst_case_table_replays_the_clients_retry_loop(max_retries: int, budget_s: float) -> None:
+    """docs/llm.md's worst case comes from ``call_seconds``; it must give up where the real client does."""
+    with socket.socket() as s:  # a port with nothing listening: every try is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = LLMSettings(base_url=f"http://127.0.0.1:{port}/v1", max_retries=max_retries, retry_budget_s=budget_s,
+                           backoff_s=0.05, max_backoff_s=0.4)
+    predicted_s, predicted_tries = call_seconds(settings, 0.0)
+    client = LLMClient(settings, rng=_MidJitter())
+    started = time.monotonic()
+    try:
+        with pytest.raises(LLMUnavailable, match=rf"gave up after {predicted_tries} attempt\(s\)"):
+            await client.chat([{"role": "user", "content": "hi"}])
+    finally:
+        await client.aclose()
+    assert time.monotonic() - started >= predicted_s * 0.95
