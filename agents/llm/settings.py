@@ -17,22 +17,55 @@ class LLMSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="STREAMCREW_LLM_", extra="ignore")
 
-    base_url: str | None = Field(None, description="endpoint, e.g. https://api.deepseek.com/v1 (OpenAI-compatible) or https://api.anthropic.com; unset: the built-in offline model")
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list, description="comma-separated API keys, taken in turn; a key answered 429 cools down while the next is used; never logged")
-    model: str = Field("deepseek-v3.2", description="model name sent to the endpoint; also the name looked up in the price table")
-    provider: Literal["openai", "anthropic"] = Field("openai", description="wire format: openai (POST .../v1/chat/completions) or anthropic (POST .../v1/messages); /v1 is added when base_url lacks it")
-    timeout_s: float = Field(60.0, gt=0, description="seconds one HTTP request may wait for the endpoint to send or read data; one hung request holds a call this long")
-    connect_timeout_s: float = Field(10.0, gt=0, description="seconds to open a connection; an unreachable (not refusing) endpoint costs this per try")
-    max_retries: int = Field(6, ge=0, description="retries after the first try, per call (429s, 5xx, timeouts, connection errors)")
-    retry_budget_s: float = Field(60.0, gt=0, description="seconds from a call's start after which it retries no more (a try in flight still runs to its timeout)")
+    base_url: str | None = Field(
+        None,
+        description="endpoint, e.g. https://api.deepseek.com/v1 (OpenAI-compatible) or https://api.anthropic.com; unset: the built-in offline model",
+    )
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated API keys, taken in turn; a key answered 429 cools down while the next is used; never logged",
+    )
+    model: str = Field(
+        "deepseek-v3.2",
+        description="model name sent to the endpoint; also the name looked up in the price table",
+    )
+    provider: Literal["openai", "anthropic"] = Field(
+        "openai",
+        description="wire format: openai (POST .../v1/chat/completions) or anthropic (POST .../v1/messages); /v1 is added when base_url lacks it",
+    )
+    timeout_s: float = Field(
+        60.0, gt=0,
+        description="seconds one HTTP request may wait for the endpoint to send or read data; one hung request holds a call this long",
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0,
+        description="seconds to open a connection; an unreachable (not refusing) endpoint costs this per try",
+    )
+    max_retries: int = Field(
+        6, ge=0,
+        description="retries after the first try, per call (429s, 5xx, timeouts, connection errors)",
+    )
+    retry_budget_s: float = Field(
+        60.0, gt=0,
+        description="seconds from a call's start after which it retries no more (a try in flight still runs to its timeout)",
+    )
     backoff_s: float = Field(0.5, gt=0, description="first backoff; doubled per retry, with jitter")
     max_backoff_s: float = Field(20.0, gt=0, description="longest wait between two tries of one call (before jitter), also the cap on a provider's Retry-After")
     max_concurrency: int = Field(1024, ge=1, description="in-flight requests per API key in this process")
     max_connections: int | None = Field(None, ge=1, description="open sockets; default keys x max_concurrency")
-    max_tokens: int = Field(1024, ge=1, description="completion cap sent with provider=anthropic, which requires one (OpenAI-style requests send none unless the agent asks)")
+    max_tokens: int = Field(
+        1024, ge=1,
+        description="completion cap sent with provider=anthropic, which requires one (OpenAI-style requests send none unless the agent asks)",
+    )
     anthropic_version: str = Field("2023-06-01", description="anthropic-version header sent with provider=anthropic")
-    price_file: Path | None = Field(None, description='JSON file {"model": [prompt, completion], ...} of USD per million tokens, over the built-in prices')
-    prices: dict[str, tuple[float, float]] = Field(default_factory=dict, description='JSON {"model": [prompt, completion], ...} of USD per million tokens, over the price file and the built-in prices')
+    price_file: Path | None = Field(
+        None,
+        description='JSON file {"model": [prompt, completion], ...} of USD per million tokens, over the built-in prices',
+    )
+    prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description='JSON {"model": [prompt, completion], ...} of USD per million tokens, over the price file and the built-in prices',
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod
