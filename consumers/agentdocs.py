@@ -14,9 +14,12 @@ import inspect
 import json
 import re
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, RootModel
 
 ROOT = Path(__file__).resolve().parent.parent
 FREEFORM_EXAMPLE: dict[str, Any] = {"text": "hello"}  # the example of an agent without an input model
@@ -30,7 +33,7 @@ def _type(schema: dict[str, Any]) -> str:
     if schema.get("type") == "array":
         return f"array of {_type(schema.get('items', {}))}"
     if "$ref" in schema:
-        return "object"
+        return f"object ({schema['$ref'].rsplit('/', 1)[-1]})"
     return str(schema.get("type", "any"))
 
 
@@ -52,7 +55,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _fields_table(model: Any) -> list[str]:
+def _fields_table(model: type[BaseModel]) -> list[str]:
     schema = model.model_json_schema()
     required = set(schema.get("required", []))
     lines = ["| field | type | required | default | constraints | meaning |", "|---|---|---|---|---|---|"]
@@ -60,7 +63,7 @@ def _fields_table(model: Any) -> list[str]:
         description = prop.get("description", "")
         if not description:
             raise ValueError(f"{model.__name__}.{name} has no description; give its Field a description=")
-        default = "" if name in required else f"`{json.dumps(prop.get('default'))}`"
+        default = f"`{json.dumps(prop['default'])}`" if "default" in prop and name not in required else ""
         lines.append(f"| `{name}` | {_type(prop)} | {'yes' if name in required else 'no'} | {_cell(default)} | "
                      f"{_cell(_constraints(prop))} | {_cell(description)} |")
     extra = model.model_config.get("extra")
@@ -68,14 +71,53 @@ def _fields_table(model: Any) -> list[str]:
     return lines
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation names (``A | B | None`` gives ``[A, B]``)."""
+    args = typing.get_args(annotation) or (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def shapes(model: type[BaseModel]) -> list[type[BaseModel]]:
+    """The shapes an input model accepts: a ``RootModel`` union's members, else the model itself."""
+    if issubclass(model, RootModel):
+        return _models_in(model.model_fields["root"].annotation)
+    return [model]
+
+
+def _input_lines(model: type[BaseModel]) -> list[str]:
+    members = shapes(model)
+    lines = [f"Input (`{model.__name__}`) takes one of {len(members)} shapes.", ""] if len(members) > 1 else []
+    for member in members:
+        doc = (member.__doc__ or "").strip()
+        lines += [f"Input (`{member.__name__}`){': ' + doc if doc else ''}", "", *_fields_table(member), ""]
+        for field, info in member.model_fields.items():
+            for nested in _models_in(info.annotation):
+                doc = (nested.__doc__ or "").strip()
+                lines += [f"Its `{field}` (`{nested.__name__}`){': ' + doc if doc else ''}", "", *_fields_table(nested), ""]
+    return lines
+
+
 def _example(spec: Any) -> dict[str, Any]:
     if spec.input_model is None:
         return dict(FREEFORM_EXAMPLE)
-    examples = (spec.input_model.model_config.get("json_schema_extra") or {}).get("examples")
-    if not examples:
-        raise ValueError(f"agent {spec.name!r}: {spec.input_model.__name__} has no example; add "
-                         "model_config = ConfigDict(json_schema_extra={'examples': [{...}]})")
-    return dict(examples[0])
+    for model in [spec.input_model, *shapes(spec.input_model)]:
+        examples = (model.model_config.get("json_schema_extra") or {}).get("examples")
+        if examples:
+            return dict(examples[0])
+    raise ValueError(f"agent {spec.name!r}: {spec.input_model.__name__} has no example; add "
+                     "model_config = ConfigDict(json_schema_extra={'examples': [{...}]})")
+
+
+def _canonical(registry: Any) -> tuple[list[str], dict[str, list[str]]]:
+    """Agent names, and the aliases served for each (a name whose spec was registered under another)."""
+    names, aliases = [], {}
+    for name in registry.names():
+        target = registry.get(name).name
+        if target != name and target in registry:
+            aliases.setdefault(target, []).append(name)
+        else:
+            names.append(name)
+    return names, aliases
 
 
 async def _run_examples(registry: Any) -> dict[str, tuple[dict[str, Any], Any, Any]]:
@@ -83,7 +125,7 @@ async def _run_examples(registry: Any) -> dict[str, tuple[dict[str, Any], Any, A
     from agents.runner import run_agent
 
     out = {}
-    for name in registry.names():
+    for name in _canonical(registry)[0]:
         spec = registry.get(name)
         example = _example(spec)
         ctx = AgentContext(job_id=f"doc-{name}", agent=name, attempt=1, max_attempts=3)
@@ -107,26 +149,26 @@ def render_agents() -> str:
         runs = asyncio.run(_run_examples(registry))
     finally:
         runtime.configure(None)
+    names, aliases = _canonical(registry)
     lines = ["| agent | what it does | input model |", "|---|---|---|"]
-    for name in registry.names():
+    for name in names:
         spec = registry.get(name)
         model = spec.input_model.__name__ if spec.input_model else "none (any JSON object)"
         lines.append(f"| [`{name}`](#{name}) | {_cell(spec.description)} | {model} |")
+        lines += [f"| `{alias}` | the same as [`{name}`](#{name}) | {model} |" for alias in aliases.get(name, [])]
     lines.append("")
-    for name in registry.names():
+    for name in names:
         spec = registry.get(name)
         example, output, usage = runs[name]
         lines += [f"### `{name}`", "", (inspect.getdoc(spec.fn) or "").strip(), ""]
+        if aliases.get(name):
+            lines += ["Also served as " + ", ".join(f"`{a}`" for a in aliases[name]) + ".", ""]
         limits = ["async, on the worker's event loop" if spec.is_async else "sync, in the worker's thread pool"]
         limits.append(f"timeout {spec.timeout_s:g} s per attempt" if spec.timeout_s else "no timeout of its own (the request's `timeout_s` applies)")
         if spec.max_attempts:
             limits.append(f"{spec.max_attempts} attempts")
         lines += ["Runs: " + "; ".join(limits) + ".", ""]
-        if spec.input_model is not None:
-            doc = (spec.input_model.__doc__ or "").strip()
-            lines += [f"Input (`{spec.input_model.__name__}`){': ' + doc if doc else ''}", "", *_fields_table(spec.input_model), ""]
-        else:
-            lines += ["Input: any JSON object (no input model).", ""]
+        lines += _input_lines(spec.input_model) if spec.input_model is not None else ["Input: any JSON object (no input model).", ""]
         data = json.dumps(example, ensure_ascii=False)
         lines += ["Example request:", "", "```bash", f"streamcrew submit {name} --data '{data}' --wait", "```", "",
                   "Its result on the offline model (`result` and `usage` of the result event):", "",
