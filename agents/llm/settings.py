@@ -35,7 +35,7 @@ class LLMSettings(BaseSettings):
     )
     timeout_s: float = Field(
         60.0, gt=0,
-        description="seconds one HTTP request may wait for the endpoint to send or read data; one hung request holds a call this long",
+        description="seconds one HTTP request may take in all, connecting included; one hung request holds a call this long",
     )
     connect_timeout_s: float = Field(
         10.0, gt=0,
