@@ -72,20 +72,20 @@ class DesignData(BaseModel):
 
     model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
 
-    order_id: str | None = Field(None, pattern=ORDER_ID)
-    sku: str | None = Field(None, pattern=SKU)
-    reason: str | None = Field(None, max_length=500)
-    query: str | None = Field(None, min_length=1, max_length=2000)
-    question: str | None = Field(None, min_length=1, max_length=2000)
+    order_id: str | None = Field(None, pattern=ORDER_ID, description="order number, e.g. ORD-12345 (order and return requests)")
+    sku: str | None = Field(None, pattern=SKU, description="the product, e.g. SKU-001 (product and return requests)")
+    reason: str | None = Field(None, max_length=500, description="why the customer returns it (return requests)")
+    query: str | None = Field(None, min_length=1, max_length=2000, description="what the customer asks, e.g. specifications")
+    question: str | None = Field(None, min_length=1, max_length=2000, description="the customer's question, free text (same as query)")
     priority: int | None = _priority()
 
 
 class DesignRequest(_Input):
     """``{"customer_id": "CUST-001", "request_type": "order", "data": {"order_id": "ORD-12345", "priority": 5}}``."""
 
-    customer_id: str = Field(min_length=1, max_length=64)
+    customer_id: str = Field(min_length=1, max_length=64, description="your id of the customer, e.g. CUST-001")
     request_type: str = Field(min_length=1, max_length=64, description="order, return or product; anything else goes to the support router")
-    data: DesignData = Field(default_factory=DesignData)
+    data: DesignData = Field(default_factory=DesignData, description="the request's details; its priority 0-10 picks the lane when the producer was given none")
 
 
 def _pick(own: type[BaseModel], value: Any) -> Any:
