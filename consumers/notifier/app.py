@@ -64,6 +64,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
              settings.max_attempts, settings.backoff_s, settings.lease_s, settings.allow_private,
              len(settings.subscriptions), settings.prefix)
     finished, handed_back = await serve_until_stopped(runtime, handler.committer, stop, settings.grace_s)
+    handler.summary()
     log.info("notifier %s stopped: %d entries finished, %d handed back", name, finished, handed_back)
     await deliverer.aclose()
     await redis.aclose()

@@ -1,10 +1,12 @@
 """One webhook POST: guarded, signed, bounded per endpoint, classified for the retry policy.
 
 One pooled aiohttp session (``http_client``) serves every endpoint. A global
-semaphore bounds requests in flight; the :class:`EndpointLimiter` bounds each
-endpoint (scheme, host, port). A delivery the limiter will not queue, or that
-waited ``QUEUE_WAIT_S`` in vain, answers ``BUSY``: the caller parks it in the
-delayed set, so a slow endpoint never holds the slots other endpoints need.
+semaphore bounds requests in flight; the :class:`EndpointLimiter` gives each
+endpoint (scheme, host, port) a FIFO queue served at its own pace. A delivery
+its queue will not take (a slow endpoint, or one over its share while others
+compete), or that its queue sends away later, answers ``BUSY``: the caller
+parks it in the delayed set, so a slow endpoint never holds the slots other
+endpoints need, while a healthy one that is merely the bottleneck is waited for.
 The attempt's deadline (``timeout_s``) covers name resolution, connect,
 request and answer. A POST is never re-sent within one attempt: if the
 connection fails after the request may have gone out, the attempt failed.
@@ -22,7 +24,7 @@ from enum import StrEnum
 import aiohttp
 
 from consumers.notifier import http_client, metrics
-from consumers.notifier.limiter import EndpointLimiter
+from consumers.notifier.limiter import Busy, EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
 from streams.retry_after import parse_retry_after
@@ -31,7 +33,7 @@ log = logging.getLogger("streamcrew.notifier.delivery")
 
 MAX_RESPONSE_BYTES = 64 * 1024
 ERROR_SNIPPET = 200
-QUEUE_WAIT_S = 0.5  # longest wait for an endpoint's turn before the delivery is parked instead
+QUEUE_WAIT_S = 0.5  # a slow endpoint may queue what it drains in this time; the rest is parked
 
 
 class Kind(StrEnum):
@@ -51,6 +53,7 @@ class Attempt:
     error: str = ""
     retry_after_s: float | None = None
     seconds: float = 0.0
+    backing_off: bool = False  # BUSY: wait at least the delay that grows with each park in a row, too
 
     @property
     def made(self) -> bool:
@@ -70,7 +73,7 @@ class Deliverer:
         self.guard = guard
         self.timeout_s = timeout_s
         self.retry_after_cap_s = retry_after_cap_s
-        self.limiter = EndpointLimiter(per_endpoint, queue_wait_s=QUEUE_WAIT_S, max_waiting=concurrency)
+        self.limiter = EndpointLimiter(per_endpoint, pool=concurrency, queue_wait_s=QUEUE_WAIT_S)
         self._global = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._connect_timeout_s = connect_timeout_s
@@ -90,7 +93,8 @@ class Deliverer:
             await self._session.close()
         await self.guard.resolver.aclose()
 
-    async def deliver(self, url: str, msg_id: str, body: bytes) -> Attempt:
+    async def deliver(self, url: str, msg_id: str, body: bytes, *, returning: bool = False) -> Attempt:
+        """One attempt; ``returning``: the delivery was parked as busy and comes back at its time."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):  # a resolver that never answers costs this attempt only
@@ -102,30 +106,23 @@ class Deliverer:
         except TimeoutError:
             return Attempt(Kind.RETRY, error=f"timeout after {self.timeout_s:g}s resolving the host", seconds=self.timeout_s)
         budget_s = self.timeout_s - (time.perf_counter() - started)  # what resolving left; the queue wait is not an attempt
-        ep = self.limiter.enter(target.origin)
-        if ep is None:
-            return Attempt(Kind.BUSY, error=f"{target.origin} has {self.limiter.users(target.origin)} deliveries under way")
+        queue = self.limiter.enter(target.origin, returning=returning)
+        if isinstance(queue, Busy):
+            return Attempt(Kind.BUSY, error=queue.reason, retry_after_s=queue.wait_s, backing_off=queue.growing)
         try:
-            try:
-                if ep.sem.locked():
-                    await asyncio.wait_for(ep.sem.acquire(), QUEUE_WAIT_S)
-                else:
-                    await ep.sem.acquire()  # free now: no timer, no task
-            except TimeoutError:
-                return Attempt(Kind.BUSY, error=f"{target.origin} stayed busy for {QUEUE_WAIT_S}s")
+            if not await self.limiter.turn(queue):
+                busy = self.limiter.sent_away(queue)
+                return Attempt(Kind.BUSY, error=busy.reason, retry_after_s=busy.wait_s, backing_off=busy.growing)
+            seconds: float | None = None
             try:
                 async with self._global:
-                    self.limiter.started(ep)
-                    attempt = Attempt(Kind.RETRY, error="cancelled")
-                    try:
-                        attempt = await self._post(url, msg_id, body, budget_s)
-                    finally:
-                        self.limiter.finished(ep, attempt.seconds)
+                    attempt = await self._post(url, msg_id, body, budget_s)
+                    seconds = attempt.seconds
                     return attempt
             finally:
-                ep.sem.release()
+                self.limiter.finished(queue, seconds)
         finally:
-            self.limiter.leave(ep)
+            self.limiter.leave(queue)
 
     async def _post(self, url: str, msg_id: str, body: bytes, budget_s: float) -> Attempt:
         headers = self.signer.headers(msg_id, body, url=url)

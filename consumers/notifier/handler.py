@@ -2,7 +2,8 @@
 
 Each results entry fans out to its job's ``webhook`` and the matching
 subscriptions; each due-stream entry is one delivery coming back for another
-attempt. Every delivery ends its attempt delivered, parked in the delayed set
+attempt. Each delivery waits its turn in its endpoint's queue (``limiter.py``)
+while its entry stays pending, then ends delivered, parked in the delayed set
 (retry, or endpoint busy) or dead-lettered, and the entry is committed (XACK)
 once all of its deliveries have, in one atomic script.
 """
@@ -127,7 +128,7 @@ class NotifierHandler:
 
     async def _one(self, work: Work, i: int) -> None:
         p = work.pending[i]
-        attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode())
+        attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode(), returning=p.deferred > 0)
         work.decisions[i] = self._decide(p, attempt)
 
     def _decide(self, p: Pending, a: Attempt) -> Decision:
@@ -142,9 +143,13 @@ class NotifierHandler:
         if a.kind is Kind.DELIVERED:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()
-        if a.kind is Kind.BUSY:  # not an attempt: parked, further off each time so a stuck endpoint costs little
+        if a.kind is Kind.BUSY:  # not an attempt: parked until its queue could take it, or further off each time
             later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1)
-            wait_s = min(BUSY_DELAY_MAX_S, BUSY_DELAY_S * 2.0 ** min(p.deferred, 10)) * random.uniform(0.5, 1.5)
+            if a.backing_off or a.retry_after_s is None:  # a slow endpoint: spaced out, further each time in a row
+                growing = BUSY_DELAY_S * 2.0 ** min(p.deferred, 10) * random.uniform(0.75, 1.25)
+                wait_s = min(BUSY_DELAY_MAX_S, max(growing, a.retry_after_s or 0.0))
+            else:  # a healthy one over its share: back when its turn comes, in order
+                wait_s = min(BUSY_DELAY_MAX_S, a.retry_after_s)
             return Decision(delayed=(now_ms() + int(wait_s * 1000), later.member()))
         if a.kind is Kind.REFUSED:
             return Decision(dead=self._dead(p, attempts, status, a.error), outcome=Outcome.REFUSED)
@@ -188,13 +193,19 @@ class NotifierHandler:
 
     async def tick(self) -> None:
         """Move due deliveries to the due stream (any notifier may; the script is atomic); log the summary."""
+        self.deliverer.limiter.tick()
         await self.store.promote(now_ms())
+        if time.monotonic() - self._tally_since >= SUMMARY_S:
+            self.summary()
+
+    def summary(self) -> None:
+        """Log the outcomes since the last summary (every ``SUMMARY_S``, and once more at stop)."""
         now = time.monotonic()
-        if now - self._tally_since >= SUMMARY_S and self._tally:
+        if self._tally:
             counts = " ".join(f"{kind}={n}" for kind, n in sorted(self._tally.items()))
             log.info("webhooks in the last %.0fs: %s in_flight=%d", now - self._tally_since, counts, self.runtime.in_flight)
-            self._tally = {}
-            self._tally_since = now
+        self._tally = {}
+        self._tally_since = now
 
     async def hand_back(self, slots: list[Slot]) -> None:
         """Drain: deliveries still under way are parked as due now, so another notifier takes them at once."""

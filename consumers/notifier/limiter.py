@@ -1,85 +1,196 @@
-"""Per-endpoint admission: how many deliveries an endpoint may have in flight and waiting.
+"""Per-endpoint queues: each endpoint's deliveries wait in a FIFO and go out at the endpoint's own pace.
 
-Every delivery holds one of the runtime's slots while it waits, so an endpoint
-that answers slowly must not collect waiters. By Little's law an endpoint with
-``per_endpoint`` connections and latency L serves ``per_endpoint / L`` a
-second; it may therefore queue as many as it can serve within
-``queue_wait_s``. A fast endpoint gets a long queue (no throttling of one busy
-customer), a slow or hung one almost none: further deliveries are told busy
-and parked in the delayed set. Latency is an EWMA of finished attempts, raised
-to the age of the current stall while nothing finishes.
+A delivery waiting in its endpoint's queue still holds the runtime slot of its
+results (or due) entry, which stays pending in Redis: a crash loses nothing,
+and the slots are the back-pressure on the read. An endpoint gets at most
+``per_endpoint`` deliveries at once, in arrival order. Whether a new delivery
+may join the queue depends on the endpoint:
+
+- healthy (answers within ``SLOW_S``) and no other healthy endpoint (one that
+  answered at least once) competing: always. Its queue may take every slot;
+  the read then waits for the endpoint instead of reading deliveries only to
+  park them.
+- healthy while others compete: up to its share of the slots (or what it
+  drains in ``queue_wait_s``, if more). Beyond that it is told busy, with the
+  time its queue needs to drain, and parked in the delayed set;
+  :meth:`EndpointLimiter.tick` sends its newest waiters beyond the share away
+  the same way, so a bottleneck never keeps every slot from the others.
+- slow or stalled (an answer took longer than ``SLOW_S`` and a few fast ones
+  have not followed, or nothing finished for that long): only what it drains in ``queue_wait_s`` at that latency
+  (Little's law), nothing once it hangs; its waiting deliveries are sent away
+  (parked) by :meth:`EndpointLimiter.tick`, so a hung endpoint never holds the
+  slots every other endpoint needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 INITIAL_LATENCY_S = 0.1
 EWMA_WEIGHT = 0.2
+SLOW_S = 1.0  # an endpoint slower than this is parked, not waited for
+ACTIVE_S = 1.0  # an endpoint counts as active this long after its last arrival
 MAX_TRACKED = 10_000
 
 
 @dataclass(slots=True)
-class Endpoint:
-    sem: asyncio.Semaphore
-    users: int = 0
+class EndpointQueue:
+    """One endpoint: its waiting deliveries (FIFO of turn futures), turns under way, measured latency."""
+
+    origin: str
+    waiters: deque[asyncio.Future[bool]] = field(default_factory=deque)
     in_flight: int = 0
+    held: int = 0  # admitted and not yet left: waiting or in flight
     latency_s: float = INITIAL_LATENCY_S
     stalled_since: float = field(default_factory=time.monotonic)
+    last_arrival: float = 0.0
+    parked_until: float = 0.0  # when the last delivery parked for being over its share is due back
+    answered: bool = False  # an attempt finished: until then it does not count as competing for slots
 
     def latency(self, now: float) -> float:
+        """The EWMA of answered attempts, raised to the age of the current stall while nothing finishes."""
         stall = now - self.stalled_since if self.in_flight else 0.0
         return max(self.latency_s, stall)
 
+    def slow(self, now: float) -> bool:
+        return self.latency(now) > SLOW_S
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """A delivery an endpoint's queue will not take: why, and about how long until it could."""
+
+    reason: str
+    wait_s: float  # about when the queue could take it
+    growing: bool = False  # a slow endpoint: wait at least the caller's delay growing with each park in a row
+
 
 class EndpointLimiter:
-    """At most ``per_endpoint`` in flight per endpoint, and as many waiting as it drains in ``queue_wait_s``."""
+    """FIFO queues per endpoint, ``per_endpoint`` in flight each; admission as the module docstring says."""
 
-    def __init__(self, per_endpoint: int, *, queue_wait_s: float, max_waiting: int) -> None:
+    def __init__(self, per_endpoint: int, *, pool: int, queue_wait_s: float) -> None:
         self.per_endpoint = per_endpoint
+        self.pool = pool
         self.queue_wait_s = queue_wait_s
-        self.max_waiting = max_waiting
-        self._endpoints: dict[str, Endpoint] = {}
+        self._queues: dict[str, EndpointQueue] = {}
+        self._active: set[str] = set()  # healthy endpoints that answered, with an arrival in the last ACTIVE_S
 
-    def allowed_waiting(self, endpoint: str) -> int:
-        ep = self._endpoints.get(endpoint)
-        latency = ep.latency(time.monotonic()) if ep else INITIAL_LATENCY_S
-        return min(self.max_waiting, int(self.per_endpoint * self.queue_wait_s / max(latency, 1e-3)))
+    def little(self, queue: EndpointQueue, now: float) -> int:
+        """How many more it may queue: what ``per_endpoint`` connections drain in ``queue_wait_s`` at its latency."""
+        return int(self.per_endpoint * self.queue_wait_s / max(queue.latency(now), 1e-3))
 
-    def enter(self, endpoint: str) -> Endpoint | None:
-        """Admit one delivery (it must call :meth:`leave`), or None when the endpoint is too far behind."""
-        ep = self._endpoints.get(endpoint)
-        if ep is None:
-            if len(self._endpoints) >= MAX_TRACKED:
+    def share(self) -> int:
+        """Waiting room per active healthy endpoint when several compete for the slots (a slow one needs none)."""
+        return self.pool // max(1, len(self._active))
+
+    def enter(self, origin: str, *, returning: bool = False) -> EndpointQueue | Busy:
+        """Admit one delivery (it must call :meth:`leave`), or say why not.
+
+        ``returning``: it was parked before and its time has come; a healthy endpoint takes it past its share
+        (those come back at the endpoint's pace, so they do not pile up), and parks the new ones instead.
+        """
+        now = time.monotonic()
+        queue = self._queues.get(origin)
+        if queue is None:
+            if len(self._queues) >= MAX_TRACKED:
                 self._forget_idle()
-            ep = self._endpoints[endpoint] = Endpoint(asyncio.Semaphore(self.per_endpoint))
-        if ep.users >= self.per_endpoint + self.allowed_waiting(endpoint):
-            return None
-        ep.users += 1
-        return ep
+            queue = self._queues[origin] = EndpointQueue(origin)
+        queue.last_arrival = now
+        slow = queue.slow(now)
+        if queue.answered and not slow:
+            self._active.add(origin)
+        waiting = queue.held - self.per_endpoint
+        if waiting >= 0:
+            if slow:
+                if waiting >= self.little(queue, now):
+                    latency = queue.latency(now)
+                    return Busy(f"{origin} is slow ({latency:.1f}s) with {queue.held} deliveries under way", latency, growing=True)
+            elif not returning and len(self._active) > 1 and waiting >= max(self.share(), self.little(queue, now)):
+                return Busy(f"{origin} has {queue.held} deliveries queued while other endpoints wait", self._come_back_s(queue, now))
+        queue.held += 1
+        return queue
+
+    async def turn(self, queue: EndpointQueue) -> bool:
+        """Wait for this delivery's turn (FIFO); False when it was sent away (the endpoint turned slow, or over its share)."""
+        if queue.in_flight < self.per_endpoint and not queue.waiters:
+            self._start(queue)
+            return True
+        turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        queue.waiters.append(turn)
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled() and turn.result():
+                self.finished(queue, None)  # granted, never used: pass it on
+            else:
+                try:
+                    queue.waiters.remove(turn)
+                except ValueError:
+                    pass
+            raise
+
+    def _start(self, queue: EndpointQueue) -> None:
+        if queue.in_flight == 0:
+            queue.stalled_since = time.monotonic()
+        queue.in_flight += 1
+
+    def finished(self, queue: EndpointQueue, seconds: float | None) -> None:
+        """The turn is over (``seconds`` the attempt took, None if none was made); the next waiter goes."""
+        queue.in_flight -= 1
+        if seconds is not None:  # one slow answer (a timeout, say) marks it slow at once; fast ones bring it back
+            if seconds > SLOW_S:
+                queue.latency_s = max(seconds, queue.latency_s)
+            else:
+                queue.latency_s += EWMA_WEIGHT * (seconds - queue.latency_s)
+            queue.answered = True
+        queue.stalled_since = time.monotonic()
+        while queue.waiters and queue.in_flight < self.per_endpoint:
+            turn = queue.waiters.popleft()
+            if not turn.done():
+                self._start(queue)
+                turn.set_result(True)
 
     @staticmethod
-    def started(ep: Endpoint) -> None:
-        if ep.in_flight == 0:
-            ep.stalled_since = time.monotonic()
-        ep.in_flight += 1
+    def leave(queue: EndpointQueue) -> None:
+        queue.held -= 1
 
-    @staticmethod
-    def finished(ep: Endpoint, seconds: float) -> None:
-        ep.in_flight -= 1
-        ep.latency_s += EWMA_WEIGHT * (seconds - ep.latency_s)
-        ep.stalled_since = time.monotonic()
+    def tick(self) -> int:
+        """Forget endpoints idle past ``ACTIVE_S``; send away the waiters of slow queues, and the newest waiters
+        of a queue over its share while others compete. Returns how many were sent away."""
+        now = time.monotonic()
+        self._active = {o for o in self._active
+                        if (queue := self._queues.get(o)) is not None and now - queue.last_arrival < ACTIVE_S and not queue.slow(now)}
+        room = self.share() if len(self._active) > 1 else None
+        sent_away = 0
+        for queue in self._queues.values():
+            if not queue.waiters:
+                continue
+            keep = 0 if queue.slow(now) else None if room is None else max(room, self.little(queue, now))
+            while keep is not None and len(queue.waiters) > keep:
+                turn = queue.waiters.pop()  # the newest first: the oldest keep their place
+                if not turn.done():
+                    turn.set_result(False)
+                    sent_away += 1
+        return sent_away
 
-    @staticmethod
-    def leave(ep: Endpoint) -> None:
-        ep.users -= 1
+    def sent_away(self, queue: EndpointQueue) -> Busy:
+        """Why a waiting delivery was sent away, and when to bring it back."""
+        now = time.monotonic()
+        if queue.slow(now):
+            return Busy(f"{queue.origin} turned slow ({queue.latency(now):.1f}s) while this delivery waited", queue.latency(now), growing=True)
+        return Busy(f"{queue.origin} has {queue.held} deliveries queued while other endpoints wait", self._come_back_s(queue, now))
+
+    def _come_back_s(self, queue: EndpointQueue, now: float) -> float:
+        """When a delivery parked now should come back: after its queue and every one parked before it, one
+        turn apart at the endpoint's rate, so they return in order and about when it can take them."""
+        turn_s = queue.latency_s / self.per_endpoint
+        queue.parked_until = max(now + queue.held * turn_s, queue.parked_until) + turn_s
+        return queue.parked_until - now
 
     def _forget_idle(self) -> None:
-        for name in [name for name, ep in self._endpoints.items() if ep.users == 0]:
-            del self._endpoints[name]
-
-    def users(self, endpoint: str) -> int:
-        ep = self._endpoints.get(endpoint)
-        return ep.users if ep else 0
+        for origin in [o for o, queue in self._queues.items() if queue.held == 0]:
+            del self._queues[origin]
+            self._active.discard(origin)

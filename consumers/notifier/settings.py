@@ -100,7 +100,7 @@ class NotifierSettings(StreamSettings):
     timeout_s: float = Field(default=15.0, gt=0, description="seconds one delivery attempt may take in total, DNS included")
     dns_timeout_s: float = Field(default=2.0, gt=0, description="seconds one DNS lookup may take; failures are cached for 10 s")
     concurrency: int = Field(default=200, ge=1, le=100_000, description="deliveries in flight at once")
-    per_endpoint_concurrency: int = Field(default=10, ge=1, le=10_000, description="deliveries in flight per host")
+    per_endpoint_concurrency: int = Field(default=10, ge=1, le=10_000, description="deliveries in flight per endpoint (scheme, host, port), in result order")
     metrics_port: int = Field(default=DEFAULT_NOTIFIER_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
     grace_s: float = Field(default=20.0, ge=0, description="seconds a draining notifier lets deliveries finish")
     subscriptions: Annotated[list[Subscription], NoDecode] = Field(

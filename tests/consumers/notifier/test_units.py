@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import time
 from pathlib import Path
 
 import aiohttp
@@ -17,7 +18,7 @@ from standardwebhooks import Webhook
 
 from consumers.notifier.delivery import Deliverer, Kind
 from consumers.notifier.handler import targets
-from consumers.notifier.limiter import EndpointLimiter
+from consumers.notifier.limiter import Busy, EndpointLimiter, EndpointQueue
 from consumers.notifier.settings import NotifierSettings, Subscription
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, classify
@@ -168,17 +169,76 @@ def test_targets_dedupe_and_filter() -> None:
     assert targets({"id": "2", "agent": "echo", "status": "failed"}, subs) == ["http://a/", "http://c/"]
 
 
-def test_endpoint_queue_follows_its_latency() -> None:
-    # Given an endpoint with 10 connections and half a second of patience
-    limiter = EndpointLimiter(10, queue_wait_s=0.5, max_waiting=200)
-    ep = limiter.enter("http://fast:80")
-    assert ep is not None
-    # When it answers in 5 ms, it may queue all it drains in 0.5 s (capped by max_waiting)
-    ep.latency_s = 0.005
-    assert limiter.allowed_waiting("http://fast:80") == 200
-    # When its requests hang for 10 s, it may queue nothing more
-    limiter.started(ep)
-    ep.stalled_since -= 10
-    assert limiter.allowed_waiting("http://fast:80") == 0
-    admitted = [limiter.enter("http://fast:80") for _ in range(12)]
-    assert sum(a is not None for a in admitted) == 9  # 10 users at most: the one above and nine more
+async def test_a_lane_sends_in_arrival_order_at_most_per_endpoint_at_once() -> None:
+    # Given an endpoint queue with 2 connections and five deliveries arriving
+    limiter = EndpointLimiter(2, pool=200, queue_wait_s=0.5)
+    queues = [limiter.enter("http://a:80") for _ in range(5)]
+    assert all(isinstance(queue, EndpointQueue) for queue in queues)
+    queue = queues[0]
+    assert isinstance(queue, EndpointQueue)
+    order: list[int] = []
+
+    async def one(n: int) -> None:
+        assert await limiter.turn(queue)
+        order.append(n)
+        await asyncio.sleep(0)
+        limiter.finished(queue, 0.01)
+        limiter.leave(queue)
+
+    tasks = [asyncio.create_task(one(n)) for n in range(5)]
+    await asyncio.sleep(0)
+    # Then two go at once, the rest wait their turn and go in the order they came
+    assert queue.in_flight == 2 and len(queue.waiters) == 3
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2, 3, 4] and queue.held == 0 and queue.in_flight == 0
+
+
+async def test_a_healthy_endpoint_alone_queues_without_limit_and_a_hung_one_is_parked() -> None:
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    # Given a healthy endpoint that answered in 20 ms, alone: it may hold every slot (the read waits for it)
+    first = limiter.enter("http://fast:80")
+    assert isinstance(first, EndpointQueue)
+    first.in_flight = 1
+    limiter.finished(first, 0.02)
+    assert all(isinstance(limiter.enter("http://fast:80"), EndpointQueue) for _ in range(300))
+    # When another healthy endpoint is active, the first gets its share (and what it drains in 0.5 s), then busy
+    other = limiter.enter("http://other:80")
+    assert isinstance(other, EndpointQueue)
+    other.in_flight = 1
+    limiter.finished(other, 0.02)
+    limiter.enter("http://other:80")
+    busy = limiter.enter("http://fast:80")
+    assert isinstance(busy, Busy) and not busy.growing and busy.wait_s > 0.5  # about when its queue has drained
+    # Each one parked after it comes back one turn later (in order), and one coming back is taken past the share
+    due_back = first.parked_until
+    assert isinstance(limiter.enter("http://fast:80"), Busy)
+    assert first.parked_until >= due_back + first.latency_s / 10 - 1e-9  # one turn after the one before, at least
+    assert isinstance(limiter.enter("http://fast:80", returning=True), EndpointQueue)
+    # When an endpoint hangs (its requests open for 10 s), it may queue nothing beyond its connections
+    hung = limiter.enter("http://hung:80")
+    assert isinstance(hung, EndpointQueue)
+    for _ in range(9):
+        limiter.enter("http://hung:80")
+    for _ in range(10):
+        limiter._start(hung)
+    hung.stalled_since -= 10
+    refused = limiter.enter("http://hung:80")
+    assert isinstance(refused, Busy) and refused.growing and refused.wait_s >= 10
+    # And its waiters are sent away at the next tick
+    waiting = asyncio.ensure_future(limiter.turn(hung))
+    await asyncio.sleep(0)
+    assert limiter.tick() == 1
+    assert await waiting is False
+
+
+def test_one_slow_answer_marks_an_endpoint_slow_and_fast_ones_bring_it_back() -> None:
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    queue = limiter.enter("http://a:80")
+    assert isinstance(queue, EndpointQueue)
+    limiter._start(queue)
+    limiter.finished(queue, 15.0)  # a timeout
+    assert queue.slow(time.monotonic())
+    for _ in range(20):
+        limiter._start(queue)
+        limiter.finished(queue, 0.01)
+    assert not queue.slow(time.monotonic())

@@ -1,0 +1,141 @@
+"""Deliveries at each endpoint's pace, through a real notifier process and aiohttp receivers with a fixed latency.
+
+The figures (time against the ideal, the hung-endpoint ratio, deliveries a
+second) are measured by ``bench/bench_notifier.py``; these tests hold the
+structure: no parking of a healthy endpoint, result order, a hung endpoint
+confined to its own connections, nothing lost or re-sent beyond what was in
+flight.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from redis.asyncio import Redis
+
+from bench.receivers import PacedReceiver, displacement
+from consumers.notifier.dead import list_webhook_dead
+from streams.envelope import JobResult, Status, now_ms
+from streams.groups import ensure_groups, standard_groups
+from streams.keys import Keys
+from tests.consumers.notifier.conftest import NotifierFactory, pending
+from tests.support import wait_until
+
+PER_ENDPOINT = 10  # the notifier's default
+
+
+async def add_results(redis: Redis, keys: Keys, hooks: list[str], *, prefix: str = "job") -> dict[str, int]:
+    """XADD one result per hook URL, in one pipeline per thousand; returns each job id's place in the stream."""
+    await ensure_groups(redis, standard_groups(keys))
+    t = now_ms()
+    order: dict[str, int] = {}
+    for start in range(0, len(hooks), 1000):
+        async with redis.pipeline(transaction=False) as pipe:
+            for n in range(start, min(start + 1000, len(hooks))):
+                order[f"{prefix}-{n}"] = n
+                pipe.xadd(keys.results, JobResult(id=f"{prefix}-{n}", agent="echo", status=Status.COMPLETED, result={"n": n},
+                                                  attempts=1, submitted_at=t, started_at=t, finished_at=t, worker="test",
+                                                  webhook=hooks[n]).to_fields())
+            await pipe.execute()
+    return order
+
+
+def busy_parks(log_text: str) -> int:
+    """Deliveries parked as busy, from the notifier's summary lines (the last one is written at stop)."""
+    return sum(int(n) for n in re.findall(r" busy=(\d+)", log_text))
+
+
+@pytest.mark.parametrize(("latency_s", "workers"), [(0.005, 4), (0.020, 10)])
+async def test_one_endpoint_gets_its_backlog_at_its_pace_in_order_without_parking(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, latency_s: float, workers: int
+) -> None:
+    # Given a backlog of 1,000 results for one endpoint that serves `workers` requests at a time in `latency_s`
+    receiver = await PacedReceiver(latency_s=latency_s, limit=workers).start()
+    try:
+        order = await add_results(redis, keys, [receiver.url()] * 1000)
+        # When one notifier at its defaults delivers them
+        notifier = notifiers.start()
+        await receiver.wait_for(1000, timeout=60)
+        notifier.terminate()
+        assert notifier.wait(20) == 0
+        # Then each arrived once, close to result order, and the endpoint was waited for, not parked and re-parked
+        ids = receiver.ids()
+        assert len(ids) == 1000 and not receiver.duplicates()
+        assert displacement(ids, order) <= 2 * PER_ENDPOINT, displacement(ids, order)
+        assert busy_parks(notifier.log_text()) <= 5, notifier.log_text()[-2000:]
+        assert await pending(redis, keys) == 0
+    finally:
+        await receiver.stop()
+
+
+async def test_a_hung_endpoint_keeps_to_its_connections_and_dead_letters_while_a_fast_one_flows(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a 5 ms endpoint and, on another address, one that never answers (attempts end at a 2 s timeout)
+    receiver = await PacedReceiver(latency_s=0.005).start(["127.0.0.1", "127.0.0.2"])
+    try:
+        hooks = [receiver.url("/hang", "127.0.0.2") if n % 20 == 19 else receiver.url("/hook") for n in range(300)]
+        await add_results(redis, keys, hooks)
+        hung = {f"job-{n}" for n in range(300) if n % 20 == 19}
+        notifier = notifiers.start("--max-attempts", "2", "--backoff", "0.2", "--log-level", "debug",
+                                   env={"STREAMCREW_TIMEOUT_S": "2"})
+        # When the notifier works through both, the fast endpoint gets all of its deliveries, none parked
+        await receiver.wait_for(300 - len(hung), prefix="/hook", timeout=60)
+        fast_parked = [line for line in notifier.log_text().splitlines() if "outcome=busy" in line and "127.0.0.1" in line]
+        assert fast_parked == []
+        # And the hung endpoint's deliveries go through their attempts into the dead letters, as before
+        await wait_until(lambda: _eq(redis.xlen(keys.webhooks_dead), len(hung)), timeout=90, what="the hung deliveries' dead letters")
+        letters = await list_webhook_dead(redis, keys)
+        assert {d.id for d in letters} == hung
+        assert all(d.attempts == 2 and "timeout" in d.error for d in letters), letters[0]
+        # Never holding more than its own connections open
+        assert receiver.most_hanging <= PER_ENDPOINT
+        await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=10, what="every entry acked")
+    finally:
+        await receiver.stop()
+
+
+async def test_a_thousand_endpoints_each_get_theirs(redis: Redis, keys: Keys, notifiers: NotifierFactory) -> None:
+    # Given 1,000 endpoints (one address each on loopback) and three results for each
+    hosts = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(1000)]
+    receiver = await PacedReceiver(latency_s=0.005).start(hosts)
+    try:
+        await add_results(redis, keys, [receiver.url("/hook", hosts[n % 1000]) for n in range(3000)])
+        # When one notifier delivers them
+        notifier = notifiers.start()
+        await receiver.wait_for(3000, timeout=90)
+        notifier.terminate()
+        assert notifier.wait(20) == 0
+        # Then every endpoint got its three, none parked
+        assert Counter(a.host for a in receiver.arrivals) == dict.fromkeys(hosts, 3)
+        assert busy_parks(notifier.log_text()) == 0
+    finally:
+        await receiver.stop()
+
+
+async def test_sigkill_mid_backlog_loses_nothing_and_resends_at_most_what_was_in_flight(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a backlog of 1,000 results for one 20 ms endpoint, mid-way through delivery
+    receiver = await PacedReceiver(latency_s=0.02, limit=10).start()
+    try:
+        await add_results(redis, keys, [receiver.url()] * 1000)
+        first = notifiers.start("--lease", "2")
+        await receiver.wait_for(300, timeout=60)
+        # When the notifier is SIGKILLed and another takes over once the lease lapses
+        first.kill()
+        notifiers.start("--lease", "2")
+        await receiver.wait_for(1000, timeout=60)
+        await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=20, what="every entry acked")
+        # Then every result arrived, and only the few under way at the kill came twice (same webhook-id)
+        assert len(set(receiver.ids())) == 1000
+        resent = receiver.duplicates()
+        assert len(resent) <= 2 * PER_ENDPOINT and all(n == 2 for n in resent.values()), resent
+    finally:
+        await receiver.stop()
+
+
+async def _eq(awaitable: object, expected: int) -> bool:
+    return int(await awaitable) == expected  # type: ignore[misc]
