@@ -18,14 +18,16 @@ def streamcrew_cmd(*args: str) -> list[str]:
 class Child:
     """One child process with its log file; ``kill()`` is SIGKILL, ``terminate()`` SIGTERM."""
 
-    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None, log_path: Path | None = None,
+                 cwd: Path | None = None, repo_on_path: bool = True) -> None:
         self.args = list(args)
         self.log_path = log_path
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
         full_env = {**os.environ, **(env or {})}
-        root = str(Path(__file__).resolve().parent.parent)
-        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH", "")) if p)
-        self.process = subprocess.Popen(self.args, env=full_env, stdout=self._log, stderr=self._log, start_new_session=True)
+        if repo_on_path:  # False runs an installed streamcrew (another venv's) as it is
+            root = str(Path(__file__).resolve().parent.parent)
+            full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH", "")) if p)
+        self.process = subprocess.Popen(self.args, env=full_env, stdout=self._log, stderr=self._log, start_new_session=True, cwd=cwd)
 
     @property
     def pid(self) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import importlib.util
 import logging
 import os
 import secrets
@@ -15,7 +14,7 @@ from typing import Any
 
 from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
-from agents.builtin import builtin_registry
+from agents.builtin import CREWAI_EXTRA, builtin_registry, missing_crewai
 from agents.llm import LLMSettings
 from consumers.lifecycle import serve_until_stopped, stop_on_signals
 from consumers.metrics_server import serve_metrics
@@ -64,7 +63,7 @@ def load_registry(settings: WorkerSettings) -> AgentRegistry:
         sys.path.insert(0, os.getcwd())
     for module in settings.app:
         importlib.import_module(module)
-    registry = builtin_registry()
+    registry = builtin_registry(settings.agents)
     for name in default_registry.names():
         spec = default_registry.get(name)
         registry.add(spec.fn, name=name, input_model=spec.input_model, timeout_s=spec.timeout_s, max_attempts=spec.max_attempts)
@@ -87,7 +86,8 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=keys.lanes, group=WORKERS_GROUP, consumer=name,
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
-    processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool))
+    processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
+                             summary_every_s=settings.log_summary_s)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
@@ -102,6 +102,9 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s", name, ",".join(registry.names()),
              settings.concurrency, settings.lease_s, settings.prefix,
              f"{llm_settings.model} at {loggable_url(llm_settings.base_url)}" if llm_settings.base_url else "offline model")
+    if needs_crewai := missing_crewai(registry):
+        log.warning("agents %s need CrewAI, which is not installed: %s (until then their jobs end rejected)",
+                    ",".join(needs_crewai), CREWAI_EXTRA)
     finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)
@@ -112,9 +115,6 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
 
 def _configure_agents(settings: WorkerSettings) -> None:
     """Size shared agent resources (e.g. the crew executor) to this worker's concurrency."""
-    if importlib.util.find_spec("agents.crews") is None:
-        return
-    crews = importlib.import_module("agents.crews")
-    configure = getattr(crews, "configure_executor", None)
-    if configure is not None:
-        configure(settings.concurrency)
+    crews = sys.modules.get("agents.crews")  # imported only when this worker serves a crew
+    if crews is not None:
+        crews.configure_executor(settings.concurrency)
