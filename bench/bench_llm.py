@@ -137,7 +137,7 @@ def run(url: str, agent: str, n: int, concurrency: int, latency_s: float, log_di
     with mock_llm(latency_s, log_dir) as (base_url, mock):
         env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0",
                "STREAMCREW_LLM_MAX_CONCURRENCY": str(concurrency)}
-        child = Child(streamcrew_cmd("worker", "--log-level", "warning", "--agents", agent, "--concurrency", str(concurrency),
+        child = Child(streamcrew_cmd("worker", "--agents", agent, "--concurrency", str(concurrency),
                                      "--llm-base-url", base_url, "--llm-api-keys", KEYS, *worker_args), env=env, log_path=log_dir / f"{prefix}.log")
         try:
             with profiled(child.pid, profile / f"{agent}.txt" if profile else None):

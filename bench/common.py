@@ -37,7 +37,7 @@ def new_prefix(name: str) -> str:
 
 def start_worker(url: str, prefix: str, *args: str, log_dir: Path) -> Child:
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0"}
-    child = Child(streamcrew_cmd("worker", "--log-level", "warning", *args), env=env, log_path=log_dir / f"{prefix}.log")
+    child = Child(streamcrew_cmd("worker", *args), env=env, log_path=log_dir / f"{prefix}.log")
     return child
 
 

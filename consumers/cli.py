@@ -117,6 +117,8 @@ def submit(
     id: Annotated[str | None, typer.Option("--id", help="job id and idempotency key")] = None,
     tenant: Annotated[str | None, typer.Option(help="tenant id")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="attempts before the job fails")] = None,
+    timeout_s: Annotated[float | None, typer.Option("--timeout-s", help="seconds one attempt may run (the agent's default otherwise)")] = None,
+    deadline: Annotated[int | None, typer.Option(help="epoch ms; a job not started by then ends expired")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the result and print it")] = False,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 300.0,
     redis_url: RedisUrl = None,
@@ -139,7 +141,8 @@ def submit(
         ops = Ops(settings)
         try:
             published, record = await ops.submit(agent, payload, wait_s=timeout if wait else None, priority=priority,
-                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts)
+                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
+                                                 timeout_s=timeout_s, deadline=deadline)
         except ValueError as exc:
             err.print(f"[red]{exc}[/red]")
             return Exit.USAGE

@@ -42,7 +42,8 @@ def dead_list(
 @dead_app.command("replay")
 def dead_replay(
     entry_ids: Annotated[list[str] | None, typer.Argument(help="dead-letter entry IDs")] = None,
-    replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter")] = False,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter (with --reason: those with that reason)")] = False,
+    reason: Annotated[str | None, typer.Option(help="with --all: only dead letters of this reason (invalid, rejected, exhausted, expired)")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -52,12 +53,15 @@ def dead_replay(
     if not entry_ids and not replay_all:
         err.print("[red]name dead-letter entry IDs or pass --all[/red]")
         raise typer.Exit(Exit.USAGE)
+    if reason is not None and not replay_all:
+        err.print("[red]--reason goes with --all[/red]")
+        raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> tuple[list[str], list[str]]:
         ops = Ops(settings)
         try:
-            return await ops.dead_replay(entry_ids or [], replay_all)
+            return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
         finally:
             await ops.close()
 
@@ -71,20 +75,22 @@ def dead_replay(
 @dead_app.command("purge")
 def dead_purge(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+    reason: Annotated[str | None, typer.Option(help="only dead letters of this reason (invalid, rejected, exhausted, expired)")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Delete every dead letter."""
+    """Delete every dead letter (or those of one reason)."""
     from consumers.ops import Ops
 
-    if not yes and not typer.confirm("Delete every dead letter?"):
+    what = f"every dead letter of reason {reason!r}" if reason else "every dead letter"
+    if not yes and not typer.confirm(f"Delete {what}?"):
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
         ops = Ops(settings)
         try:
-            return await ops.dead_purge()
+            return await ops.dead_purge(reason=reason)
         finally:
             await ops.close()
 

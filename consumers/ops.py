@@ -58,9 +58,9 @@ class Ops:
     async def dead_list(self, count: int) -> list[DeadLetter]:
         return await dead_letters.list_dead(self.redis, self.keys, count=count)
 
-    async def dead_replay(self, entry_ids: list[str], replay_all: bool) -> tuple[list[str], list[str]]:
+    async def dead_replay(self, entry_ids: list[str], replay_all: bool, *, reason: str | None = None) -> tuple[list[str], list[str]]:
         if replay_all:
-            return await dead_letters.replay_all(self.redis, self.keys)
+            return await dead_letters.replay_all(self.redis, self.keys, reason=reason)
         replayed, skipped = [], []
         for eid in entry_ids:
             try:
@@ -69,5 +69,5 @@ class Ops:
                 skipped.append(str(exc))
         return replayed, skipped
 
-    async def dead_purge(self) -> int:
-        return await dead_letters.purge(self.redis, self.keys)
+    async def dead_purge(self, *, reason: str | None = None) -> int:
+        return await dead_letters.purge(self.redis, self.keys, reason=reason)

@@ -19,6 +19,7 @@ class WorkerSettings(StreamSettings):
     metrics_port: int = Field(default=DEFAULT_WORKER_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
     grace_s: float = Field(default=30.0, ge=0, description="seconds a draining worker lets in-flight jobs finish before handing them back")
     log_level: str = Field(default="info", description="debug, info, warning or error")
+    log_summary_s: float = Field(default=10.0, ge=0, description="seconds between INFO summary lines of jobs done (per-job lines are DEBUG); 0 = off")
 
     @field_validator("agents", "app", mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import cast
 
 from redis.asyncio import Redis
@@ -12,6 +13,8 @@ from streams.keys import LANES, Keys
 from streams.scripts import Scripts
 
 Entries = list[tuple[str, dict[str, str]]]
+PAGE = 500
+REASONS = ("invalid", "rejected", "exhausted", "expired")
 
 
 async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, start: str = "-") -> list[DeadLetter]:
@@ -45,32 +48,46 @@ async def replay(redis: Redis, keys: Keys, entry_id: str) -> str:
     return letter.id
 
 
-async def replay_all(redis: Redis, keys: Keys) -> tuple[list[str], list[str]]:
-    """Replay every dead letter present now (not those that land while it runs).
+async def _present(redis: Redis, keys: Keys, reason: str | None) -> AsyncIterator[list[str]]:
+    """Pages of the entry IDs of dead letters present now (with ``reason``, when given)."""
+    last = cast(Entries, await redis.xrevrange(keys.dead, count=1))
+    if not last:
+        return
+    end, start = last[0][0], "-"
+    while True:
+        entries = cast(Entries, await redis.xrange(keys.dead, min=start, max=end, count=PAGE))
+        if not entries:
+            return
+        yield [eid for eid, fields in entries if reason is None or fields.get("reason") == reason]
+        start = "(" + entries[-1][0]
+
+
+async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None) -> tuple[list[str], list[str]]:
+    """Replay every dead letter present now (not those that land while it runs), or those with ``reason``.
 
     Returns ``(replayed job ids, skipped with reasons)``.
     """
-    last = cast(Entries, await redis.xrevrange(keys.dead, count=1))
-    if not last:
-        return [], []
-    end = last[0][0]
     replayed: list[str] = []
     skipped: list[str] = []
-    start = "-"
-    while True:
-        entries = cast(Entries, await redis.xrange(keys.dead, min=start, max=end, count=500))
-        if not entries:
-            return replayed, skipped
-        for eid, _ in entries:
+    async for page in _present(redis, keys, reason):
+        for eid in page:
             try:
                 replayed.append(await replay(redis, keys, eid))
             except StreamcrewError as exc:
                 skipped.append(str(exc))
-        start = "(" + entries[-1][0]
+    return replayed, skipped
 
 
-async def purge(redis: Redis, keys: Keys) -> int:
-    """Delete every dead letter; returns how many there were."""
-    n = int(await redis.xlen(keys.dead))
-    await redis.delete(keys.dead)
-    return n
+async def purge(redis: Redis, keys: Keys, *, reason: str | None = None) -> int:
+    """Delete every dead letter, or those with ``reason``; returns how many went."""
+    if reason is None:
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.xlen(keys.dead)
+            pipe.delete(keys.dead)
+            n, _ = await pipe.execute()
+        return int(n)
+    deleted = 0
+    async for page in _present(redis, keys, reason):
+        if page:
+            deleted += int(await redis.xdel(keys.dead, *page))
+    return deleted

@@ -221,17 +221,21 @@ class DeadLetter(BaseModel):
     reason: str
     error: str
     source_stream: str
-    source_id: str
+    source_id: str  # the lane entry the producer wrote
+    last_source_id: str | None = None  # the entry the job last ran from, when retries re-added it
     attempts: int = 0
     dead_at: int
     request: dict[str, str] = Field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str]:
-        return {
+        fields = {
             "id": self.id, "agent": self.agent, "reason": self.reason, "error": self.error,
             "source_stream": self.source_stream, "source_id": self.source_id,
             "attempts": str(self.attempts), "dead_at": str(self.dead_at), "request": dumps(self.request),
         }
+        if self.last_source_id is not None:
+            fields["last_source_id"] = self.last_source_id
+        return fields
 
     @classmethod
     def from_entry(cls, entry_id: str, raw: Mapping[str, str]) -> DeadLetter:

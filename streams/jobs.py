@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,12 +26,16 @@ from streams.keys import Keys
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
+from streams.tally import JobTally
 
 log = logging.getLogger("streamcrew.jobs")
 
 PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
+SUMMARY_EVERY_S = 10.0
+SOURCE_FIELD = "source_id"  # on re-added entries: the lane entry the producer wrote
+ENTRY_ID = re.compile(r"^\d{1,19}-\d{1,19}$")
 
 
 class JobExecutor(Protocol):
@@ -70,9 +75,14 @@ class Running:
 
 
 class JobProcessor:
-    """The :class:`~streams.runtime.EntryHandler` of the ``workers`` group."""
+    """The :class:`~streams.runtime.EntryHandler` of the ``workers`` group.
 
-    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor) -> None:
+    Logging at INFO: one summary line every ``summary_every_s`` (attempts by outcome, rate, p95) and
+    one line per retry, dead letter and reclaim; the line per attempt is at DEBUG.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor,
+                 *, summary_every_s: float = SUMMARY_EVERY_S) -> None:
         self.redis = redis
         self.keys = keys
         self.settings = settings
@@ -86,6 +96,8 @@ class JobProcessor:
         )
         self._running: dict[Slot, Running] = {}
         self._trimmed_at = 0.0
+        self._tally = JobTally()
+        self._summary_every_s = summary_every_s
         runtime.handler = self
 
     # -- entries in ----------------------------------------------------------
@@ -123,14 +135,14 @@ class JobProcessor:
         ]
         args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream], args=args)
-        for c, (decision, attempts, used, job_id) in zip(claimed, reply, strict=True):
+        for c, (decision, attempts, used, job_id, first_started) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
-                run = Running(c, attempts, used, now)
+                run = Running(c, attempts, used, int(first_started or now))
                 self._running[(stream, c.entry_id)] = run
                 self.runtime.attach(stream, c.entry_id, asyncio.create_task(self._run(run)))
             elif decision == "dup":
-                log.info("job=%s entry=%s outcome=duplicate (already owned or ended)", c.job_id, c.entry_id)
+                log.debug("job=%s entry=%s outcome=duplicate (already owned or ended)", c.job_id, c.entry_id)
                 self.settler.submit(drop_op(stream, c.entry_id))
             elif decision == "exhausted":
                 error = f"attempts exhausted: {used} of {c.max_attempts} used (worker crashes and reclaims count)"
@@ -171,7 +183,9 @@ class JobProcessor:
             metrics.duration(agent).observe(seconds)
             if outcome != "cancelled":  # a cancelled attempt is handed back by the drain, which needs it
                 self._running.pop((c.stream, c.entry_id), None)
-            log.info("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
+            self._tally.add("retry" if outcome.startswith("retry") else outcome, seconds)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
 
     def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None) -> str:
         c = run.claimed
@@ -182,11 +196,10 @@ class JobProcessor:
         if delay_s is None:
             base = self.settings.retry_backoff_s * (2 ** (run.used - 1))
             delay_s = min(self.settings.retry_backoff_max_s, base) * random.uniform(0.5, 1.0)
-        fields = dict(c.raw)
-        fields["id"] = c.job_id
-        fields.setdefault("submitted_at", str(c.submitted_at))
+        fields = _readded(c)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         metrics.retries(c.request.agent).inc()
+        log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, _short(error))
         self.settler.submit(retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error))
         return f"retry_in_{delay_s:.2f}s"
 
@@ -207,7 +220,7 @@ class JobProcessor:
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
         op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead)
-        op.on_written = _count(r.agent, str(status), dead_reason)
+        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error)
         self.settler.submit(op)
 
     def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
@@ -221,20 +234,24 @@ class JobProcessor:
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
         alt = "" if raw.get("id") else f"{lane}:{entry_id}"
         op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt)
-        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid")
-        log.info("job=%s entry=%s outcome=rejected reason=%r", job_id, entry_id, reason)
+        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason)
         self.settler.submit(op)
 
     @staticmethod
     def _dead_fields(job_id: str, agent: str, reason: str, error: str, stream: str, entry_id: str, attempts: int, raw: dict[str, str], dead_at: int) -> dict[str, str]:
+        # source_id names the entry the producer wrote; a retried or handed-back job is a later entry (last_source_id)
+        first = raw.get(SOURCE_FIELD, "")
         return {"id": job_id, "agent": agent, "reason": reason, "error": error, "source_stream": stream,
-                "source_id": entry_id, "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(raw)}
+                "source_id": first if ENTRY_ID.match(first) else entry_id, "last_source_id": entry_id,
+                "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(raw)}
 
     # -- upkeep and drain ----------------------------------------------------
 
     async def tick(self) -> None:
-        """Move due retries back to their lanes and trim acked entries (any worker may; both atomic)."""
+        """Move due retries back to their lanes and trim acked entries (any worker may; both atomic); log the summary."""
         now = time.monotonic()
+        if self._tally.due(self._summary_every_s) and (line := self._tally.summary()):
+            log.info("jobs: %s", line)
         if now - self._trimmed_at >= TRIM_EVERY_S:
             self._trimmed_at = now
             for lane in self.keys.lanes:
@@ -254,19 +271,33 @@ class JobProcessor:
             if run is None:
                 continue
             c = run.claimed
-            fields = dict(c.raw)
-            fields["id"] = c.job_id
-            fields.setdefault("submitted_at", str(c.submitted_at))
+            fields = _readded(c)
             ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields))
         for op in ops:
             self.settler.submit(op)
         await self.settler.flush()
 
 
-def _count(agent: str, status: str, dead_reason: str | None):  # type: ignore[no-untyped-def]
+def _readded(c: Claimed) -> dict[str, str]:
+    """The fields of a job going back to its lane: its id, when it was submitted, the entry its producer wrote."""
+    fields = dict(c.raw)
+    fields["id"] = c.job_id
+    fields.setdefault("submitted_at", str(c.submitted_at))
+    if not ENTRY_ID.match(fields.get(SOURCE_FIELD, "")):
+        fields[SOURCE_FIELD] = c.entry_id
+    return fields
+
+
+def _short(text: str | None, limit: int = 300) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None):  # type: ignore[no-untyped-def]
     def written(wrote: bool) -> None:
         if wrote:
             metrics.jobs(agent, status).inc()
             if dead_reason:
                 metrics.dead_letters(dead_reason).inc()
+                log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, _short(error))
     return written

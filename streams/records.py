@@ -28,6 +28,7 @@ class JobRecord(BaseModel):
     lane: str | None = None
     submitted_at: int | None = None
     started_at: int | None = None
+    attempt_started_at: int | None = None
     finished_at: int | None = None
     worker: str | None = None
     result: Any = None
@@ -43,7 +44,7 @@ class JobRecord(BaseModel):
 
     def as_result(self) -> JobResult:
         """The job's result event, rebuilt from the record (identical fields)."""
-        return JobResult.model_validate(self.model_dump(exclude={"lane"}))
+        return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at"}))
 
 
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from redis.asyncio import Redis
 
-from consumers.gateway import admin, errors, health, jobs, sse, tasks
+from consumers.gateway import admin, deadletters, errors, health, jobs, sse, tasks
 from consumers.gateway.limits import BodyLimit
 from consumers.gateway.metrics import RequestMetrics
 from consumers.gateway.settings import GatewaySettings
@@ -48,7 +48,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
     app = FastAPI(title="streamcrew gateway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                   telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False})
     errors.install(app)
-    for module in (jobs, tasks, sse, admin, health):
+    for module in (jobs, tasks, sse, admin, deadletters, health):
         app.include_router(module.router)
     # Raw ASGI middleware (not BaseHTTPMiddleware): it costs microseconds on the hot path.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -84,7 +84,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         tenant = caller.tenant
     job_request = JobRequest(
         agent=body.agent, data=body.data, id=body.id, webhook=body.webhook, tenant=tenant, max_attempts=body.max_attempts,
-        timeout_s=body.timeout_s, traceparent=traceparent if traceparent and TRACEPARENT.match(traceparent) else None,
+        timeout_s=body.timeout_s, deadline=body.deadline, traceparent=traceparent if traceparent and TRACEPARENT.match(traceparent) else None,
         submitted_at=now_ms(),
     )
     try:

@@ -77,6 +77,7 @@ class JobSubmission(BaseModel):
         default=None, description="tenant id; a tenant-bound API key sets it")
     max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] | None = Field(default=None, description="seconds one attempt may run")
+    deadline: Annotated[StrictInt, Field(ge=0)] | None = Field(default=None, description="epoch ms; a job not started by then ends expired")
 
 
 class TaskSubmission(BaseModel):
@@ -118,7 +119,8 @@ class JobView(BaseModel):
     attempts: int = 0
     lane: str | None = None
     submitted_at: int | None = None
-    started_at: int | None = None
+    started_at: int | None = Field(default=None, description="when a worker first picked the job up")
+    attempt_started_at: int | None = Field(default=None, description="when the latest attempt started")
     finished_at: int | None = None
     worker: str | None = None
     result: Any = None
@@ -227,7 +229,8 @@ class DeadLetterView(BaseModel):
     reason: str
     error: str
     source_stream: str
-    source_id: str
+    source_id: str = Field(description="the lane entry the producer wrote")
+    last_source_id: str | None = Field(default=None, description="the entry the job last ran from (a retry re-adds it)")
     attempts: int
     dead_at: int
     request: dict[str, str]
@@ -245,6 +248,44 @@ class Replayed(BaseModel):
     job_id: str
     status: Status
     links: Links
+
+
+class Purged(BaseModel):
+    """How many dead letters were deleted."""
+
+    purged: int
+
+
+class BulkReplayed(BaseModel):
+    """202: these jobs are back in their lanes; ``skipped`` says why the others are not."""
+
+    replayed: list[str] = Field(description="job ids sent back to their lanes")
+    skipped: list[str] = Field(description="one reason per dead letter that could not be replayed")
+
+
+class WebhookDeadLetterView(BaseModel):
+    """A webhook delivery that exhausted its attempts, got 410 Gone, or was refused (contract §7)."""
+
+    entry_id: str
+    id: str
+    url: str
+    attempts: int
+    last_status: int | None = None
+    error: str
+    dead_at: int
+    event: Any = None
+
+
+class WebhookDeadLetterPage(BaseModel):
+    dead_letters: list[WebhookDeadLetterView]
+    next_after: str | None = Field(description="pass as ?after= for the next page; null on the last page")
+
+
+class WebhookReplayed(BaseModel):
+    """202: these webhook dead letters are queued for delivery again."""
+
+    replayed: list[str] = Field(description="webhook dead-letter entry IDs queued again")
+    skipped: list[str]
 
 
 class Health(BaseModel):

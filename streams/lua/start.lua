@@ -4,7 +4,8 @@
 --   request named its id)], all strings.
 -- An id-less request's job id is its entry ID; if a record of that id belongs to another entry (the
 -- same entry ID on another lane), the job is named '<lane>:<entry ID>' instead: never a false duplicate.
--- Returns per entry {decision, attempts, used, job_id} where decision is
+-- started_at is the job's first start (kept across retries and hand-backs); attempt_started_at is this attempt's.
+-- Returns per entry {decision, attempts, used, job_id, started_at ('' unless run)} where decision is
 --   run: record now running, attempts counted; dup: another entry owns this job or it ended;
 --   exhausted: the attempt budget is spent; expired: the deadline passed before it started.
 local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -24,20 +25,21 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   local st, src = rec[1], rec[2]
   local att, base = tonumber(rec[3]) or 0, tonumber(rec[4]) or 0
   if st and (terminal[st] or (src and src ~= me)) then
-    out[#out + 1] = {'dup', att, att - base, jid}
+    out[#out + 1] = {'dup', att, att - base, jid, ''}
   elseif att - base >= max then
-    out[#out + 1] = {'exhausted', att, att - base, jid}
+    out[#out + 1] = {'exhausted', att, att - base, jid, ''}
   elseif deadline ~= '' and now_n > tonumber(deadline) then
-    out[#out + 1] = {'expired', att, att - base, jid}
+    out[#out + 1] = {'expired', att, att - base, jid, ''}
   else
     att = att + 1
     if src == me then  -- published by a producer: agent, submitted_at and lane are there already
-      redis.call('HSET', key, 'status', 'running', 'attempts', att, 'started_at', now, 'worker', worker)
+      redis.call('HSET', key, 'status', 'running', 'attempts', att, 'attempt_started_at', now, 'worker', worker)
     else
-      redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'started_at', now,
+      redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'attempt_started_at', now,
         'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name)
     end
-    out[#out + 1] = {'run', att, att - base, jid}
+    redis.call('HSETNX', key, 'started_at', now)
+    out[#out + 1] = {'run', att, att - base, jid, redis.call('HGET', key, 'started_at')}
   end
 end
 return out

@@ -76,3 +76,23 @@ def test_unreachable_redis_is_one_clear_line(prefix: str) -> None:
     assert done.returncode == 4
     assert "cannot reach Redis" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_submit_sets_deadline_and_attempt_timeout(redis_url: str, prefix: str, workers) -> None:
+    workers.start()
+    late = cli(redis_url, prefix, "submit", "echo", "--id", "cli-late", "--deadline", "1", "--wait", "--timeout", "20")
+    assert late.returncode == 1 and json.loads(late.stdout)["status"] == "expired", late.stderr
+    slow = cli(redis_url, prefix, "submit", "echo", "--data", '{"sleep_s": 5}', "--id", "cli-slow", "--timeout-s", "0.2",
+               "--max-attempts", "1", "--wait", "--timeout", "20")
+    assert slow.returncode == 1 and "timed out after 0.2s" in json.loads(slow.stdout)["error"], slow.stderr
+
+
+async def test_dead_purge_and_replay_by_reason(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    for i, reason in enumerate(["invalid", "expired", "invalid"]):
+        await redis.xadd(keys.dead, {"id": f"d{i}", "agent": "echo", "reason": reason, "error": "e", "source_stream": keys.lane("low"),
+                                     "source_id": f"{i + 1}-0", "attempts": "1", "dead_at": "1", "request": json.dumps({"agent": "echo", "data": "{}"})})
+    purged = cli(redis_url, prefix, "dead", "purge", "--yes", "--reason", "invalid")
+    assert json.loads(purged.stdout) == {"purged": 2}, purged.stderr
+    replayed = cli(redis_url, prefix, "dead", "replay", "--all", "--reason", "expired")
+    assert json.loads(replayed.stdout) == {"replayed": ["d1"], "skipped": 0}, replayed.stderr
+    assert await redis.xlen(keys.dead) == 0

@@ -1,0 +1,72 @@
+"""Bulk dead-letter endpoints and webhook dead letters, for operators (keys not bound to a tenant).
+
+``DELETE /dead`` and ``POST /dead/replay`` do over HTTP what ``streamcrew dead purge`` and
+``streamcrew dead replay --all`` do; ``/webhooks/dead`` what ``streamcrew webhooks dead`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Path, Query
+from starlette.responses import Response
+
+from consumers.gateway.admin import Operator, State
+from consumers.gateway.errors import ApiError
+from consumers.gateway.models import ENTRY_ID_PATTERN, BulkReplayed, Purged, WebhookDeadLetterPage, WebhookReplayed
+from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
+from consumers.notifier.dead import list_webhook_dead, replay_webhook_dead
+from streams import dead
+
+router = APIRouter(tags=["operations"])
+Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired"] | None,
+                   Query(description="only dead letters of this reason (default: all)")]
+WebhookEntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="webhook dead-letter entry ID")]
+
+
+@router.delete("/dead", response_model=Purged, summary="Purge dead letters", responses=errors(403, *AUTH_ERRORS))
+async def purge_dead_letters(state: State, _: Operator, reason: Reason = None) -> Response:
+    """Delete every dead letter, or those of one ``reason``; answers how many went."""
+    return json_response(200, {"purged": await dead.purge(state.redis, state.keys, reason=reason)})
+
+
+@router.post("/dead/replay", status_code=202, response_model=BulkReplayed, summary="Replay dead letters",
+             responses=errors(403, *AUTH_ERRORS))
+async def replay_dead_letters(state: State, _: Operator, reason: Reason = None) -> Response:
+    """Send every dead letter present now (or those of one ``reason``) back to its lane with a fresh attempt
+    budget; a letter that cannot go back (not from a lane, replayed elsewhere) is skipped with why."""
+    replayed, skipped = await dead.replay_all(state.redis, state.keys, reason=reason)
+    return json_response(202, {"replayed": replayed, "skipped": skipped})
+
+
+@router.get("/webhooks/dead", response_model=WebhookDeadLetterPage, summary="List webhook dead letters",
+            responses=errors(403, *AUTH_ERRORS))
+async def list_webhook_dead_letters(
+    state: State, _: Operator,
+    count: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
+    after: Annotated[str | None, Query(pattern=ENTRY_ID_PATTERN, description="entry ID the previous page ended with")] = None,
+) -> Response:
+    """Webhook deliveries that exhausted their attempts, got 410 Gone or were refused, oldest first."""
+    letters = await list_webhook_dead(state.redis, state.keys, count, start=f"({after}" if after else "-")
+    page = [letter.model_dump(mode="json") for letter in letters]
+    next_after = letters[-1].entry_id if len(letters) == count else None
+    return json_response(200, {"dead_letters": page, "next_after": next_after})
+
+
+@router.post("/webhooks/dead/replay", status_code=202, response_model=WebhookReplayed, summary="Replay all webhook dead letters",
+             responses=errors(403, *AUTH_ERRORS))
+async def replay_all_webhook_dead_letters(state: State, _: Operator) -> Response:
+    """Queue every webhook dead letter present now for delivery again (a running notifier delivers them)."""
+    replayed, skipped = await replay_webhook_dead(state.redis, state.keys, None)
+    return json_response(202, {"replayed": replayed, "skipped": skipped})
+
+
+@router.post("/webhooks/dead/{entry_id}/replay", status_code=202, response_model=WebhookReplayed,
+             summary="Replay a webhook dead letter", responses=errors(403, 404, *AUTH_ERRORS))
+async def replay_webhook_dead_letter(entry_id: WebhookEntryId, state: State, _: Operator) -> Response:
+    """Queue one webhook dead letter for delivery again, with a fresh attempt budget."""
+    replayed, _skipped = await replay_webhook_dead(state.redis, state.keys, [entry_id])
+    if not replayed:
+        raise ApiError(404, "dead_letter_not_found", f"no webhook dead letter {entry_id}")
+    return json_response(202, {"replayed": replayed, "skipped": []})
+

@@ -1,0 +1,98 @@
+"""Dead letters in bulk and webhook dead letters over HTTP, operators only; deadline and timeout_s on POST /jobs (issue 11 §5)."""
+
+from __future__ import annotations
+
+import json
+
+from streams.keys import Keys
+from tests.consumers.gateway.support import GatewayFactory
+from tests.support import WorkerFactory, wait_until
+
+KEYS = {"STREAMCREW_API_KEYS": "k-operator,k-acme:acme"}
+
+
+async def _dead(redis, keys: Keys, reasons: list[str]) -> None:  # type: ignore[no-untyped-def]
+    for i, reason in enumerate(reasons):
+        await redis.xadd(keys.dead, {"id": f"d{i}", "agent": "echo", "reason": reason, "error": "e", "source_stream": keys.lane("low"),
+                                     "source_id": f"{i + 1}-0", "attempts": "1", "dead_at": "1",
+                                     "request": json.dumps({"agent": "echo", "data": "{}"})})
+
+
+async def _webhook_dead(redis, keys: Keys, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+    return [await redis.xadd(keys.webhooks_dead, {"id": f"job-{i}", "url": "https://example.com/hook", "attempts": "8", "last_status": "503",
+                                                  "error": "503 Service Unavailable", "dead_at": "1", "event": json.dumps({"id": f"job-{i}"})})
+            for i in range(n)]
+
+
+async def test_dead_letters_purged_and_replayed_by_reason(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    await _dead(redis, keys, ["invalid", "expired", "invalid", "exhausted", "expired"])
+    gateway = await gateways.start(KEYS)
+    async with gateway.client("k-operator") as client:
+        purged = await client.delete("/dead", params={"reason": "invalid"})
+        assert (purged.status_code, purged.json()) == (200, {"purged": 2})
+        replayed = await client.post("/dead/replay", params={"reason": "expired"})
+        assert (replayed.status_code, replayed.json()) == (202, {"replayed": ["d1", "d4"], "skipped": []})
+        assert [d["id"] for d in (await client.get("/dead")).json()["dead_letters"]] == ["d3"]
+        assert (await client.post("/dead/replay")).json() == {"replayed": ["d3"], "skipped": []}
+        assert await redis.xlen(keys.lane("low")) == 3
+        await _dead(redis, keys, ["rejected", "exhausted"])
+        assert (await client.delete("/dead")).json() == {"purged": 2}
+        assert await redis.xlen(keys.dead) == 0
+        bad = await client.delete("/dead", params={"reason": "bogus"})
+        assert bad.status_code == 422
+
+
+async def test_webhook_dead_letters_listed_and_replayed(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    ids = await _webhook_dead(redis, keys, 3)
+    gateway = await gateways.start(KEYS)
+    async with gateway.client("k-operator") as client:
+        first = (await client.get("/webhooks/dead", params={"count": 2})).json()
+        rest = (await client.get("/webhooks/dead", params={"count": 2, "after": first["next_after"]})).json()
+        letters = first["dead_letters"] + rest["dead_letters"]
+        assert [d["entry_id"] for d in letters] == ids and rest["next_after"] is None
+        assert (letters[0]["id"], letters[0]["last_status"], letters[0]["event"]) == ("job-0", 503, {"id": "job-0"})
+        one = await client.post(f"/webhooks/dead/{ids[0]}/replay")
+        assert (one.status_code, one.json()) == (202, {"replayed": [ids[0]], "skipped": []})
+        gone = await client.post(f"/webhooks/dead/{ids[0]}/replay")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "dead_letter_not_found"
+        rest_replayed = await client.post("/webhooks/dead/replay")
+        assert rest_replayed.json() == {"replayed": ids[1:], "skipped": []}
+    assert await redis.xlen(keys.webhooks_dead) == 0
+    assert await redis.xlen(keys.webhooks_due) == 3  # a running notifier delivers them
+
+
+async def test_tenant_keys_cannot_touch_dead_letters(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    await _dead(redis, keys, ["invalid"])
+    ids = await _webhook_dead(redis, keys, 1)
+    gateway = await gateways.start(KEYS)
+    async with gateway.client("k-acme") as client:
+        for method, path in [("DELETE", "/dead"), ("POST", "/dead/replay"), ("GET", "/webhooks/dead"),
+                             ("POST", "/webhooks/dead/replay"), ("POST", f"/webhooks/dead/{ids[0]}/replay")]:
+            answer = await client.request(method, path)
+            assert answer.status_code == 403, (method, path, answer.text)
+    async with gateway.client() as anonymous:
+        assert (await anonymous.delete("/dead")).status_code == 401
+    assert await redis.xlen(keys.dead) == 1 and await redis.xlen(keys.webhooks_dead) == 1
+
+
+async def test_deadline_and_timeout_through_post_jobs(gateways: GatewayFactory, workers: WorkerFactory) -> None:
+    gateway = await gateways.start()
+    workers.start("--concurrency", "10")
+    async with gateway.client() as client:
+        late = await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "late", "deadline": 1})
+        slow = await client.post("/jobs", json={"agent": "echo", "data": {"sleep_s": 5}, "id": "slow", "timeout_s": 0.2, "max_attempts": 1})
+        assert late.status_code == slow.status_code == 202
+
+        async def ended(job_id: str) -> dict | None:  # type: ignore[type-arg]
+            r = await client.get(f"/jobs/{job_id}/result")
+            return r.json() if r.status_code == 200 else None
+
+        async def both() -> bool:
+            return await ended("late") is not None and await ended("slow") is not None
+
+        await wait_until(both, timeout=20, what="both jobs to end")
+        assert (await ended("late"))["status"] == "expired"  # type: ignore[index]
+        slow_result = await ended("slow")
+        assert slow_result is not None and slow_result["status"] == "failed" and "timed out after 0.2s" in slow_result["error"]
+        bad = await client.post("/jobs", json={"agent": "echo", "data": {}, "deadline": "tomorrow"})
+        assert bad.status_code == 422
