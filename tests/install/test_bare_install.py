@@ -4,7 +4,7 @@ Builds a fresh venv with ``pip install <repo>`` (no CrewAI, no test tools; pip's
 cache keeps it to a few seconds after the first run), starts that venv's
 ``streamcrew worker`` against the suite's Redis, and checks: it starts, says in
 one line which agents need ``streamcrew[crewai]``, completes an ``echo`` job,
-and ends a crew job ``rejected`` with the same advice.
+ends a crew job ``rejected`` with the same advice; the demo (crews) says so too.
 """
 
 from __future__ import annotations
@@ -68,3 +68,7 @@ async def test_bare_install_worker_serves_echo_and_explains_crews(
         assert worker.alive()
     finally:
         worker.stop()
+    # And the demo, which runs the crews, says what to install instead of failing half-way
+    demo = subprocess.run([str(bare_venv / "bin" / "streamcrew"), "demo", "--requests", "1"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=env)
+    assert demo.returncode == 2 and EXTRA in " ".join(demo.stderr.split()), demo.stderr
