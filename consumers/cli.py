@@ -258,11 +258,13 @@ def demo(
     prefix: Prefix = None,
 ) -> None:
     """The whole pipeline on an embedded Redis and an offline LLM (unless STREAMCREW_REDIS_URL / STREAMCREW_LLM_BASE_URL are set)."""
+    from rich.markup import escape
+
     from agents.builtin import CREWAI_EXTRA, crewai_installed
     from consumers.demo import DemoOptions, run_demo
 
     if not crewai_installed():
-        err.print(f"[red]the demo runs the CrewAI support crews: {CREWAI_EXTRA}[/red]")
+        err.print(f"[red]the demo runs the CrewAI support crews: {escape(CREWAI_EXTRA)}[/red]")
         raise typer.Exit(Exit.USAGE)
     if requests < 1:
         err.print("[red]--requests must be at least 1[/red]")

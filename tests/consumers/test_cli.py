@@ -79,7 +79,7 @@ def test_unreachable_redis_is_one_clear_line(prefix: str) -> None:
 
 
 def test_submit_sets_deadline_and_attempt_timeout(redis_url: str, prefix: str, workers) -> None:
-    workers.start()
+    workers.start("--agents", "echo")
     late = cli(redis_url, prefix, "submit", "echo", "--id", "cli-late", "--deadline", "1", "--wait", "--timeout", "20")
     assert late.returncode == 1 and json.loads(late.stdout)["status"] == "expired", late.stderr
     slow = cli(redis_url, prefix, "submit", "echo", "--data", '{"sleep_s": 5}', "--id", "cli-slow", "--timeout-s", "0.2",

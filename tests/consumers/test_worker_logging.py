@@ -26,7 +26,7 @@ def _summed(log: str) -> Counter[str]:
 
 async def test_default_level_summarises_and_names_each_retry_and_dead_letter(redis, keys: Keys, producer, workers: WorkerFactory) -> None:
     # Given a worker at the default level, summarising every 0.3 s
-    worker = workers.start("--concurrency", "20", env={"STREAMCREW_LOG_SUMMARY_S": "0.3"})
+    worker = workers.start("--agents", "echo", "--concurrency", "20", env={"STREAMCREW_LOG_SUMMARY_S": "0.3"})
     # When 20 jobs complete, one completes after a retry and one fails its only attempt
     for i in range(20):
         await producer.publish("echo", {"i": i}, id=f"ok-{i}")
@@ -47,7 +47,7 @@ async def test_default_level_summarises_and_names_each_retry_and_dead_letter(red
 
 
 async def test_debug_level_logs_each_attempt(redis, keys: Keys, producer, workers: WorkerFactory) -> None:
-    worker = workers.start("--log-level", "debug")
+    worker = workers.start("--agents", "echo", "--log-level", "debug")
     await producer.publish("echo", {}, id="seen")
     await wait_results(redis, keys, 1, timeout=20)
     assert re.search(r"job=seen agent=echo lane=normal attempt=1 outcome=completed seconds=", worker.log_text())

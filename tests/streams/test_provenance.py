@@ -12,7 +12,7 @@ from tests.support import wait_results
 
 async def test_dead_letter_names_the_entry_the_producer_wrote_after_retries(redis, keys: Keys, workers) -> None:
     # Given a request written by a raw XADD, failing all three of its attempts (two retries re-add it to the lane)
-    workers.start()
+    workers.start("--agents", "echo")
     written = await redis.xadd(keys.lane("high"), {"agent": "echo", "data": json.dumps({"fail_first": 9}), "id": "raw-doomed", "max_attempts": "3"})
     (result,) = await wait_results(redis, keys, 1, timeout=20)
     assert (result.status, result.attempts) == ("failed", 3)
@@ -23,7 +23,7 @@ async def test_dead_letter_names_the_entry_the_producer_wrote_after_retries(redi
 
 
 async def test_an_invalid_first_entry_is_its_own_source(redis, keys: Keys, workers) -> None:
-    workers.start()
+    workers.start("--agents", "echo")
     written = await redis.xadd(keys.lane("low"), {"agent": "echo", "data": "not json"})
     await wait_results(redis, keys, 1, timeout=20)
     (letter,) = await list_dead(redis, keys)
@@ -32,7 +32,7 @@ async def test_an_invalid_first_entry_is_its_own_source(redis, keys: Keys, worke
 
 async def test_started_at_is_the_first_start(redis, keys: Keys, producer, workers) -> None:
     # Given a job that fails its first two attempts and completes on the third
-    workers.start()
+    workers.start("--agents", "echo")
     await producer.publish("echo", {"fail_first": 2}, id="flaky", max_attempts=3)
     (result,) = await wait_results(redis, keys, 1, timeout=20)
     assert (result.status, result.attempts) == ("completed", 3)

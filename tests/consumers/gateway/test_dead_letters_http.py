@@ -77,7 +77,7 @@ async def test_tenant_keys_cannot_touch_dead_letters(gateways: GatewayFactory, r
 
 async def test_deadline_and_timeout_through_post_jobs(gateways: GatewayFactory, workers: WorkerFactory) -> None:
     gateway = await gateways.start()
-    workers.start("--concurrency", "10")
+    workers.start("--agents", "echo", "--concurrency", "10")
     async with gateway.client() as client:
         late = await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "late", "deadline": 1})
         slow = await client.post("/jobs", json={"agent": "echo", "data": {"sleep_s": 5}, "id": "slow", "timeout_s": 0.2, "max_attempts": 1})
