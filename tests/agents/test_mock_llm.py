@@ -59,6 +59,7 @@ async def test_a_subprocess_server_holds_2000_concurrent_slow_requests() -> None
             # When 2000 requests are in flight at once
             statuses = await asyncio.gather(*(post() for _ in range(2000)))
             elapsed = time.monotonic() - started
-    # Then all are answered, concurrently rather than in turn
+    # Then all are answered, concurrently rather than in turn: in turn would take 2,000 s. The bound is
+    # loose on purpose (this is behaviour, not speed; a loaded 2-core machine took 10.7 s): bench/ measures speed.
     assert all(s == 200 for s in statuses)
-    assert elapsed < 8, elapsed
+    assert elapsed < 120, f"2000 requests of 1 s latency took {elapsed:.1f}s: they were not served concurrently"
