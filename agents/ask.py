@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.llm.runtime import get_model
-from agents.registry import AgentRegistry
+from agents.registry import AgentContext, AgentRegistry
 
 
 class AskInput(BaseModel):
@@ -19,10 +19,11 @@ class AskInput(BaseModel):
     system: str | None = Field(None, max_length=20_000, description="a system message sent before the prompt")
 
 
-async def ask(data: AskInput) -> dict[str, Any]:
-    """Answer ``prompt`` (with an optional ``system`` message) with one LLM call."""
+async def ask(data: AskInput, ctx: AgentContext) -> dict[str, Any]:
+    """Answer ``prompt`` (with an optional ``system`` message) with one LLM call; a workflow step's prompt
+    carries its dependencies' results."""
     messages = [{"role": "system", "content": data.system}] if data.system else []
-    messages.append({"role": "user", "content": data.prompt})
+    messages.append({"role": "user", "content": ctx.with_inputs(data.prompt)})
     result = await get_model().chat(messages)
     return {"answer": result.content, "model": result.model}
 

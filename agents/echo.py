@@ -10,7 +10,7 @@ from streams.errors import Reject
 
 
 async def echo(data: dict[str, Any], ctx: AgentContext) -> dict[str, Any]:
-    """Return ``{"echo": data}``; ``sleep_s`` waits, ``fail_first`` fails attempts 1..n."""
+    """Return ``{"echo": data}`` (a workflow step: plus ``"inputs"``); ``sleep_s`` waits, ``fail_first`` fails attempts 1..n."""
     sleep_s = data.get("sleep_s", 0)
     fail_first = data.get("fail_first", 0)
     if not isinstance(sleep_s, int | float) or isinstance(sleep_s, bool) or sleep_s < 0:
@@ -21,6 +21,8 @@ async def echo(data: dict[str, Any], ctx: AgentContext) -> dict[str, Any]:
         await asyncio.sleep(sleep_s)
     if ctx.attempt <= fail_first:
         raise RuntimeError(f"echo: attempt {ctx.attempt} fails on purpose (fail_first={fail_first})")
+    if ctx.parent is not None:
+        return {"echo": data, "inputs": dict(ctx.inputs)}
     return {"echo": data}
 
 

@@ -9,8 +9,9 @@ as a validated instance; invalid input ends the job ``rejected``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,6 +27,21 @@ class AgentContext:
     max_attempts: int
     tenant: str | None = None
     traceparent: str | None = None
+    parent: str | None = None
+    """The workflow this job is a step of (contract §9), and the step's id."""
+    step: str | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """A workflow step's dependencies' results, ``{step id: result}``; empty outside workflows."""
+
+    def with_inputs(self, text: str) -> str:
+        """``text`` followed by the dependencies' results, for an LLM task that builds on earlier steps."""
+        if not self.inputs:
+            return text
+        lines = [text, "", "Results of the earlier steps this one builds on:"]
+        for step, result in self.inputs.items():
+            answer = result.get("answer") if isinstance(result, dict) else None
+            lines.append(f"- {step}: {answer if isinstance(answer, str) else json.dumps(result, default=str)[:2000]}")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import ValidationError
+
 from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
 from agents.builtin import CREWAI_EXTRA, builtin_registry, missing_crewai
@@ -44,6 +46,18 @@ class AgentExecutor:
             return None
         return f"unknown agent {request.agent!r}; this worker serves: {', '.join(self.registry.names())}"
 
+    def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
+        if agent not in self.registry:
+            return f"unknown agent {agent!r}; this worker serves: {', '.join(self.registry.names())}"
+        spec = self.registry.get(agent)
+        if spec.input_model is not None:
+            try:
+                spec.input_model.model_validate(data)
+            except ValidationError as exc:
+                details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'data'}: {e['msg']}" for e in exc.errors())
+                return f"invalid input for agent {agent!r}: {details}"
+        return None
+
     def max_attempts(self, request: JobRequest) -> int:
         if request.max_attempts is not None:
             return request.max_attempts
@@ -53,7 +67,8 @@ class AgentExecutor:
     async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
         spec = self.registry.get(request.agent)
         ctx = AgentContext(job_id=job_id, agent=request.agent, attempt=attempt, max_attempts=max_attempts,
-                           tenant=request.tenant, traceparent=request.traceparent)
+                           tenant=request.tenant, traceparent=request.traceparent,
+                           parent=request.parent, step=request.step, inputs=request.inputs or {})
         return await run_agent(spec, request.data, ctx, timeout_s=request.timeout_s or spec.timeout_s, executor=self.pool)
 
 

@@ -12,10 +12,11 @@ from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
 from streams.producer import Producer, Published
 from streams.records import JobRecord, get_job, wait_for_terminal
 from streams.runtime import GroupRuntime
+from streams.workflow import Workflow, WorkflowInvalid
 
 __all__ = [
     "LANES", "NOTIFIER_GROUP", "WORKERS_GROUP", "DeadLetter", "DecodeError", "GroupRuntime", "JobExecutor",
     "JobProcessor", "JobRecord", "JobRequest", "JobResult", "Keys", "NoGroupError", "Producer", "Published",
     "Reject", "RequestTooLarge", "RetryLater", "Status", "StreamSettings", "StreamcrewError", "connect",
-    "get_job", "lane_for_priority", "wait_for_terminal",
+    "Workflow", "WorkflowInvalid", "get_job", "lane_for_priority", "wait_for_terminal",
 ]

@@ -27,13 +27,14 @@ class Status(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     EXPIRED = "expired"
+    SKIPPED = "skipped"  # a workflow step that can no longer run: no job attempt, no result event
 
 
-TERMINAL: frozenset[str] = frozenset({Status.COMPLETED, Status.FAILED, Status.REJECTED, Status.EXPIRED})
+TERMINAL: frozenset[str] = frozenset({Status.COMPLETED, Status.FAILED, Status.REJECTED, Status.EXPIRED, Status.SKIPPED})
 
 REQUEST_FIELDS = (
     "agent", "data", "id", "webhook", "tenant", "max_attempts",
-    "timeout_s", "deadline", "traceparent", "submitted_at",
+    "timeout_s", "deadline", "traceparent", "submitted_at", "parent", "step", "inputs",
 )
 
 
@@ -114,13 +115,18 @@ class JobRequest(BaseModel):
     deadline: int | None = Field(default=None, ge=0)
     traceparent: str | None = None
     submitted_at: int | None = Field(default=None, ge=0)
+    parent: str | None = None  # workflow steps: the workflow's id, its step id, its dependencies' results
+    step: str | None = None
+    inputs: dict[str, Any] | None = None
 
     def to_fields(self) -> dict[str, str]:
         fields: dict[str, str] = {"agent": self.agent, "data": dumps(self.data)}
-        for name in ("id", "webhook", "tenant", "max_attempts", "timeout_s", "deadline", "traceparent", "submitted_at"):
+        for name in ("id", "webhook", "tenant", "max_attempts", "timeout_s", "deadline", "traceparent", "submitted_at", "parent", "step"):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = str(value)
+        if self.inputs is not None:
+            fields["inputs"] = dumps(self.inputs)
         return fields
 
     @classmethod
@@ -142,6 +148,11 @@ class JobRequest(BaseModel):
             raise DecodeError(f"field 'data' must be a JSON object, got {type(data).__name__}", raw)
         values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
         values["data"] = data
+        if "inputs" in raw:
+            try:
+                values["inputs"] = orjson.loads(raw["inputs"])
+            except orjson.JSONDecodeError as exc:
+                raise DecodeError(f"field 'inputs' is not JSON: {exc}", raw) from None
         try:
             request = cls.model_validate(values)
         except ValidationError as exc:
@@ -178,12 +189,14 @@ class JobResult(BaseModel):
     webhook: str | None = None
     tenant: str | None = None
     traceparent: str | None = None
+    parent: str | None = None
+    step: str | None = None
 
     def to_fields(self) -> dict[str, str]:
         fields: dict[str, str] = {"id": self.id, "agent": self.agent, "status": str(self.status), "attempts": str(self.attempts)}
         if self.status == Status.COMPLETED:
             fields["result"] = dumps(self.result)
-        for name in ("error", "submitted_at", "started_at", "finished_at", "worker", "webhook", "tenant", "traceparent"):
+        for name in ("error", "submitted_at", "started_at", "finished_at", "worker", "webhook", "tenant", "traceparent", "parent", "step"):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = str(value)

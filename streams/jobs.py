@@ -27,6 +27,8 @@ from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
 from streams.tally import JobTally
+from streams.workflow import WORKFLOW_AGENT
+from streams.workflows import ClaimedWorkflow, WorkflowStarter
 
 log = logging.getLogger("streamcrew.jobs")
 
@@ -45,6 +47,9 @@ class JobExecutor(Protocol):
         """None when this worker can run the request, else why it cannot (→ rejected)."""
 
     def max_attempts(self, request: JobRequest) -> int: ...
+
+    def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
+        """None when a workflow step of ``agent`` with ``data`` can run, else why not (→ the workflow is rejected)."""
 
     async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
         """Run one attempt; returns ``(output, usage)``; raises to fail the attempt."""
@@ -94,6 +99,10 @@ class JobProcessor:
             redis, keys, group=runtime.group, results_maxlen=settings.results_maxlen,
             job_ttl_s=settings.job_ttl_s, release=runtime.release,
         )
+        self.workflows = WorkflowStarter(
+            redis, keys, settings, group=runtime.group, worker=self.worker, checker=executor,
+            reject=self._reject_invalid, release=runtime.release,
+        )
         self._running: dict[Slot, Running] = {}
         self._trimmed_at = 0.0
         self._tally = JobTally()
@@ -108,6 +117,7 @@ class JobProcessor:
             metrics.reclaimed(lane).inc(len(entries))
             log.warning("reclaimed %d %s entries idle past the lease (their consumer died or hung)", len(entries), lane)
         claimed: list[Claimed] = []
+        workflows: list[ClaimedWorkflow] = []
         for entry_id, raw in entries:
             if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)
                 self.settler.submit(drop_op(stream, entry_id))
@@ -115,6 +125,9 @@ class JobProcessor:
             job_id = raw.get("id") or entry_id
             try:
                 request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes)
+                if request.agent == WORKFLOW_AGENT:
+                    workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
+                    continue
                 problem = self.executor.check(request)
                 if problem:
                     raise DecodeError(problem, raw)
@@ -123,6 +136,8 @@ class JobProcessor:
                 continue
             submitted = request.submitted_at or entry_ms(entry_id)
             claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, self.executor.max_attempts(request), submitted))
+        if workflows:
+            await self.workflows.start(stream, lane, workflows)
         if claimed:
             await self._start(stream, lane, claimed)
 
@@ -214,12 +229,12 @@ class JobProcessor:
         event = JobResult.model_construct(  # trusted values: skip validation on the hot path
             id=c.job_id, agent=r.agent, status=status, result=result, error=error, attempts=attempts,
             submitted_at=c.submitted_at, started_at=started_at, finished_at=finished, worker=self.worker,
-            usage=usage, webhook=r.webhook, tenant=r.tenant, traceparent=r.traceparent,
+            usage=usage, webhook=r.webhook, tenant=r.tenant, traceparent=r.traceparent, parent=r.parent, step=r.step,
         )
         dead = None
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
-        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead)
+        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead, parent=r.parent, step=r.step)
         op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error)
         self.settler.submit(op)
 
@@ -228,13 +243,13 @@ class JobProcessor:
         agent = raw.get("agent", "")
         fields = {"id": job_id, "agent": agent, "status": "rejected", "error": reason, "attempts": "0",
                   "submitted_at": str(entry_ms(entry_id)), "finished_at": str(finished), "worker": self.worker}
-        for name in ("webhook", "tenant", "traceparent"):
+        for name in ("webhook", "tenant", "traceparent", "parent", "step"):
             if raw.get(name):
                 fields[name] = raw[name]
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
         alt = "" if raw.get("id") else f"{lane}:{entry_id}"
-        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt)
-        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason)
+        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"))
+        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
 
     @staticmethod
@@ -256,6 +271,7 @@ class JobProcessor:
             self._trimmed_at = now
             for lane in self.keys.lanes:
                 await self._scripts.trim(keys=[lane])
+        await self.workflows.expire_due()
         while True:
             moved = await self._scripts.promote(
                 keys=[self.keys.delayed], args=[now_ms(), PROMOTE_BATCH, self.keys.job_prefix, f"{self.keys.prefix}:requests:"]
@@ -293,11 +309,13 @@ def _short(text: str | None, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None):  # type: ignore[no-untyped-def]
+def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False):  # type: ignore[no-untyped-def]
     def written(wrote: bool) -> None:
         if wrote:
             metrics.jobs(agent, status).inc()
             if dead_reason:
                 metrics.dead_letters(dead_reason).inc()
                 log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, _short(error))
+            if workflow:
+                metrics.workflow_ended(status)
     return written

@@ -69,6 +69,16 @@ class Keys:
     def job_prefix(self) -> str:
         return f"{self.prefix}:job:"
 
+    def workflow(self, workflow_id: str) -> str:
+        """A workflow's fan-in state (its steps, their results, the outstanding count); the Lua derives it from
+        ``job_prefix``: ``<prefix>:job:`` -> ``<prefix>:wf:``."""
+        return f"{self.prefix}:wf:{workflow_id}"
+
+    @property
+    def workflow_timeouts(self) -> str:
+        """Sorted set of running workflows with a ``timeout_s`` (score: epoch ms when they expire)."""
+        return f"{self.prefix}:workflows:timeouts"
+
     def ratelimit(self, name: str) -> str:
         return f"{self.prefix}:ratelimit:{name}"
 

@@ -70,3 +70,17 @@ def dead_letters(reason: str) -> Counter:
 @cache
 def submitted(lane: str) -> Counter:
     return SUBMITTED.labels(lane=lane)
+
+
+WORKFLOWS = Counter("streamcrew_workflows_total", "Workflows ended, by status", ["status"])
+WORKFLOW_DURATION = Histogram(
+    "streamcrew_workflow_duration_seconds", "Time from a workflow's start to its result (fan-in included)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+
+
+def workflow_ended(status: str, duration_ms: int | None = None) -> None:
+    """Count a workflow's end; rejected ones never started, so they have no duration."""
+    WORKFLOWS.labels(status=status).inc()
+    if duration_ms is not None:
+        WORKFLOW_DURATION.observe(max(0, duration_ms) / 1000)

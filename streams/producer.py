@@ -15,6 +15,7 @@ from streams.errors import RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
 from streams.scripts import Scripts
+from streams.workflow import WORKFLOW_AGENT, Workflow
 
 PUBLISH_CHUNK = 500
 RECORD_EXTRAS = ("tenant", "webhook", "traceparent")
@@ -70,6 +71,19 @@ class Producer:
         )
         (published,) = await self.publish_many([request], priority=priority)
         return published
+
+    async def publish_workflow(
+        self,
+        workflow: Workflow,
+        *,
+        priority: int | str | None = None,
+        webhook: str | None = None,
+        tenant: str | None = None,
+        traceparent: str | None = None,
+    ) -> Published:
+        """Publish a :class:`~streams.workflow.Workflow` (contract §9); idempotent on its id."""
+        return await self.publish(WORKFLOW_AGENT, workflow.to_data(), priority=priority, id=workflow.id, webhook=webhook,
+                                  tenant=tenant, traceparent=traceparent)
 
     async def publish_many(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published]:
         """Publish requests to the ``priority`` lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept.

@@ -12,6 +12,8 @@ from redis.asyncio import Redis
 
 from streams.envelope import TERMINAL, JobResult
 from streams.keys import Keys
+from streams.workflow import WORKFLOW_AGENT
+from streams.workflows import get_steps
 
 INTERNAL_FIELDS = frozenset({"source", "base"})
 
@@ -37,6 +39,11 @@ class JobRecord(BaseModel):
     webhook: str | None = None
     tenant: str | None = None
     traceparent: str | None = None
+    parent: str | None = None
+    step: str | None = None
+    steps_total: int | None = None
+    steps_done: int | None = None
+    steps: list[dict[str, Any]] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -44,7 +51,7 @@ class JobRecord(BaseModel):
 
     def as_result(self) -> JobResult:
         """The job's result event, rebuilt from the record (identical fields)."""
-        return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at"}))
+        return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done"}))
 
 
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
@@ -62,7 +69,12 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
 async def get_job(redis: Redis, keys: Keys, job_id: str) -> JobRecord | None:
     """The record of ``job_id``, or None when unknown (or expired)."""
     raw = cast(dict[str, str], await redis.hgetall(keys.job(job_id)))
-    return _parse(job_id, raw) if raw else None
+    if not raw:
+        return None
+    record = _parse(job_id, raw)
+    if record.agent == WORKFLOW_AGENT:
+        record.steps = await get_steps(redis, keys, job_id)
+    return record
 
 
 async def wait_for_terminal(redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> JobRecord | None:

@@ -15,18 +15,25 @@ def _source(name: str) -> str:
     return resources.files("streams").joinpath("lua", f"{name}.lua").read_text()
 
 
+def _with_workflows(name: str) -> str:
+    """The script with the workflow fan-in library (``workflow.lua``) in front of it."""
+    return _source("workflow") + "\n" + _source(name)
+
+
 class Scripts:
     """The Lua scripts (see ``streams/lua/``), bound to one client."""
 
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
         self.start: AsyncScript = redis.register_script(_source("start"))
-        self.settle: AsyncScript = redis.register_script(_source("settle"))
+        self.settle: AsyncScript = redis.register_script(_with_workflows("settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
         self.forget: AsyncScript = redis.register_script(_source("forget"))
         self.trim: AsyncScript = redis.register_script(_source("trim"))
+        self.wf_start: AsyncScript = redis.register_script(_with_workflows("wf_start"))
+        self.wf_expire: AsyncScript = redis.register_script(_with_workflows("wf_expire"))
 
 
 Reply = Any

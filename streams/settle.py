@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from streams import metrics
 from streams.batch import BatchWriter
 from streams.envelope import flat
 from streams.keys import Keys
@@ -34,8 +35,14 @@ def drop_op(stream: str, entry_id: str) -> SettleOp:
     return SettleOp(stream, entry_id, ["drop", stream, entry_id])
 
 
-def done_op(stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None, *, alt: str = "") -> SettleOp:
-    return SettleOp(stream, entry_id, ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt])
+def done_op(
+    stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None,
+    *, alt: str = "", parent: str | None = None, step: str | None = None,
+) -> SettleOp:
+    op = ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt]
+    if parent and step:  # a workflow step: settle.lua runs the fan-in in the same call
+        op += [parent, step]
+    return SettleOp(stream, entry_id, op)
 
 
 def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str) -> SettleOp:
@@ -44,6 +51,14 @@ def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, 
 
 def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str]) -> SettleOp:
     return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields)])
+
+
+def _wrote(reply: Any) -> bool:
+    """1 or 0; ``[1, status, duration_ms]`` when the op was a step that ended its workflow."""
+    if isinstance(reply, list):
+        metrics.workflow_ended(str(reply[1]), int(reply[2]))
+        return True
+    return bool(int(reply))
 
 
 class Settler:
@@ -67,7 +82,7 @@ class Settler:
     async def _write(self, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()
         reply = await self._scripts.settle(keys=self._script_keys, args=[*self._head, ops])
-        return [bool(int(x)) for x in reply]
+        return [_wrote(x) for x in reply]
 
     def _done(self, op: SettleOp, wrote: bool) -> None:
         self._release(op.stream, op.entry_id)

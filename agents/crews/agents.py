@@ -12,31 +12,34 @@ from agents.crews.design import answer_design_request
 from agents.crews.models import DesignRequest, OrderRequest, ProductRequest, ReturnsRequest, SupportRequest
 from agents.crews.specialists import run_specialist
 from agents.crews.support import support
+from agents.registry import AgentContext
+
+# In a workflow, a crew's task carries the results of the steps it runs after (ctx.inputs), via the question.
 
 
-async def order(request: OrderRequest) -> dict[str, Any]:
+async def order(request: OrderRequest, ctx: AgentContext) -> dict[str, Any]:
     """Order status, shipping and tracking, answered by the order crew."""
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
-    return await run_specialist("order", {"customer": "(not given)", "order_id": data.order_id, "question": data.question})
+    return await run_specialist("order", {"customer": "(not given)", "order_id": data.order_id, "question": ctx.with_inputs(data.question)})
 
 
-async def returns(request: ReturnsRequest) -> dict[str, Any]:
+async def returns(request: ReturnsRequest, ctx: AgentContext) -> dict[str, Any]:
     """Returns and refunds, handled by the returns crew."""
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
-    inputs = {"customer": "(not given)", "order_id": data.order_id, "item": data.sku or "the whole order", "reason": data.reason, "question": data.question}
+    inputs = {"customer": "(not given)", "order_id": data.order_id, "item": data.sku or "the whole order", "reason": data.reason, "question": ctx.with_inputs(data.question)}
     return await run_specialist("returns", inputs)
 
 
-async def product(request: ProductRequest) -> dict[str, Any]:
+async def product(request: ProductRequest, ctx: AgentContext) -> dict[str, Any]:
     """Stock, price and product questions, answered by the product crew."""
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
-    return await run_specialist("product", {"customer": "(not given)", "item": data.sku or "a product", "question": data.question})
+    return await run_specialist("product", {"customer": "(not given)", "item": data.sku or "a product", "question": ctx.with_inputs(data.question)})
 
 
 async def support_desk(request: SupportRequest) -> dict[str, Any]:

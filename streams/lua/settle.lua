@@ -1,18 +1,20 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
 -- KEYS: results, dead, delayed; ARGV: job_prefix, group, results_maxlen, job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
---   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt]  terminal result (fenced), optional dead
---        letter; alt (id-less requests): the job id to use when jid's record belongs to another entry
+--   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
+--        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
+--        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
 --   ["retry", lane, eid, src, jid, due, member, error]              back to the delayed set (fenced)
 --   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks.
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
--- Returns per op 1 when it wrote, 0 when it only acked.
+-- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, group, maxlen, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
+local C = wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
 -- Returns whether the op is fenced, and whether the record holds an earlier attempt's error.
 local function fenced(jid, src)
   local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'error')
@@ -43,8 +45,10 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       if stale_error then redis.call('HDEL', key, 'error') end
       redis.call('HSET', key, 'source', op[4], unpack(res))
       redis.call('EXPIRE', key, ttl)
-      if #dl > 0 then redis.call('XADD', dead, '*', unpack(dl)) end
+      local dead_id = false
+      if #dl > 0 then dead_id = redis.call('XADD', dead, '*', unpack(dl)) end
       out[#out + 1] = 1
+      if op[9] and op[9] ~= '' then out[#out] = wf_step_settled(C, op[9], op[10], res, dead_id) end
     end
   elseif kind == 'retry' then
     local jid = op[5]

@@ -1,0 +1,90 @@
+-- Start a batch of claimed workflow entries of one lane (workflow.lua is prepended): write each workflow's
+-- state, publish its runnable steps and ack its entry, all at once; a replayed workflow resumes (completed
+-- steps keep their results, the others run again).
+-- KEYS: lane stream, results, dead, timeouts; ARGV: job_prefix, lane_prefix, lane_name, group, worker, ttl,
+-- maxlen, workflows as one JSON array of
+--   [entry_id, job_id, explicit ('1' when the request named its id), submitted_at, on_failure, timeout_s ('' = none),
+--    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, [after], [kids], [req k, v, ...]], ...]]
+-- Returns per workflow {decision, job_id, steps published}: decision run, resume or dup.
+local lane, timeouts = KEYS[1], KEYS[4]
+local job_prefix, lane_prefix, lane_name, group, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local C = wf_context(job_prefix, lane_prefix, KEYS[2], KEYS[3], ARGV[7], ARGV[6])
+local now = wf_now()
+local out = {}
+for _, w in ipairs(cjson.decode(ARGV[8])) do
+  local eid, jid, explicit = w[1], w[2], w[3]
+  local me = lane_name .. '/' .. eid
+  local key = job_prefix .. jid
+  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts')
+  if explicit ~= '1' and rec[2] and rec[2] ~= me then
+    jid = lane_name .. ':' .. eid
+    key = job_prefix .. jid
+    rec = redis.call('HMGET', key, 'status', 'source', 'attempts')
+  end
+  if rec[1] and (WF_ENDED[rec[1]] or rec[1] == 'running' or (rec[2] and rec[2] ~= me)) then
+    out[#out + 1] = {'dup', jid, 0}
+  else
+    local h = C.wf_prefix .. jid
+    local att = (tonumber(rec[3]) or 0) + 1
+    local steps, published, decision = w[11], 0, 'run'
+    local done, ok = 0, 0
+    if redis.call('EXISTS', h) == 0 then
+      local order = {}
+      for i, s in ipairs(steps) do
+        local sid = s[1]
+        order[i] = sid
+        redis.call('HSET', h, sid .. '|st', 'pending', sid .. '|agent', s[2], sid .. '|deps', #s[3],
+          sid .. '|after', cjson.encode(s[3]), sid .. '|kids', cjson.encode(s[4]), sid .. '|req', cjson.encode(s[5]))
+      end
+      redis.call('HSET', h, 'order', cjson.encode(order), 'total', #steps, 'lane', lane_name, 'on_failure', w[5],
+        'timeout_s', w[6], 'submitted_at', w[4], 'request', w[10])
+      for _, name in ipairs({'webhook', 'tenant', 'traceparent'}) do
+        local v = w[({webhook = 7, tenant = 8, traceparent = 9})[name]]
+        if v ~= '' then redis.call('HSET', h, name, v) end
+      end
+    else  -- a replay: keep what completed, run the rest again
+      decision = 'resume'
+      for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
+        local st = redis.call('HGET', h, sid .. '|st')
+        if st == 'completed' then
+          ok = ok + 1
+        elseif st ~= 'queued' then  -- queued: still running from the earlier run; it settles into this one
+          local dead_id = redis.call('HGET', h, sid .. '|dead')
+          if dead_id then redis.call('XDEL', C.dead, dead_id) end
+          redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
+          redis.call('HSET', h, sid .. '|st', 'pending')
+        end
+      end
+      done = ok
+      for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
+        if redis.call('HGET', h, sid .. '|st') == 'pending' then
+          local deps = 0
+          for _, a in ipairs(cjson.decode(redis.call('HGET', h, sid .. '|after'))) do
+            if redis.call('HGET', h, a .. '|st') ~= 'completed' then deps = deps + 1 end
+          end
+          redis.call('HSET', h, sid .. '|deps', deps)
+        end
+      end
+      redis.call('HDEL', h, 'first_error')
+      redis.call('PERSIST', h)
+    end
+    redis.call('HSET', h, 'status', 'running', 'done', done, 'ok', ok, 'attempts', att, 'started_at', now,
+      'source_stream', lane, 'source_id', eid)
+    redis.call('HSET', key, 'status', 'running', 'agent', 'workflow', 'attempts', att, 'started_at', now,
+      'worker', worker, 'source', me, 'submitted_at', w[4], 'lane', lane_name,
+      'steps_total', redis.call('HGET', h, 'total'), 'steps_done', done)
+    for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
+      if redis.call('HGET', h, sid .. '|st') == 'pending' and tonumber(redis.call('HGET', h, sid .. '|deps')) == 0 then
+        wf_publish(C, h, jid, sid, now)
+        published = published + 1
+      end
+    end
+    local timeout = redis.call('HGET', h, 'timeout_s')
+    if timeout and timeout ~= '' then
+      redis.call('ZADD', timeouts, now + math.floor(tonumber(timeout) * 1000), jid)
+    end
+    out[#out + 1] = {decision, jid, published}
+  end
+  redis.call('XACK', lane, group, eid)
+end
+return out

@@ -1,0 +1,198 @@
+-- Workflow fan-out / fan-in (contract §9): a library prepended to settle.lua, wf_start.lua and wf_expire.lua.
+-- One hash per workflow, <prefix>:wf:<id> (wf_prefix is the job prefix's '<prefix>:' + 'wf:'), holding
+--   status (running|completed|failed|expired), lane, on_failure, timeout_s, order (JSON step ids), total, done, ok,
+--   submitted_at, started_at, attempts, webhook, tenant, traceparent, request, source_stream, source_id, first_error
+-- and per step '<step>|st' (pending|queued|completed|failed|rejected|expired|skipped), '|res' (raw JSON result),
+--   '|err', '|use' (usage JSON), '|dead' (its dead letter's entry ID), '|deps' (after-steps not yet completed),
+--   '|after', '|kids' (JSON lists), '|req' (JSON list of the step request's fields), '|agent'.
+-- A step job's id is '<workflow id>:<step id>'. Keys are built only from the prefixes and ids.
+local WF_ENDED = {completed = true, failed = true, rejected = true, expired = true, skipped = true}
+
+local function wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
+  return {job_prefix = job_prefix, wf_prefix = string.sub(job_prefix, 1, #job_prefix - 4) .. 'wf:',
+          lane_prefix = lane_prefix, results = results, dead = dead, maxlen = maxlen, ttl = ttl}
+end
+
+local function wf_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Publish one step to the workflow's lane; its 'after' steps' results travel as the field 'inputs'.
+local function wf_publish(C, h, wid, sid, now)
+  local f = redis.call('HMGET', h, sid .. '|req', sid .. '|after', 'lane', sid .. '|agent')
+  local fields = cjson.decode(f[1])
+  local jid = wid .. ':' .. sid
+  for _, kv in ipairs({{'id', jid}, {'parent', wid}, {'step', sid}}) do
+    fields[#fields + 1] = kv[1]
+    fields[#fields + 1] = kv[2]
+  end
+  local after = cjson.decode(f[2])
+  if #after > 0 then
+    local parts = {}
+    for i, a in ipairs(after) do
+      parts[i] = cjson.encode(a) .. ':' .. (redis.call('HGET', h, a .. '|res') or 'null')
+    end
+    fields[#fields + 1] = 'inputs'
+    fields[#fields + 1] = '{' .. table.concat(parts, ',') .. '}'
+  end
+  local lane = f[3]
+  local eid = redis.call('XADD', C.lane_prefix .. lane, '*', unpack(fields))
+  local key = C.job_prefix .. jid
+  local att = tonumber(redis.call('HGET', key, 'attempts')) or 0
+  if att > 0 then  -- a replay's rerun: fresh attempt budget, the old outcome gone
+    redis.call('HDEL', key, 'result', 'error', 'usage', 'finished_at', 'started_at', 'worker')
+    redis.call('PERSIST', key)
+  end
+  redis.call('HSET', key, 'status', 'queued', 'agent', f[4], 'attempts', att, 'base', att, 'submitted_at', now,
+    'source', lane .. '/' .. eid, 'lane', lane, 'parent', wid, 'step', sid)
+  redis.call('HSET', h, sid .. '|st', 'queued')
+end
+
+-- Write the workflow's one result event (and dead letter unless completed); steps that have not started are
+-- skipped. Returns {1, status, duration_ms}.
+local function wf_end(C, h, wid, status, err, worker)
+  local now = wf_now()
+  local m = redis.call('HMGET', h, 'order', 'total', 'started_at', 'submitted_at', 'webhook', 'tenant', 'traceparent',
+    'attempts', 'request', 'source_stream', 'source_id')
+  local order = cjson.decode(m[1])
+  local parts, ok, done = {}, 0, 0
+  local u = {prompt_tokens = 0, completion_tokens = 0, cost_usd = 0}
+  local models, used = {}, false
+  for i, sid in ipairs(order) do
+    local s = redis.call('HMGET', h, sid .. '|st', sid .. '|res', sid .. '|err', sid .. '|use')
+    local st = s[1]
+    if st == 'pending' then
+      st = 'skipped'
+      redis.call('HSET', h, sid .. '|st', st)
+    elseif st == 'queued' then
+      local key = C.job_prefix .. wid .. ':' .. sid
+      local js = redis.call('HGET', key, 'status')
+      if js == 'queued' or not js then  -- waiting in its lane: it will never start (start.lua sees another source)
+        st = 'skipped'
+        redis.call('HSET', key, 'status', st, 'source', 'skipped', 'finished_at', now)
+        redis.call('EXPIRE', key, C.ttl)
+        redis.call('HSET', h, sid .. '|st', st)
+      else
+        st = js  -- running or retrying: it runs on and yields its own result event
+      end
+    end
+    if WF_ENDED[st] then done = done + 1 end
+    local entry
+    if st == 'completed' then
+      ok = ok + 1
+      entry = '{"status":"completed","result":' .. (s[2] or 'null') .. '}'
+    elseif s[3] then
+      entry = '{"status":' .. cjson.encode(st) .. ',"error":' .. cjson.encode(s[3]) .. '}'
+    else
+      entry = '{"status":' .. cjson.encode(st) .. '}'
+    end
+    parts[i] = cjson.encode(sid) .. ':' .. entry
+    if s[4] then
+      local okj, use = pcall(cjson.decode, s[4])
+      if okj and type(use) == 'table' then
+        used = true
+        u.prompt_tokens = u.prompt_tokens + (tonumber(use.prompt_tokens) or 0)
+        u.completion_tokens = u.completion_tokens + (tonumber(use.completion_tokens) or 0)
+        u.cost_usd = u.cost_usd + (tonumber(use.cost_usd) or 0)
+        if use.model then models[tostring(use.model)] = true end
+      end
+    end
+  end
+  local total = tonumber(m[2])
+  local result = '{"steps":{' .. table.concat(parts, ',') .. '},"summary":"' .. ok .. ' of ' .. total .. ' steps completed"}'
+  local ev = {'id', wid, 'agent', 'workflow', 'status', status, 'result', result, 'attempts', m[8] or '1',
+    'submitted_at', m[4], 'started_at', m[3], 'finished_at', now}
+  if err and status ~= 'completed' then ev[#ev + 1] = 'error'; ev[#ev + 1] = err end
+  if worker and worker ~= '' then ev[#ev + 1] = 'worker'; ev[#ev + 1] = worker end
+  if used then
+    local names = {}
+    for name in pairs(models) do names[#names + 1] = name end
+    table.sort(names)
+    u.model = table.concat(names, ',')
+    ev[#ev + 1] = 'usage'; ev[#ev + 1] = cjson.encode(u)
+  end
+  for _, name in ipairs({'webhook', 'tenant', 'traceparent'}) do
+    local v = m[({webhook = 5, tenant = 6, traceparent = 7})[name]]
+    if v then ev[#ev + 1] = name; ev[#ev + 1] = v end
+  end
+  redis.call('XADD', C.results, 'MAXLEN', '~', C.maxlen, '*', unpack(ev))
+  local key = C.job_prefix .. wid
+  redis.call('HDEL', key, 'error')
+  redis.call('HSET', key, 'steps_done', done, unpack(ev))
+  redis.call('EXPIRE', key, C.ttl)
+  redis.call('HSET', h, 'status', status, 'done', done, 'ok', ok)
+  redis.call('EXPIRE', h, C.ttl)
+  if status ~= 'completed' then
+    redis.call('XADD', C.dead, '*', 'id', wid, 'agent', 'workflow', 'reason', status == 'expired' and 'expired' or 'step_failed',
+      'error', err or status, 'source_stream', m[10] or '', 'source_id', m[11] or '', 'attempts', m[8] or '1',
+      'dead_at', now, 'request', m[9] or '{}')
+  end
+  return {1, status, now - (tonumber(m[3]) or now)}
+end
+
+-- Mark the not-yet-runnable dependents of a failed step skipped (on_failure continue); returns how many.
+local function wf_skip_dependents(h, sid)
+  local n, queue, seen = 0, {sid}, {}
+  while #queue > 0 do
+    local cur = table.remove(queue)
+    for _, kid in ipairs(cjson.decode(redis.call('HGET', h, cur .. '|kids'))) do
+      if not seen[kid] then
+        seen[kid] = true
+        if redis.call('HGET', h, kid .. '|st') == 'pending' then
+          redis.call('HSET', h, kid .. '|st', 'skipped')
+          n = n + 1
+          queue[#queue + 1] = kid
+        end
+      end
+    end
+  end
+  return n
+end
+
+-- The fan-in: called by settle.lua in the same call that wrote a step's result event.
+-- Returns 1, or {1, status, duration_ms} when this step ended its workflow.
+local function wf_step_settled(C, wid, sid, res, dead_id)
+  local h = C.wf_prefix .. wid
+  local v = {}
+  for i = 1, #res, 2 do v[res[i]] = res[i + 1] end
+  local st = v.status
+  local meta = redis.call('HMGET', h, 'status', sid .. '|st', 'on_failure', 'total')
+  if not meta[1] then return 1 end  -- the workflow's state expired long ago
+  local w = {sid .. '|st', st}
+  if v.result then w[#w + 1] = sid .. '|res'; w[#w + 1] = v.result end
+  if v.error then w[#w + 1] = sid .. '|err'; w[#w + 1] = v.error end
+  if v.usage then w[#w + 1] = sid .. '|use'; w[#w + 1] = v.usage end
+  if dead_id then w[#w + 1] = sid .. '|dead'; w[#w + 1] = dead_id end
+  redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
+  redis.call('HSET', h, unpack(w))
+  -- Ended already (fail fast, expiry) or counted before: the outcome is kept for a replay, nothing else moves.
+  if meta[1] ~= 'running' or WF_ENDED[meta[2]] then return 1 end
+  local done = redis.call('HINCRBY', h, 'done', 1)
+  local total = tonumber(meta[4])
+  if st == 'completed' then
+    redis.call('HINCRBY', h, 'ok', 1)
+    local now = nil
+    for _, kid in ipairs(cjson.decode(redis.call('HGET', h, sid .. '|kids'))) do
+      if redis.call('HINCRBY', h, kid .. '|deps', -1) <= 0 and redis.call('HGET', h, kid .. '|st') == 'pending' then
+        now = now or wf_now()
+        wf_publish(C, h, wid, kid, now)
+      end
+    end
+  else
+    local err = 'step ' .. sid .. ' ' .. st .. ': ' .. (v.error or st)
+    if meta[3] ~= 'continue' then
+      return wf_end(C, h, wid, 'failed', err, v.worker)
+    end
+    redis.call('HSETNX', h, 'first_error', err)
+    done = redis.call('HINCRBY', h, 'done', wf_skip_dependents(h, sid))
+  end
+  redis.call('HSET', C.job_prefix .. wid, 'steps_done', done)
+  if done >= total then
+    local ok = tonumber(redis.call('HGET', h, 'ok'))
+    if ok >= total then return wf_end(C, h, wid, 'completed', nil, v.worker) end
+    return wf_end(C, h, wid, 'failed', (total - ok) .. ' of ' .. total .. ' steps did not complete; first: ' ..
+      (redis.call('HGET', h, 'first_error') or '?'), v.worker)
+  end
+  return 1
+end

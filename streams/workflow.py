@@ -1,0 +1,151 @@
+"""Workflows (contract §9): the graph of steps, its validation, and the ``Workflow`` builder producers use.
+
+A workflow is a request for the built-in agent ``workflow`` whose ``data`` holds
+``steps`` (each ``{"id", "agent", "data", "after"}``), ``on_failure`` and
+``timeout_s``. Everything that can be checked before a step runs is checked
+here, and each problem names the step it is about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+WORKFLOW_AGENT = "workflow"
+MAX_STEPS = 1000
+STEP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class WorkflowInvalid(ValueError):
+    """Raised when a workflow's graph is invalid; the message names the step."""
+
+
+class StepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    agent: str = Field(min_length=1)
+    data: dict[str, Any] = Field(default_factory=dict)
+    after: list[str] = Field(default_factory=list)
+    max_attempts: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class WorkflowSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[StepSpec]
+    on_failure: Literal["fail", "continue"] = "fail"
+    timeout_s: float | None = Field(default=None, gt=0)
+
+    def dependents(self) -> dict[str, list[str]]:
+        """For each step, the steps that name it in their ``after``."""
+        kids: dict[str, list[str]] = {s.id: [] for s in self.steps}
+        for s in self.steps:
+            for dep in s.after:
+                kids[dep].append(s.id)
+        return kids
+
+
+def parse_workflow(data: dict[str, Any]) -> WorkflowSpec:
+    """Validate a workflow's ``data``: shape, step ids, ``after``, size and acyclicity."""
+    raw_steps = data.get("steps")
+    if isinstance(raw_steps, list) and len(raw_steps) > MAX_STEPS:
+        raise WorkflowInvalid(f"workflow has {len(raw_steps)} steps, over the limit of {MAX_STEPS}")
+    try:
+        spec = WorkflowSpec.model_validate(data)
+    except ValidationError as exc:
+        raise WorkflowInvalid(_describe(exc, raw_steps)) from None
+    if not spec.steps:
+        raise WorkflowInvalid("workflow has no steps")
+    seen: set[str] = set()
+    for s in spec.steps:
+        if not STEP_ID.match(s.id):
+            raise WorkflowInvalid(f"step {s.id!r}: id must match [A-Za-z0-9_.-]{{1,64}}")
+        if s.id in seen:
+            raise WorkflowInvalid(f"step {s.id!r}: duplicate step id")
+        seen.add(s.id)
+        if s.agent == WORKFLOW_AGENT:
+            raise WorkflowInvalid(f"step {s.id!r}: a step cannot be a workflow")
+    for s in spec.steps:
+        for dep in s.after:
+            if dep not in seen:
+                raise WorkflowInvalid(f"step {s.id!r}: after names unknown step {dep!r}")
+            if dep == s.id:
+                raise WorkflowInvalid(f"step {s.id!r}: a step cannot run after itself")
+        if len(set(s.after)) != len(s.after):
+            raise WorkflowInvalid(f"step {s.id!r}: after names a step twice")
+    if cycle := _cycle(spec):
+        raise WorkflowInvalid(f"steps {', '.join(repr(c) for c in cycle)} form a cycle")
+    return spec
+
+
+def _cycle(spec: WorkflowSpec) -> list[str]:
+    """The steps left when every step whose dependencies can complete is removed (Kahn); empty if acyclic."""
+    waiting = {s.id: len(s.after) for s in spec.steps}
+    kids = spec.dependents()
+    ready = [sid for sid, n in waiting.items() if n == 0]
+    while ready:
+        sid = ready.pop()
+        for kid in kids[sid]:
+            waiting[kid] -= 1
+            if waiting[kid] == 0:
+                ready.append(kid)
+        del waiting[sid]
+    return sorted(waiting)
+
+
+def _describe(exc: ValidationError, raw_steps: Any) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where = ".".join(str(p) for p in loc) or "data"
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            step = raw_steps[loc[1]] if isinstance(raw_steps, list) else None
+            name = step.get("id") if isinstance(step, dict) else None
+            label = f"step {name!r}" if isinstance(name, str) else f"step #{loc[1] + 1}"
+            where = f"{label}: field {'.'.join(str(p) for p in loc[2:]) or 'step'!r}"
+        else:
+            where = f"field {where!r}"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class Workflow:
+    """Build a workflow for any producer: ``wf.step("pricing", "product", {...}, after=["reviews"])``.
+
+    Publish it with :meth:`streams.producer.Producer.publish_workflow`, or send
+    :meth:`to_data` as the ``data`` of agent ``workflow`` (gateway, ``submit``).
+    """
+
+    def __init__(self, id: str | None = None, *, on_failure: Literal["fail", "continue"] = "fail", timeout_s: float | None = None) -> None:
+        self.id = id
+        self.on_failure = on_failure
+        self.timeout_s = timeout_s
+        self._steps: list[dict[str, Any]] = []
+
+    def step(
+        self, id: str, agent: str, data: dict[str, Any] | None = None, *, after: Iterable[str] = (),
+        max_attempts: int | None = None, timeout_s: float | None = None,
+    ) -> str:
+        """Add a step; returns its id (handy as another step's ``after``)."""
+        step: dict[str, Any] = {"id": id, "agent": agent, "data": data or {}}
+        if after := list(after):
+            step["after"] = after
+        if max_attempts is not None:
+            step["max_attempts"] = max_attempts
+        if timeout_s is not None:
+            step["timeout_s"] = timeout_s
+        self._steps.append(step)
+        return id
+
+    def to_data(self) -> dict[str, Any]:
+        """The request's ``data``; raises :class:`WorkflowInvalid` when the graph is invalid."""
+        data: dict[str, Any] = {"steps": list(self._steps), "on_failure": self.on_failure}
+        if self.timeout_s is not None:
+            data["timeout_s"] = self.timeout_s
+        parse_workflow(data)
+        return data

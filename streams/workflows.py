@@ -1,0 +1,141 @@
+"""Workflow runtime (contract §9): start claimed workflows, expire timed-out ones, read their steps.
+
+A workflow entry is never "run": a worker validates its graph, then one call of
+``wf_start.lua`` writes its state, publishes its runnable steps and acks it.
+From then on it lives in Redis only: each step's settle does the fan-in
+(``workflow.lua``, in the same call as the step's result), so no process has to
+stay alive for a workflow to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import orjson
+from redis.asyncio import Redis
+
+from streams import metrics
+from streams.config import StreamSettings
+from streams.envelope import JobRequest, dumps, flat, now_ms
+from streams.keys import Keys
+from streams.scripts import Scripts
+from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow
+
+log = logging.getLogger("streamcrew.workflows")
+
+EXPIRE_BATCH = 100
+Reject = Callable[[str, str, str, str, dict[str, str], str], None]
+
+
+class StepChecker(Protocol):
+    def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
+        """None when a step of ``agent`` with ``data`` can run, else why not (→ the workflow is rejected)."""
+
+
+@dataclass(slots=True)
+class ClaimedWorkflow:
+    entry_id: str
+    job_id: str
+    request: JobRequest
+    raw: dict[str, str]
+
+
+class WorkflowStarter:
+    """Starts workflows for one worker; ``reject`` ends an invalid one through the settler."""
+
+    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, *, group: str, worker: str,
+                 checker: StepChecker, reject: Reject, release: Callable[[str, str], None]) -> None:
+        self.keys = keys
+        self.settings = settings
+        self.group = group
+        self.worker = worker
+        self.checker = checker
+        self.reject = reject
+        self.release = release
+        self._scripts = Scripts(redis)
+
+    def validate(self, request: JobRequest) -> WorkflowSpec:
+        spec = parse_workflow(request.data)
+        for s in spec.steps:
+            if problem := self.checker.check_step(s.agent, s.data):
+                raise WorkflowInvalid(f"step {s.id!r}: {problem}")
+        return spec
+
+    async def start(self, stream: str, lane: str, claimed: list[ClaimedWorkflow]) -> None:
+        batch: list[ClaimedWorkflow] = []
+        plans: list[list[Any]] = []
+        for c in claimed:
+            try:
+                spec = self.validate(c.request)
+            except WorkflowInvalid as exc:
+                self.reject(stream, lane, c.entry_id, c.job_id, c.raw, str(exc))
+                continue
+            batch.append(c)
+            plans.append(self._plan(c, spec))
+        if not plans:
+            return
+        args: list[str | int] = [self.keys.job_prefix, f"{self.keys.prefix}:requests:", lane, self.group, self.worker,
+                                 self.settings.job_ttl_s, self.settings.results_maxlen, orjson.dumps(plans).decode()]
+        reply = await self._scripts.wf_start(keys=[stream, self.keys.results, self.keys.dead, self.keys.workflow_timeouts], args=args)
+        for c, (decision, job_id, published) in zip(batch, reply, strict=True):
+            self.release(stream, c.entry_id)
+            log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision,
+                     len(c.request.data.get("steps", [])), int(published))
+
+    @staticmethod
+    def _plan(c: ClaimedWorkflow, spec: WorkflowSpec) -> list[Any]:
+        r = c.request
+        kids = spec.dependents()
+        steps = []
+        for s in spec.steps:
+            fields: dict[str, str] = {"agent": s.agent, "data": dumps(s.data)}
+            for name, value in (("tenant", r.tenant), ("traceparent", r.traceparent),
+                                ("max_attempts", s.max_attempts), ("timeout_s", s.timeout_s)):
+                if value is not None:
+                    fields[name] = str(value)
+            steps.append([s.id, s.agent, s.after, kids[s.id], flat(fields)])
+        submitted = r.submitted_at or int(c.entry_id.split("-", 1)[0])
+        return [c.entry_id, c.job_id, "1" if r.id else "0", str(submitted), spec.on_failure,
+                "" if spec.timeout_s is None else str(spec.timeout_s), r.webhook or "", r.tenant or "",
+                r.traceparent or "", dumps(c.raw), steps]
+
+    async def expire_due(self) -> int:
+        """End every workflow whose ``timeout_s`` has passed (any worker may; the status fences repeats)."""
+        reply = await self._scripts.wf_expire(
+            keys=[self.keys.workflow_timeouts, self.keys.results, self.keys.dead],
+            args=[self.keys.job_prefix, f"{self.keys.prefix}:requests:", self.settings.results_maxlen,
+                  self.settings.job_ttl_s, now_ms(), EXPIRE_BATCH, self.worker],
+        )
+        for job_id, status, duration_ms in cast(list[list[Any]], reply):
+            metrics.workflow_ended(str(status), int(duration_ms))
+            log.info("workflow=%s outcome=%s seconds=%.3f", job_id, status, int(duration_ms) / 1000)
+        return len(reply)
+
+
+async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str, Any]] | None:
+    """A workflow's steps in order: ``{"id", "agent", "status", "job_id"}`` (+ ``error``), or None when unknown.
+
+    A step the workflow has published shows its own job's live status (queued, running, retrying, ...).
+    """
+    h = keys.workflow(workflow_id)
+    order = await redis.hget(h, "order")
+    if order is None:
+        return None
+    ids = cast(list[str], orjson.loads(order))
+    pipe = redis.pipeline(transaction=False)
+    for sid in ids:
+        pipe.hmget(h, f"{sid}|st", f"{sid}|agent", f"{sid}|err")
+        pipe.hget(keys.job(f"{workflow_id}:{sid}"), "status")
+    replies = await pipe.execute()
+    steps = []
+    for i, sid in enumerate(ids):
+        (st, agent, err), live = replies[2 * i], replies[2 * i + 1]
+        status = live if st == "queued" and live else st
+        step: dict[str, Any] = {"id": sid, "agent": agent, "status": status, "job_id": f"{workflow_id}:{sid}"}
+        if err and status not in ("completed", "queued", "running"):
+            step["error"] = err
+        steps.append(step)
+    return steps

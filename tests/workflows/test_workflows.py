@@ -1,0 +1,213 @@
+"""Workflows end to end (contract §9): real Redis, real worker processes."""
+
+from __future__ import annotations
+
+from streams.dead import list_dead, replay
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.records import get_job
+from streams.workflow import Workflow
+from tests.support import WorkerFactory
+from tests.workflows.support import event_counts, events_of, wait_event
+
+
+def design_graph(wf_id: str, agent: str, data: dict) -> Workflow:  # type: ignore[type-arg]
+    """The first design's product analysis: reviews, pricing, inventory -> sentiment -> recommendation."""
+    wf = Workflow(wf_id)
+    wf.step("reviews", agent, {**data, "task": "summarise the reviews"})
+    wf.step("pricing", agent, {**data, "task": "is the price competitive?"})
+    wf.step("inventory", agent, {**data, "task": "stock level"})
+    wf.step("sentiment", agent, {**data, "task": "sentiment of the reviews"}, after=["reviews"])
+    wf.step("recommend", agent, {**data, "task": "recommend"}, after=["pricing", "inventory", "sentiment"])
+    return wf
+
+
+async def test_design_graph_completes_and_dependents_see_their_inputs(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given two workers and the design's graph of echo steps
+    workers.start("--concurrency", "4")
+    workers.start("--concurrency", "4")
+    published = await producer.publish_workflow(design_graph("wf-design", "echo", {"sku": "SKU-001"}))
+    assert published.created
+    # When it runs
+    event = await wait_event(redis, keys, "wf-design")
+    # Then one completed workflow event aggregates every step's result
+    assert event.status == "completed", event.error
+    assert event.agent == "workflow"
+    steps = event.result["steps"]
+    assert set(steps) == {"reviews", "pricing", "inventory", "sentiment", "recommend"}
+    assert all(s["status"] == "completed" for s in steps.values())
+    assert event.result["summary"] == "5 of 5 steps completed"
+    # and the dependents saw their dependencies' results as ctx.inputs
+    assert steps["reviews"]["result"]["inputs"] == {}
+    assert steps["sentiment"]["result"]["inputs"] == {"reviews": steps["reviews"]["result"]}
+    assert steps["recommend"]["result"]["inputs"] == {s: steps[s]["result"] for s in ("pricing", "inventory", "sentiment")}
+    # and each step yielded its own result event carrying parent and step
+    for sid in steps:
+        (step_event,) = await events_of(redis, keys, f"wf-design:{sid}")
+        assert step_event.parent == "wf-design" and step_event.step == sid and step_event.status == "completed"
+    # and the record lists the steps as done
+    record = await get_job(redis, keys, "wf-design")
+    assert record is not None and record.status == "completed"
+    assert record.steps_total == 5 and record.steps_done == 5
+    assert record.steps is not None and [s["status"] for s in record.steps] == ["completed"] * 5
+
+
+async def test_ten_independent_sleeping_steps_run_in_parallel(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given two workers with 8 slots each and 10 independent steps of 1 s
+    workers.start("--concurrency", "8")
+    workers.start("--concurrency", "8")
+    wf = Workflow("wf-par")
+    for i in range(10):
+        wf.step(f"s{i}", "echo", {"sleep_s": 1})
+    await producer.publish_workflow(wf)
+    # When it runs
+    event = await wait_event(redis, keys, "wf-par", timeout=30)
+    # Then it completes in about one step's time, not ten
+    assert event.status == "completed"
+    assert event.started_at is not None and event.finished_at is not None
+    elapsed_s = (event.finished_at - event.started_at) / 1000
+    assert elapsed_s < 5, f"10 parallel 1 s steps took {elapsed_s:.1f}s"
+
+
+async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given one worker with one slot, so 'boom' runs first and 'indep' waits in the lane
+    workers.start("--concurrency", "1")
+    wf = Workflow("wf-fail")
+    wf.step("boom", "echo", {"fail_first": 5}, max_attempts=1)
+    wf.step("indep", "echo", {"n": 1})
+    wf.step("dep", "echo", {"n": 2}, after=["boom"])
+    await producer.publish_workflow(wf)
+    # When 'boom' fails
+    event = await wait_event(redis, keys, "wf-fail")
+    # Then the workflow fails at once; what had not started is skipped and yields no event
+    assert event.status == "failed"
+    assert "boom" in (event.error or "")
+    steps = event.result["steps"]
+    assert steps["boom"]["status"] == "failed"
+    assert steps["indep"]["status"] == "skipped"
+    assert steps["dep"]["status"] == "skipped"
+    assert (await wait_event(redis, keys, "wf-fail:boom")).status == "failed"
+    # the worker takes 'indep' from its lane and drops it: its record stays skipped, no event
+    await producer.publish("echo", {}, id="after-fail")  # the lane's next entry: once it is done, 'indep' was seen
+    await wait_event(redis, keys, "after-fail")
+    counts = await event_counts(redis, keys)
+    assert counts["wf-fail:indep"] == 0 and counts["wf-fail:dep"] == 0 and counts["wf-fail"] == 1
+    indep = await get_job(redis, keys, "wf-fail:indep")
+    assert indep is not None and indep.status == "skipped"
+    # and the failed workflow is dead-lettered
+    assert any(d.id == "wf-fail" and d.reason == "step_failed" for d in await list_dead(redis, keys))
+
+
+async def test_continue_runs_independents_and_skips_dependents(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    workers.start("--concurrency", "4")
+    wf = Workflow("wf-cont", on_failure="continue")
+    wf.step("boom", "echo", {"fail_first": 5}, max_attempts=1)
+    wf.step("dep", "echo", {}, after=["boom"])
+    wf.step("deeper", "echo", {}, after=["dep"])
+    wf.step("indep", "echo", {"sleep_s": 0.3})
+    wf.step("next", "echo", {}, after=["indep"])
+    await producer.publish_workflow(wf)
+    event = await wait_event(redis, keys, "wf-cont")
+    steps = event.result["steps"]
+    assert event.status == "failed"
+    assert {k: v["status"] for k, v in steps.items()} == {
+        "boom": "failed", "dep": "skipped", "deeper": "skipped", "indep": "completed", "next": "completed"}
+    assert event.result["summary"] == "2 of 5 steps completed"
+    assert steps["next"]["result"]["inputs"] == {"indep": steps["indep"]["result"]}
+    record = await get_job(redis, keys, "wf-cont")
+    assert record is not None and record.steps_done == 5
+
+
+async def test_timeout_expires_the_workflow_while_a_step_sleeps(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    workers.start("--concurrency", "4")
+    wf = Workflow("wf-slow", timeout_s=0.5)
+    wf.step("nap", "echo", {"sleep_s": 3})
+    wf.step("after_nap", "echo", {}, after=["nap"])
+    await producer.publish_workflow(wf)
+    event = await wait_event(redis, keys, "wf-slow", timeout=20)
+    assert event.status == "expired"
+    assert "timed out" in (event.error or "")
+    assert event.result["steps"]["after_nap"]["status"] == "skipped"
+    assert event.result["steps"]["nap"]["status"] == "running"
+    # the sleeping step runs on and yields its own event, after the workflow's; the workflow yields no second one
+    nap = await wait_event(redis, keys, "wf-slow:nap", timeout=20)
+    assert nap.status == "completed"
+    assert (await event_counts(redis, keys))["wf-slow"] == 1
+    assert any(d.id == "wf-slow" and d.reason == "expired" for d in await list_dead(redis, keys))
+
+
+async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a workflow whose middle step fails its one attempt (fail_first=1: its second attempt succeeds)
+    workers.start("--concurrency", "4")
+    wf = Workflow("wf-replay")
+    wf.step("first", "echo", {"n": 1})
+    wf.step("flaky", "echo", {"fail_first": 1}, after=["first"], max_attempts=1)
+    wf.step("last", "echo", {"n": 3}, after=["flaky"])
+    wf.step("side", "echo", {"n": 4})
+    await producer.publish_workflow(wf)
+    failed = await wait_event(redis, keys, "wf-replay")
+    assert failed.status == "failed"
+    letters = [d for d in await list_dead(redis, keys) if d.id in ("wf-replay", "wf-replay:flaky")]
+    assert {d.id for d in letters} == {"wf-replay", "wf-replay:flaky"}
+    # When the workflow's dead letter is replayed
+    entry = next(d.entry_id for d in letters if d.id == "wf-replay")
+    assert entry is not None
+    await replay(redis, keys, entry)
+    done = await wait_event(redis, keys, "wf-replay", n=2)
+    # Then it completes; completed steps ran once, the failed step and its dependent once more
+    assert done.status == "completed", done.error
+    counts = await event_counts(redis, keys)
+    assert counts["wf-replay:first"] == 1 and counts["wf-replay:side"] == 1
+    assert counts["wf-replay:flaky"] == 2 and counts["wf-replay:last"] == 1
+    assert done.result["steps"]["last"]["result"]["inputs"]["flaky"]["echo"] == {"fail_first": 1}
+    flaky = await get_job(redis, keys, "wf-replay:flaky")
+    assert flaky is not None and flaky.attempts == 2
+    # and no dead letter is left: the step's went with the workflow's replay
+    assert not [d for d in await list_dead(redis, keys) if d.id.startswith("wf-replay")]
+
+
+async def test_a_resubmitted_workflow_id_runs_once(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    wf = Workflow("wf-dup")
+    wf.step("a", "echo", {})
+    wf.step("b", "echo", {}, after=["a"])
+    first = await producer.publish_workflow(wf)
+    second = await producer.publish_workflow(wf)
+    assert first.created and not second.created
+    # a raw XADD of the same id, past the producer's check, is a duplicate too
+    await redis.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-dup", "data": '{"steps": [{"id": "a", "agent": "echo"}]}'})
+    workers.start("--concurrency", "4")
+    await wait_event(redis, keys, "wf-dup")
+    again = await producer.publish_workflow(wf)
+    assert not again.created
+    await producer.publish("echo", {}, id="marker")
+    await wait_event(redis, keys, "marker")
+    counts = await event_counts(redis, keys)
+    assert counts["wf-dup"] == 1 and counts["wf-dup:a"] == 1 and counts["wf-dup:b"] == 1
+
+
+INVALID = {
+    "cycle": ([{"id": "a", "agent": "echo", "after": ["b"]}, {"id": "b", "agent": "echo", "after": ["a"]}], "'a', 'b' form a cycle"),
+    "unknown_after": ([{"id": "a", "agent": "echo", "after": ["ghost"]}], "step 'a': after names unknown step 'ghost'"),
+    "duplicate_id": ([{"id": "a", "agent": "echo"}, {"id": "a", "agent": "echo"}], "step 'a': duplicate step id"),
+    "bad_id": ([{"id": "no spaces", "agent": "echo"}], "step 'no spaces': id must match"),
+    "unknown_agent": ([{"id": "a", "agent": "echo"}, {"id": "x", "agent": "nobody"}], "step 'x': unknown agent 'nobody'"),
+    "too_many": ([{"id": f"s{i}", "agent": "echo"} for i in range(1001)], "1001 steps, over the limit of 1000"),
+    "bad_data": ([{"id": "q", "agent": "ask", "data": {"nope": 1}}], "step 'q': invalid input for agent 'ask'"),
+    "bad_step_field": ([{"id": "a", "agent": "echo", "data": "not an object"}], "step 'a': field 'data'"),
+}
+
+
+async def test_each_invalid_workflow_is_rejected_before_any_step_runs(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given one workflow per validation error
+    for case, (steps, _) in INVALID.items():
+        await producer.publish("workflow", {"steps": steps}, id=f"wf-{case}")
+    # When a worker takes them
+    workers.start("--concurrency", "2", "--agents", "echo,ask")
+    # Then each is rejected with a reason that names the step, and no step job exists
+    for case, (_, reason) in INVALID.items():
+        event = await wait_event(redis, keys, f"wf-{case}")
+        assert event.status == "rejected", case
+        assert reason in (event.error or ""), (case, event.error)
+        assert [k async for k in redis.scan_iter(match=f"{keys.prefix}:job:wf-{case}:*")] == [], case
+        assert not await redis.exists(keys.workflow(f"wf-{case}")), case
+    assert await event_counts(redis, keys) == {f"wf-{case}": 1 for case in INVALID}
