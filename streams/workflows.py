@@ -27,6 +27,7 @@ from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow
 log = logging.getLogger("streamcrew.workflows")
 
 EXPIRE_BATCH = 100
+START_STEPS = 200
 Reject = Callable[[str, str, str, str, dict[str, str], str], None]
 
 
@@ -75,15 +76,23 @@ class WorkflowStarter:
                 continue
             batch.append(c)
             plans.append(self._plan(c, spec))
-        if not plans:
-            return
+        # Chunks of about START_STEPS steps: one script call blocks Redis, so none may run long.
+        start = 0
+        while start < len(plans):
+            end, size = start, 0
+            while end < len(plans) and (end == start or size + len(plans[end][-1]) <= START_STEPS):
+                size += len(plans[end][-1])
+                end += 1
+            await self._start_chunk(stream, lane, batch[start:end], plans[start:end])
+            start = end
+
+    async def _start_chunk(self, stream: str, lane: str, batch: list[ClaimedWorkflow], plans: list[list[Any]]) -> None:
         args: list[str | int] = [self.keys.job_prefix, f"{self.keys.prefix}:requests:", lane, self.group, self.worker,
                                  self.settings.job_ttl_s, self.settings.results_maxlen, orjson.dumps(plans).decode()]
         reply = await self._scripts.wf_start(keys=[stream, self.keys.results, self.keys.dead, self.keys.workflow_timeouts], args=args)
-        for c, (decision, job_id, published) in zip(batch, reply, strict=True):
+        for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
             self.release(stream, c.entry_id)
-            log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision,
-                     len(c.request.data.get("steps", [])), int(published))
+            log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
 
     @staticmethod
     def _plan(c: ClaimedWorkflow, spec: WorkflowSpec) -> list[Any]:
@@ -96,7 +105,7 @@ class WorkflowStarter:
                                 ("max_attempts", s.max_attempts), ("timeout_s", s.timeout_s)):
                 if value is not None:
                     fields[name] = str(value)
-            steps.append([s.id, s.agent, s.after, kids[s.id], flat(fields)])
+            steps.append([s.id, s.agent, len(s.after), dumps(s.after), dumps(kids[s.id]), dumps(flat(fields))])
         submitted = r.submitted_at or int(c.entry_id.split("-", 1)[0])
         return [c.entry_id, c.job_id, "1" if r.id else "0", str(submitted), spec.on_failure,
                 "" if spec.timeout_s is None else str(spec.timeout_s), r.webhook or "", r.tenant or "",

@@ -4,7 +4,8 @@
 -- KEYS: lane stream, results, dead, timeouts; ARGV: job_prefix, lane_prefix, lane_name, group, worker, ttl,
 -- maxlen, workflows as one JSON array of
 --   [entry_id, job_id, explicit ('1' when the request named its id), submitted_at, on_failure, timeout_s ('' = none),
---    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, [after], [kids], [req k, v, ...]], ...]]
+--    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, n_after, after JSON, kids JSON,
+--    request fields JSON ([k, v, ...])], ...]]
 -- Returns per workflow {decision, job_id, steps published}: decision run, resume or dup.
 local lane, timeouts = KEYS[1], KEYS[4]
 local job_prefix, lane_prefix, lane_name, group, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -30,14 +31,21 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
     local done, ok = 0, 0
     if redis.call('EXISTS', h) == 0 then
       local order = {}
+      local hs = {'order', '', 'total', #steps, 'lane', lane_name, 'on_failure', w[5], 'timeout_s', w[6],
+        'submitted_at', w[4], 'request', w[10]}
       for i, s in ipairs(steps) do
         local sid = s[1]
         order[i] = sid
-        redis.call('HSET', h, sid .. '|st', 'pending', sid .. '|agent', s[2], sid .. '|deps', #s[3],
-          sid .. '|after', cjson.encode(s[3]), sid .. '|kids', cjson.encode(s[4]), sid .. '|req', cjson.encode(s[5]))
+        local n = #hs
+        hs[n + 1], hs[n + 2], hs[n + 3], hs[n + 4], hs[n + 5], hs[n + 6] = sid .. '|st', 'pending', sid .. '|agent', s[2], sid .. '|deps', s[3]
+        hs[n + 7], hs[n + 8], hs[n + 9], hs[n + 10], hs[n + 11], hs[n + 12] = sid .. '|after', s[4], sid .. '|kids', s[5], sid .. '|req', s[6]
+        if #hs > 6000 then  -- unpack's limit is ~8000 values
+          redis.call('HSET', h, unpack(hs))
+          hs = {}
+        end
       end
-      redis.call('HSET', h, 'order', cjson.encode(order), 'total', #steps, 'lane', lane_name, 'on_failure', w[5],
-        'timeout_s', w[6], 'submitted_at', w[4], 'request', w[10])
+      hs[#hs + 1], hs[#hs + 2] = 'order', cjson.encode(order)
+      redis.call('HSET', h, unpack(hs))
       for _, name in ipairs({'webhook', 'tenant', 'traceparent'}) do
         local v = w[({webhook = 7, tenant = 8, traceparent = 9})[name]]
         if v ~= '' then redis.call('HSET', h, name, v) end
@@ -73,10 +81,19 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
     redis.call('HSET', key, 'status', 'running', 'agent', 'workflow', 'attempts', att, 'started_at', now,
       'worker', worker, 'source', me, 'submitted_at', w[4], 'lane', lane_name,
       'steps_total', redis.call('HGET', h, 'total'), 'steps_done', done)
-    for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
-      if redis.call('HGET', h, sid .. '|st') == 'pending' and tonumber(redis.call('HGET', h, sid .. '|deps')) == 0 then
-        wf_publish(C, h, jid, sid, now)
-        published = published + 1
+    if decision == 'run' then
+      for _, s in ipairs(steps) do
+        if s[3] == 0 then
+          wf_publish(C, h, jid, s[1], now, {s[6], s[4], lane_name, s[2]})
+          published = published + 1
+        end
+      end
+    else
+      for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
+        if redis.call('HGET', h, sid .. '|st') == 'pending' and tonumber(redis.call('HGET', h, sid .. '|deps')) == 0 then
+          wf_publish(C, h, jid, sid, now)
+          published = published + 1
+        end
       end
     end
     local timeout = redis.call('HGET', h, 'timeout_s')

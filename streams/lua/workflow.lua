@@ -19,14 +19,13 @@ local function wf_now()
 end
 
 -- Publish one step to the workflow's lane; its 'after' steps' results travel as the field 'inputs'.
-local function wf_publish(C, h, wid, sid, now)
-  local f = redis.call('HMGET', h, sid .. '|req', sid .. '|after', 'lane', sid .. '|agent')
+-- p (optional, a fresh start): {req, after, lane, agent} as the caller has them, so nothing is read back.
+local function wf_publish(C, h, wid, sid, now, p)
+  local f = p or redis.call('HMGET', h, sid .. '|req', sid .. '|after', 'lane', sid .. '|agent')
   local fields = cjson.decode(f[1])
   local jid = wid .. ':' .. sid
-  for _, kv in ipairs({{'id', jid}, {'parent', wid}, {'step', sid}}) do
-    fields[#fields + 1] = kv[1]
-    fields[#fields + 1] = kv[2]
-  end
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5], fields[n + 6] = 'id', jid, 'parent', wid, 'step', sid
   local after = cjson.decode(f[2])
   if #after > 0 then
     local parts = {}
@@ -39,10 +38,13 @@ local function wf_publish(C, h, wid, sid, now)
   local lane = f[3]
   local eid = redis.call('XADD', C.lane_prefix .. lane, '*', unpack(fields))
   local key = C.job_prefix .. jid
-  local att = tonumber(redis.call('HGET', key, 'attempts')) or 0
-  if att > 0 then  -- a replay's rerun: fresh attempt budget, the old outcome gone
-    redis.call('HDEL', key, 'result', 'error', 'usage', 'finished_at', 'started_at', 'worker')
-    redis.call('PERSIST', key)
+  local att = 0
+  if not p then
+    att = tonumber(redis.call('HGET', key, 'attempts')) or 0
+    if att > 0 then  -- a replay's rerun: fresh attempt budget, the old outcome gone
+      redis.call('HDEL', key, 'result', 'error', 'usage', 'finished_at', 'started_at', 'worker')
+      redis.call('PERSIST', key)
+    end
   end
   redis.call('HSET', key, 'status', 'queued', 'agent', f[4], 'attempts', att, 'base', att, 'submitted_at', now,
     'source', lane .. '/' .. eid, 'lane', lane, 'parent', wid, 'step', sid)
@@ -164,7 +166,9 @@ local function wf_step_settled(C, wid, sid, res, dead_id)
   if v.error then w[#w + 1] = sid .. '|err'; w[#w + 1] = v.error end
   if v.usage then w[#w + 1] = sid .. '|use'; w[#w + 1] = v.usage end
   if dead_id then w[#w + 1] = sid .. '|dead'; w[#w + 1] = dead_id end
-  redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
+  if meta[2] ~= 'queued' then  -- settled before (a step's own replay): its old outcome goes
+    redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
+  end
   redis.call('HSET', h, unpack(w))
   -- Ended already (fail fast, expiry) or counted before: the outcome is kept for a replay, nothing else moves.
   if meta[1] ~= 'running' or WF_ENDED[meta[2]] then return 1 end
