@@ -7,7 +7,17 @@ from typing import Any
 
 from streams.envelope import JobResult
 from streams.keys import Keys
-from tests.support import results, wait_until
+from tests.support import WorkerFactory, results, wait_for_log, wait_until
+
+READY_TIMEOUT_S = 90.0  # a worker imports CrewAI at start: slow on a loaded machine
+
+
+def start_workers(workers: WorkerFactory, n: int, *args: str) -> list[Any]:
+    """Start ``n`` workers side by side, then wait until each is ready."""
+    children = [workers.start(*args, wait_ready=False) for _ in range(n)]
+    for child in children:
+        wait_for_log(child, " ready: ", timeout=READY_TIMEOUT_S)
+    return children
 
 
 async def events_of(redis: Any, keys: Keys, job_id: str) -> list[JobResult]:

@@ -8,6 +8,7 @@ from collections import Counter
 from streams.keys import Keys
 from streams.workflow import Workflow
 from tests.support import results, wait_until
+from tests.workflows.support import start_workers
 
 WORKFLOWS = 200
 KILL_EVERY_S = 1.5
@@ -50,7 +51,7 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
     rng = random.Random(12)
     plans = [build(i, rng) for i in range(WORKFLOWS)]
     args = ("--concurrency", "10", "--lease", "2")
-    live = [workers.start(*args) for _ in range(3)]
+    live = start_workers(workers, 3, *args)
     for wf, _ in plans:
         await producer.publish_workflow(wf)
     # When one worker of three is SIGKILLed every 1.5 s for 10 s and replaced

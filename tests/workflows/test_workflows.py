@@ -8,7 +8,7 @@ from streams.producer import Producer
 from streams.records import get_job
 from streams.workflow import Workflow
 from tests.support import WorkerFactory
-from tests.workflows.support import event_counts, events_of, wait_event
+from tests.workflows.support import event_counts, events_of, start_workers, wait_event
 
 
 def design_graph(wf_id: str, agent: str, data: dict) -> Workflow:  # type: ignore[type-arg]
@@ -24,8 +24,7 @@ def design_graph(wf_id: str, agent: str, data: dict) -> Workflow:  # type: ignor
 
 async def test_design_graph_completes_and_dependents_see_their_inputs(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given two workers and the design's graph of echo steps
-    workers.start("--concurrency", "4")
-    workers.start("--concurrency", "4")
+    start_workers(workers, 2, "--concurrency", "4")
     published = await producer.publish_workflow(design_graph("wf-design", "echo", {"sku": "SKU-001"}))
     assert published.created
     # When it runs
@@ -54,8 +53,7 @@ async def test_design_graph_completes_and_dependents_see_their_inputs(redis, key
 
 async def test_ten_independent_sleeping_steps_run_in_parallel(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given two workers with 8 slots each and 10 independent steps of 1 s
-    workers.start("--concurrency", "8")
-    workers.start("--concurrency", "8")
+    start_workers(workers, 2, "--concurrency", "8")
     wf = Workflow("wf-par")
     for i in range(10):
         wf.step(f"s{i}", "echo", {"sleep_s": 1})
@@ -71,7 +69,7 @@ async def test_ten_independent_sleeping_steps_run_in_parallel(redis, keys: Keys,
 
 async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given one worker with one slot, so 'boom' runs first and 'indep' waits in the lane
-    workers.start("--concurrency", "1")
+    start_workers(workers, 1, "--concurrency", "1")
     wf = Workflow("wf-fail")
     wf.step("boom", "echo", {"fail_first": 5}, max_attempts=1)
     wf.step("indep", "echo", {"n": 1})
@@ -99,7 +97,7 @@ async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, pr
 
 
 async def test_continue_runs_independents_and_skips_dependents(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
-    workers.start("--concurrency", "4")
+    start_workers(workers, 1, "--concurrency", "4")
     wf = Workflow("wf-cont", on_failure="continue")
     wf.step("boom", "echo", {"fail_first": 5}, max_attempts=1)
     wf.step("dep", "echo", {}, after=["boom"])
@@ -119,7 +117,7 @@ async def test_continue_runs_independents_and_skips_dependents(redis, keys: Keys
 
 
 async def test_timeout_expires_the_workflow_while_a_step_sleeps(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
-    workers.start("--concurrency", "4")
+    start_workers(workers, 1, "--concurrency", "4")
     wf = Workflow("wf-slow", timeout_s=0.5)
     wf.step("nap", "echo", {"sleep_s": 3})
     wf.step("after_nap", "echo", {}, after=["nap"])
@@ -138,7 +136,7 @@ async def test_timeout_expires_the_workflow_while_a_step_sleeps(redis, keys: Key
 
 async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given a workflow whose middle step fails its one attempt (fail_first=1: its second attempt succeeds)
-    workers.start("--concurrency", "4")
+    start_workers(workers, 1, "--concurrency", "4")
     wf = Workflow("wf-replay")
     wf.step("first", "echo", {"n": 1})
     wf.step("flaky", "echo", {"fail_first": 1}, after=["first"], max_attempts=1)
@@ -175,7 +173,7 @@ async def test_a_resubmitted_workflow_id_runs_once(redis, keys: Keys, producer: 
     assert first.created and not second.created
     # a raw XADD of the same id, past the producer's check, is a duplicate too
     await redis.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-dup", "data": '{"steps": [{"id": "a", "agent": "echo"}]}'})
-    workers.start("--concurrency", "4")
+    start_workers(workers, 1, "--concurrency", "4")
     await wait_event(redis, keys, "wf-dup")
     again = await producer.publish_workflow(wf)
     assert not again.created
@@ -202,7 +200,7 @@ async def test_each_invalid_workflow_is_rejected_before_any_step_runs(redis, key
     for case, (steps, _) in INVALID.items():
         await producer.publish("workflow", {"steps": steps}, id=f"wf-{case}")
     # When a worker takes them
-    workers.start("--concurrency", "2", "--agents", "echo,ask")
+    start_workers(workers, 1, "--concurrency", "2", "--agents", "echo,ask")
     # Then each is rejected with a reason that names the step, and no step job exists
     for case, (_, reason) in INVALID.items():
         event = await wait_event(redis, keys, f"wf-{case}")
@@ -211,3 +209,26 @@ async def test_each_invalid_workflow_is_rejected_before_any_step_runs(redis, key
         assert [k async for k in redis.scan_iter(match=f"{keys.prefix}:job:wf-{case}:*")] == [], case
         assert not await redis.exists(keys.workflow(f"wf-{case}")), case
     assert await event_counts(redis, keys) == {f"wf-{case}": 1 for case in INVALID}
+
+
+async def test_design_graph_of_crews_rolls_up_usage(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given the design's analysis with the product crew and the ask agent, on the offline LLM
+    start_workers(workers, 1, "--concurrency", "8")
+    wf = Workflow("wf-crews")
+    for sid, question in (("reviews", "summarise the reviews"), ("pricing", "is the price competitive?"), ("inventory", "how many in stock?")):
+        wf.step(sid, "product", {"sku": "SKU-1001", "question": question})
+    wf.step("sentiment", "ask", {"prompt": "What is the customers' sentiment?"}, after=["reviews"])
+    wf.step("recommend", "ask", {"prompt": "Should we restock or discount SKU-1001?"}, after=["pricing", "inventory", "sentiment"])
+    await producer.publish_workflow(wf)
+    # When it runs
+    event = await wait_event(redis, keys, "wf-crews", timeout=120)
+    # Then every step completed with an answer, and the workflow's usage is the sum of its steps'
+    assert event.status == "completed", event.error
+    steps = event.result["steps"]
+    assert all(s["status"] == "completed" and s["result"]["answer"] for s in steps.values())
+    step_usage = [(await events_of(redis, keys, f"wf-crews:{sid}"))[0].usage for sid in steps]
+    assert all(u for u in step_usage)
+    assert event.usage is not None
+    for field in ("prompt_tokens", "completion_tokens"):
+        assert event.usage[field] == sum(u[field] for u in step_usage)  # type: ignore[index]
+    assert abs(event.usage["cost_usd"] - sum(u["cost_usd"] for u in step_usage)) < 1e-9  # type: ignore[index]
