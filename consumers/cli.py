@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -12,6 +13,7 @@ from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks de
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
+from streams.workflow import WORKFLOW_AGENT
 
 __all__ = ["app", "main"]
 
@@ -108,10 +110,21 @@ def mock_llm(
           key_rps=key_rps, retry_after_s=retry_after, seed=seed)
 
 
+def _read_data(data: str) -> str:
+    """``--data``: JSON text, or ``@path`` to read it from a file."""
+    if not data.startswith("@"):
+        return data
+    try:
+        return Path(data[1:]).read_text()
+    except OSError as exc:
+        err.print(f"[red]--data {data}: {exc}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+
+
 @app.command()
 def submit(
     agent: Annotated[str, typer.Argument(help="agent name")],
-    data: Annotated[str, typer.Option(help="JSON object: the agent's input")] = "{}",
+    data: Annotated[str, typer.Option(help="JSON object: the agent's input; @FILE reads it from a file (a workflow's graph, say)")] = "{}",
     priority: Annotated[str | None, typer.Option(help="high, normal, low or 0-10")] = None,
     webhook: Annotated[str | None, typer.Option(help="URL the notifier POSTs the result to")] = None,
     id: Annotated[str | None, typer.Option("--id", help="job id and idempotency key")] = None,
@@ -124,11 +137,12 @@ def submit(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Publish one request; prints its job id (and with --wait its result)."""
+    """Publish one request; prints its job id (and with --wait its result; a workflow's steps as they progress)."""
     from consumers.ops import Ops
+    from consumers.progress import follow_workflow
 
     try:
-        payload = orjson.loads(data)
+        payload = orjson.loads(_read_data(data))
     except orjson.JSONDecodeError as exc:
         err.print(f"[red]--data is not JSON: {exc}[/red]")
         raise typer.Exit(Exit.USAGE) from None
@@ -140,9 +154,12 @@ def submit(
     async def go() -> int:
         ops = Ops(settings)
         try:
-            published, record = await ops.submit(agent, payload, wait_s=timeout if wait else None, priority=priority,
+            follow = wait and agent == WORKFLOW_AGENT
+            published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
                                                  id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
                                                  timeout_s=timeout_s, deadline=deadline)
+            if follow:
+                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, show=err.print)
         except ValueError as exc:
             err.print(f"[red]{exc}[/red]")
             return Exit.USAGE

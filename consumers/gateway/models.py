@@ -110,6 +110,16 @@ class JobAccepted(BaseModel):
     links: Links
 
 
+class WorkflowStepView(BaseModel):
+    """One step of a workflow as its record lists it."""
+
+    id: str
+    agent: str | None = None
+    status: str
+    job_id: str
+    error: str | None = None
+
+
 class JobView(BaseModel):
     """A job's status record (contract §4)."""
 
@@ -129,6 +139,11 @@ class JobView(BaseModel):
     webhook: str | None = None
     tenant: str | None = None
     traceparent: str | None = None
+    parent: str | None = Field(default=None, description="a workflow step: the workflow's id")
+    step: str | None = Field(default=None, description="a workflow step: its step id")
+    steps_total: int | None = Field(default=None, description="a workflow: how many steps it has")
+    steps_done: int | None = Field(default=None, description="a workflow: how many steps have settled (ended or skipped)")
+    steps: list[WorkflowStepView] | None = Field(default=None, description="a workflow: its steps in order, with their status")
     links: Links
 
 

@@ -4,7 +4,8 @@ The gateway keeps no history: it polls the job record (every ``sse_poll_s``,
 backing off to ``sse_poll_max_s`` while nothing changes) and sends an event
 whenever the record's *state* changes. An event's id names that state,
 ``<attempts>-<status>`` (``0-queued``, ``1-running``, ``1-retrying``,
-``2-running``, ``2-completed``), so it is the same whichever replica sends it.
+``2-running``, ``2-completed``), so it is the same whichever replica sends it. A workflow's
+state also counts its settled steps (``1-running-3``), so each step's end is an event.
 A client that reconnects with ``Last-Event-ID`` gets the current state only if
 it differs from the one it last saw; a client that already saw the terminal
 state gets 204, which tells an EventSource to stop reconnecting.
@@ -35,6 +36,8 @@ LAST_EVENT_ID_QUERY = "the same as Last-Event-ID, for clients that cannot set he
 
 
 def event_id(record: JobRecord) -> str:
+    if record.steps_total is not None:  # a workflow: each settled step is progress worth an event
+        return f"{record.attempts}-{record.status}-{record.steps_done or 0}"
     return f"{record.attempts}-{record.status}"
 
 

@@ -1,0 +1,31 @@
+"""``submit workflow --wait``: follow a workflow's record and print each step's status as it changes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from streams.keys import Keys
+from streams.records import JobRecord, get_job
+
+POLL_S = 0.2
+
+
+async def follow_workflow(redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, show: Callable[[str], None]) -> JobRecord | None:
+    """Wait for the workflow to end, calling ``show`` with one line per step status change."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, str] = {}
+    record = await get_job(redis, keys, job_id)
+    while True:
+        for step in (record.steps or []) if record else []:
+            if seen.get(step["id"]) != step["status"]:
+                seen[step["id"]] = step["status"]
+                detail = f" ({step['error'][:120]})" if step.get("error") else ""
+                show(f"{record.steps_done or 0}/{record.steps_total or '?'}  {step['id']:<24} {step['agent']:<12} {step['status']}{detail}")  # type: ignore[union-attr]
+        if (record is not None and record.terminal) or time.monotonic() >= deadline:
+            return record
+        await asyncio.sleep(POLL_S)
+        record = await get_job(redis, keys, job_id)

@@ -1,0 +1,3 @@
+from tests.consumers.gateway.conftest import gateways
+
+__all__ = ["gateways"]
