@@ -341,3 +341,12 @@ def test_docs_have_a_runbook_entry_per_alert() -> None:
                                       "STREAMCREW_RESULTS_MAXLEN", "STREAMCREW_JOB_TTL_S"])
 def test_docs_cover_sizing_and_retention(variable: str) -> None:
     assert variable in DOCS.read_text()
+
+
+def test_dashboard_has_a_workflows_row() -> None:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    titles = [p["title"] for p in panels]
+    row = titles.index("Workflows")
+    assert panels[row]["type"] == "row"
+    below = " ".join(t["expr"] for p in panels[row + 1:] if p["type"] != "row" for t in p.get("targets", []))
+    assert "streamcrew_workflows_total" in below and "streamcrew_workflow_duration_seconds_bucket" in below
