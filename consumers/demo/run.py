@@ -191,6 +191,8 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
         "retries": tally.retries,
         "reclaims": tally.reclaims,
         "dead_letters": tally.dead_letters,
+        "workflows": {"sent": sum(1 for p in good if p.agent == "workflow"), **dict(tally.workflows),
+                      "steps": len(tally.step_ids), "steps_duplicated": sum(n - 1 for n in tally.step_ids.values() if n > 1)},
         "webhooks": {"jobs": delivered_jobs, "deliveries": deliveries, "expected": total, "bad_signatures": demo.receiver.bad_signatures},
         "tokens": dict(tally.tokens),
         "cost_usd": {k: round(v, 6) for k, v in tally.cost_usd.items()},
@@ -219,7 +221,8 @@ async def run_demo(settings: StreamSettings, options: DemoOptions) -> dict[str, 
         demo = Demo(url, prefix, options, Path(tmp))
         try:
             report = await play(demo, err)
-            report["ok"] = report["lost"] == 0 and report["duplicated"] == 0 and report["results"] == report["requests"]
+            report["ok"] = (report["lost"] == 0 and report["duplicated"] == 0 and report["results"] == report["requests"]
+                            and report["workflows"]["steps_duplicated"] == 0)
             if options.as_json:
                 print(json.dumps(report))
             else:

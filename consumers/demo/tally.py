@@ -47,6 +47,8 @@ class Tally:
     in_flight: int = 0
     dead_letters: int = 0
     reclaims: int = 0
+    workflows: Counter[str] = field(default_factory=Counter)
+    step_ids: Counter[str] = field(default_factory=Counter)
     _last_id: str = "0"
     _scraped: dict[str, float] = field(default_factory=dict)
 
@@ -76,6 +78,12 @@ class Tally:
         self.reclaims = int(sum(self._scraped.values()))
 
     def _add(self, r: JobResult) -> None:
+        if r.parent:  # a workflow's step: its own event, but not one of the requests sent
+            self.step_ids[r.id] += 1
+            self._add_usage(r)
+            return
+        if r.agent == "workflow":
+            self.workflows[str(r.status)] += 1
         self.ids[r.id] += 1
         self.statuses[str(r.status)] += 1
         self.retries += max(0, r.attempts - 1)
@@ -83,11 +91,15 @@ class Tally:
             self.waits_ms.append(float(r.started_at - r.submitted_at))
         if r.finished_at and r.started_at:
             self.runs_ms.append(float(r.finished_at - r.started_at))
+        if r.agent != "workflow":  # a workflow's usage is its steps' sum, counted with the steps
+            self._add_usage(r)
+        if r.status == "completed" and r.agent in SAMPLE_AGENTS and len(self.samples) < 3 and all(s["agent"] != r.agent for s in self.samples):
+            self.samples.append(r.to_json_dict())
+
+    def _add_usage(self, r: JobResult) -> None:
         if r.usage:
             model = str(r.usage.get("model", "?"))
             self.tokens[model] += int(r.usage.get("prompt_tokens", 0)) + int(r.usage.get("completion_tokens", 0))
             if r.usage.get("cost_usd") is not None:
                 self.cost_usd[model] += float(r.usage["cost_usd"])
             self.offline = self.offline or bool(r.usage.get("offline"))
-        if r.status == "completed" and r.agent in SAMPLE_AGENTS and len(self.samples) < 3 and all(s["agent"] != r.agent for s in self.samples):
-            self.samples.append(r.to_json_dict())

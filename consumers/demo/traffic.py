@@ -19,6 +19,19 @@ SUPPORT_MESSAGES = [
 ]
 
 
+def product_analysis(product: str) -> dict[str, Any]:
+    """The first design's fan-out / fan-in as a workflow: reviews, pricing, inventory -> sentiment -> recommendation."""
+    steps: list[dict[str, Any]] = [
+        {"id": "reviews", "agent": "product", "data": {"sku": product, "question": "Summarise what customers say about it."}},
+        {"id": "pricing", "agent": "product", "data": {"sku": product, "question": "Is the price competitive?"}},
+        {"id": "inventory", "agent": "product", "data": {"sku": product, "question": "Is it in stock?"}},
+        {"id": "sentiment", "agent": "ask", "data": {"prompt": f"What is the customers' sentiment about {product}?"}, "after": ["reviews"]},
+        {"id": "recommend", "agent": "ask", "data": {"prompt": f"Should we promote, discount or restock {product}?"},
+         "after": ["pricing", "inventory", "sentiment"]},
+    ]
+    return {"steps": steps, "on_failure": "fail", "timeout_s": 120}
+
+
 @dataclass(frozen=True, slots=True)
 class Planned:
     """One request the demo will send: through the gateway (``via_gateway``) or the Python API."""
@@ -39,7 +52,7 @@ class Malformed:
 
 
 def plan(n: int, *, orders: list[str], products: list[str], seed: int = 11) -> tuple[list[Planned], list[Malformed]]:
-    """``n`` requests in all: about 1 % malformed, 1 % flaky, 10 % from VIP customers (high lane)."""
+    """``n`` requests in all: about 1 % malformed, 1 % flaky, 1 % product-analysis workflows, 10 % from VIP customers (high lane)."""
     rng = random.Random(seed)
     good: list[Planned] = []
     bad: list[Malformed] = []
@@ -56,6 +69,8 @@ def plan(n: int, *, orders: list[str], products: list[str], seed: int = 11) -> t
                 {"agent": "gift-wrapper", "data": "{}", "id": job_id},
                 {"data": '{"order_id": "ORD-1"}', "id": job_id},
             ]), job_id))
+        elif i % 100 == 53:
+            good.append(Planned("workflow", product_analysis(product), job_id, priority))
         elif i % 100 == 71:
             good.append(Planned("echo", {"check": "inventory-sync", "fail_first": 1}, job_id, priority))
         elif roll < 0.35:

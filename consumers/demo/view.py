@@ -42,6 +42,10 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     table.add_row("run ms", json.dumps(report["run_ms"]))
     table.add_row("retries / reclaims", f"{report['retries']} / {report['reclaims']}")
     table.add_row("dead letters", str(report["dead_letters"]))
+    wf = report["workflows"]
+    table.add_row("workflows", f"{wf['sent']} product analyses (5 steps: reviews, pricing, inventory -> sentiment -> recommend): "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(wf.items()) if k not in ("sent", "steps", "steps_duplicated"))
+                  + f"; {wf['steps']} step results, {wf['steps_duplicated']} duplicated")
     table.add_row("webhooks", f"{report['webhooks']['jobs']} of {report['webhooks']['expected']} jobs delivered, signatures verified "
                   f"({report['webhooks']['bad_signatures']} bad)")
     for model, tokens in report["tokens"].items():

@@ -22,6 +22,8 @@ def test_demo_json_report_holds_its_invariants(redis_url: str, prefix: str) -> N
     assert report["statuses"].get("rejected", 0) >= 1
     assert report["dead_letters"] >= report["statuses"].get("rejected", 0)
     assert report["retries"] >= 1
+    assert report["workflows"]["sent"] >= 1 and report["workflows"].get("completed") == report["workflows"]["sent"]
+    assert report["workflows"]["steps"] == 5 * report["workflows"]["sent"] and report["workflows"]["steps_duplicated"] == 0
     assert "SIGKILL" in report["chaos"]
     # And the crews answered through the offline model, with usage on every LLM result
     assert report["offline"] is True
