@@ -27,7 +27,7 @@ from pathlib import Path
 
 import redis as sync_redis
 
-from bench.common import bench_redis, new_prefix, start_worker, wait_count
+from bench.common import bench_redis, cpu_seconds, new_prefix, start_worker, wait_count
 from streams.connection import connect
 from streams.envelope import JobRequest, now_ms
 from streams.keys import Keys
@@ -51,18 +51,20 @@ async def publish(url: str, prefix: str, requests: list[JobRequest]) -> None:
     await redis.aclose()
 
 
-def run(url: str, prefix: str, total: int, concurrency: int, log_dir: Path) -> tuple[float, float]:
-    """Start one worker on already published work; returns (first result time, last result time)."""
+def run(url: str, prefix: str, total: int, concurrency: int, log_dir: Path) -> tuple[float, float, float]:
+    """Start one worker on already published work; returns (first result time, last result time, worker CPU s)."""
     client = sync_redis.Redis.from_url(url)
     results = Keys(prefix).results
     child = start_worker(url, prefix, "--concurrency", str(concurrency), log_dir=log_dir)
     try:
         t0 = wait_count(client, results, 1, timeout=120, child=child)
+        cpu0 = cpu_seconds(child.pid)
         t1 = wait_count(client, results, total, timeout=600, child=child)
+        cpu = cpu_seconds(child.pid) - cpu0
     finally:
         child.stop()
         client.close()
-    return t0, t1
+    return t0, t1, cpu
 
 
 def entry_ms(eid: str) -> int:
@@ -97,21 +99,24 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-def core_round(url: str, n_jobs: int, concurrency: int, log_dir: Path) -> tuple[float, list[float]]:
+def core_round(url: str, n_jobs: int, concurrency: int, log_dir: Path) -> tuple[float, float, list[float]]:
+    """Returns (jobs/s, worker CPU µs per job, agent returned -> result visible ms)."""
     prefix = new_prefix("wf-core")
     asyncio.run(publish(url, prefix, [JobRequest(agent="echo", data={"i": i}) for i in range(n_jobs)]))
-    t0, t1 = run(url, prefix, n_jobs, concurrency, log_dir)
-    return (n_jobs - 1) / (t1 - t0), latencies_ms(url, prefix)[1]
+    t0, t1, cpu = run(url, prefix, n_jobs, concurrency, log_dir)
+    return (n_jobs - 1) / (t1 - t0), cpu / (n_jobs - 1) * 1e6, latencies_ms(url, prefix)[1]
 
 
-def workflow_round(url: str, workflows: int, concurrency: int, log_dir: Path) -> tuple[float, list[float], list[float]]:
+def workflow_round(url: str, workflows: int, concurrency: int, log_dir: Path) -> tuple[float, float, list[float], list[float]]:
+    """Returns (steps/s, worker CPU µs per step, fan-in ms, last agent returned -> workflow result visible ms)."""
     prefix = new_prefix("wf")
     stamp = now_ms()
     requests = [JobRequest(agent=WORKFLOW_AGENT, data=graph(i).to_data(), id=f"wf-{i}", submitted_at=stamp) for i in range(workflows)]
     asyncio.run(publish(url, prefix, requests))
-    t0, t1 = run(url, prefix, workflows * (STEPS + 1), concurrency, log_dir)
+    t0, t1, cpu = run(url, prefix, workflows * (STEPS + 1), concurrency, log_dir)
     fan_in, end_to_end = latencies_ms(url, prefix)
-    return (workflows * STEPS - 1) / (t1 - t0), fan_in, end_to_end
+    steps = workflows * STEPS - 1
+    return steps / (t1 - t0), cpu / steps * 1e6, fan_in, end_to_end
 
 
 def main() -> None:
@@ -128,14 +133,15 @@ def main() -> None:
     job_e2e: list[float] = []
     with bench_redis(args.redis_url) as url, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            core_rate, core_lat = core_round(url, n_jobs, args.concurrency, Path(tmp))
-            step_rate, fi, e2e = workflow_round(url, args.workflows, args.concurrency, Path(tmp))
+            core_rate, core_cpu, core_lat = core_round(url, n_jobs, args.concurrency, Path(tmp))
+            step_rate, step_cpu, fi, e2e = workflow_round(url, args.workflows, args.concurrency, Path(tmp))
             ratios.append(step_rate / core_rate)
             fan_in += fi
             wf_e2e += e2e
             job_e2e += core_lat
-            print(f"round {r + 1}: core {core_rate:8,.0f} jobs/s ({n_jobs:,} no-op echo jobs)   "
-                  f"workflow steps {step_rate:8,.0f} steps/s ({args.workflows:,} workflows x {STEPS})   ratio {step_rate / core_rate:.2f}")
+            print(f"round {r + 1}: core {core_rate:7,.0f} jobs/s {core_cpu:5.0f} µs CPU/job ({n_jobs:,} no-op echo jobs)   "
+                  f"workflow steps {step_rate:7,.0f} steps/s {step_cpu:5.0f} µs CPU/step ({args.workflows:,} workflows x {STEPS})   "
+                  f"ratio {step_rate / core_rate:.2f}", flush=True)
     print(f"ratio steps / core, median of {args.rounds} rounds: {statistics.median(ratios):.2f}   (target >= 0.50; one worker, concurrency {args.concurrency})")
     print(f"fan-in latency (last step's result -> workflow result): p50 {statistics.median(fan_in):.1f} ms, "
           f"p99 {pct(fan_in, 99):.1f} ms, max {max(fan_in):.1f} ms   (target p99 < 5 ms)")

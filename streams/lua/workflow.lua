@@ -28,10 +28,11 @@ local function wf_publish(C, h, wid, sid, now, p)
   fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5], fields[n + 6] = 'id', jid, 'parent', wid, 'step', sid
   local after = cjson.decode(f[2])
   if #after > 0 then
+    local names = {}
+    for i, a in ipairs(after) do names[i] = a .. '|res' end
+    local got = redis.call('HMGET', h, unpack(names))
     local parts = {}
-    for i, a in ipairs(after) do
-      parts[i] = cjson.encode(a) .. ':' .. (redis.call('HGET', h, a .. '|res') or 'null')
-    end
+    for i, a in ipairs(after) do parts[i] = cjson.encode(a) .. ':' .. (got[i] or 'null') end
     fields[#fields + 1] = 'inputs'
     fields[#fields + 1] = '{' .. table.concat(parts, ',') .. '}'
   end
@@ -58,11 +59,16 @@ local function wf_end(C, h, wid, status, err, worker)
   local m = redis.call('HMGET', h, 'order', 'total', 'started_at', 'submitted_at', 'webhook', 'tenant', 'traceparent',
     'attempts', 'request', 'source_stream', 'source_id')
   local order = cjson.decode(m[1])
+  local names = {}
+  for i, sid in ipairs(order) do
+    names[4 * i - 3], names[4 * i - 2], names[4 * i - 1], names[4 * i] = sid .. '|st', sid .. '|res', sid .. '|err', sid .. '|use'
+  end
+  local all = redis.call('HMGET', h, unpack(names))
   local parts, ok, done = {}, 0, 0
   local u = {prompt_tokens = 0, completion_tokens = 0, cost_usd = 0}
   local models, used = {}, false
   for i, sid in ipairs(order) do
-    local s = redis.call('HMGET', h, sid .. '|st', sid .. '|res', sid .. '|err', sid .. '|use')
+    local s = {all[4 * i - 3], all[4 * i - 2], all[4 * i - 1], all[4 * i]}
     local st = s[1]
     if st == 'pending' then
       st = 'skipped'

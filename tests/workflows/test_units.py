@@ -1,0 +1,43 @@
+"""The graph checks and the builder, without Redis; how a step's inputs reach an LLM task."""
+
+import pytest
+
+from agents.registry import AgentContext
+from streams.workflow import Workflow, WorkflowInvalid, parse_workflow
+
+
+def test_builder_produces_the_contract_shape() -> None:
+    wf = Workflow("wf-1", on_failure="continue", timeout_s=30)
+    reviews = wf.step("reviews", "product", {"sku": "SKU-1001"})
+    wf.step("sentiment", "ask", {"prompt": "?"}, after=[reviews], max_attempts=2)
+    assert wf.to_data() == {
+        "steps": [{"id": "reviews", "agent": "product", "data": {"sku": "SKU-1001"}},
+                  {"id": "sentiment", "agent": "ask", "data": {"prompt": "?"}, "after": ["reviews"], "max_attempts": 2}],
+        "on_failure": "continue", "timeout_s": 30,
+    }
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    ({"steps": []}, "no steps"),
+    ({"steps": [{"id": "a", "agent": "echo", "after": ["a"]}]}, "step 'a': a step cannot run after itself"),
+    ({"steps": [{"id": "a", "agent": "echo", "after": ["c"]}, {"id": "c", "agent": "echo", "after": ["b"]},
+                {"id": "b", "agent": "echo", "after": ["a"]}, {"id": "free", "agent": "echo"}]}, "steps 'a', 'b', 'c' form a cycle"),
+    ({"steps": [{"id": "x" * 65, "agent": "echo"}]}, "id must match"),
+    ({"steps": [{"id": "a", "agent": "workflow"}]}, "step 'a': a step cannot be a workflow"),
+    ({"steps": [{"id": "a", "agent": "echo", "colour": "red"}]}, "step 'a': field 'colour'"),
+    ({"steps": [{"agent": "echo"}]}, "step #1: field 'id'"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "on_failure": "panic"}, "field 'on_failure'"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "timeout_s": 0}, "field 'timeout_s'"),
+])
+def test_each_graph_problem_is_named(data: dict, reason: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(WorkflowInvalid, match=None) as caught:
+        parse_workflow(data)
+    assert reason in str(caught.value)
+
+
+def test_inputs_reach_the_task_text() -> None:
+    ctx = AgentContext(job_id="wf:b", agent="ask", attempt=1, max_attempts=3, parent="wf", step="b",
+                       inputs={"a": {"answer": "reviews are glowing"}, "n": {"count": 3}})
+    text = ctx.with_inputs("Recommend?")
+    assert text.startswith("Recommend?") and "- a: reviews are glowing" in text and '- n: {"count": 3}' in text
+    assert AgentContext(job_id="j", agent="ask", attempt=1, max_attempts=1).with_inputs("Q") == "Q"
