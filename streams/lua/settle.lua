@@ -48,7 +48,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       local dead_id = false
       if #dl > 0 then dead_id = redis.call('XADD', dead, '*', unpack(dl)) end
       out[#out + 1] = 1
-      if op[9] and op[9] ~= '' then out[#out] = wf_step_settled(C, op[9], op[10], res, dead_id) end
+      if op[9] and op[9] ~= '' then out[#out] = wf_step_settled(C, jid, op[9], op[10], res, dead_id) end
     end
   elseif kind == 'retry' then
     local jid = op[5]

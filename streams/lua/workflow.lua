@@ -47,8 +47,15 @@ local function wf_publish(C, h, wid, sid, now, p)
       redis.call('PERSIST', key)
     end
   end
-  redis.call('HSET', key, 'status', 'queued', 'agent', f[4], 'attempts', att, 'base', att, 'submitted_at', now,
-    'source', lane .. '/' .. eid, 'lane', lane, 'parent', wid, 'step', sid)
+  local rec = {'status', 'queued', 'agent', f[4], 'attempts', att, 'base', att, 'submitted_at', now,
+    'source', lane .. '/' .. eid, 'lane', lane, 'parent', wid, 'step', sid}
+  for i = 1, n, 2 do  -- readers (a tenant-bound API key) know whose step it is from the start
+    if fields[i] == 'tenant' or fields[i] == 'traceparent' then
+      rec[#rec + 1] = fields[i]
+      rec[#rec + 1] = fields[i + 1]
+    end
+  end
+  redis.call('HSET', key, unpack(rec))
   redis.call('HSET', h, sid .. '|st', 'queued')
 end
 
@@ -160,24 +167,24 @@ end
 
 -- The fan-in: called by settle.lua in the same call that wrote a step's result event.
 -- Returns 1, or {1, status, duration_ms} when this step ended its workflow.
-local function wf_step_settled(C, wid, sid, res, dead_id)
+local function wf_step_settled(C, jid, wid, sid, res, dead_id)
+  if jid ~= wid .. ':' .. sid then return 1 end  -- 'parent' and 'step' fields on some other job: not a step
   local h = C.wf_prefix .. wid
+  local meta = redis.call('HMGET', h, 'status', sid .. '|st', 'on_failure', 'total')
+  -- Only a step the workflow published and that has not settled counts: not a forged request for a step
+  -- still pending, not a step's own dead letter replayed (replay the workflow's instead).
+  if meta[2] ~= 'queued' then return 1 end
   local v = {}
   for i = 1, #res, 2 do v[res[i]] = res[i + 1] end
   local st = v.status
-  local meta = redis.call('HMGET', h, 'status', sid .. '|st', 'on_failure', 'total')
-  if not meta[1] then return 1 end  -- the workflow's state expired long ago
   local w = {sid .. '|st', st}
   if v.result then w[#w + 1] = sid .. '|res'; w[#w + 1] = v.result end
   if v.error then w[#w + 1] = sid .. '|err'; w[#w + 1] = v.error end
   if v.usage then w[#w + 1] = sid .. '|use'; w[#w + 1] = v.usage end
   if dead_id then w[#w + 1] = sid .. '|dead'; w[#w + 1] = dead_id end
-  if meta[2] ~= 'queued' then  -- settled before (a step's own replay): its old outcome goes
-    redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
-  end
   redis.call('HSET', h, unpack(w))
-  -- Ended already (fail fast, expiry) or counted before: the outcome is kept for a replay, nothing else moves.
-  if meta[1] ~= 'running' or WF_ENDED[meta[2]] then return 1 end
+  -- Ended already (fail fast, expiry): the outcome is kept for a replay, nothing else moves.
+  if meta[1] ~= 'running' then return 1 end
   local done = redis.call('HINCRBY', h, 'done', 1)
   local total = tonumber(meta[4])
   if st == 'completed' then

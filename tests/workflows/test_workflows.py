@@ -25,7 +25,7 @@ def design_graph(wf_id: str, agent: str, data: dict) -> Workflow:  # type: ignor
 async def test_design_graph_completes_and_dependents_see_their_inputs(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given two workers and the design's graph of echo steps
     start_workers(workers, 2, "--concurrency", "4")
-    published = await producer.publish_workflow(design_graph("wf-design", "echo", {"sku": "SKU-001"}))
+    published = await producer.publish_workflow(design_graph("wf-design", "echo", {"sku": "SKU-001"}), tenant="acme")
     assert published.created
     # When it runs
     event = await wait_event(redis, keys, "wf-design")
@@ -44,6 +44,7 @@ async def test_design_graph_completes_and_dependents_see_their_inputs(redis, key
     for sid in steps:
         (step_event,) = await events_of(redis, keys, f"wf-design:{sid}")
         assert step_event.parent == "wf-design" and step_event.step == sid and step_event.status == "completed"
+        assert step_event.tenant == "acme"
     # and the record lists the steps as done
     record = await get_job(redis, keys, "wf-design")
     assert record is not None and record.status == "completed"
@@ -74,7 +75,7 @@ async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, pr
     wf.step("boom", "echo", {"fail_first": 5}, max_attempts=1)
     wf.step("indep", "echo", {"n": 1})
     wf.step("dep", "echo", {"n": 2}, after=["boom"])
-    await producer.publish_workflow(wf)
+    await producer.publish_workflow(wf, tenant="acme")
     # When 'boom' fails
     event = await wait_event(redis, keys, "wf-fail")
     # Then the workflow fails at once; what had not started is skipped and yields no event
@@ -91,7 +92,7 @@ async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, pr
     counts = await event_counts(redis, keys)
     assert counts["wf-fail:indep"] == 0 and counts["wf-fail:dep"] == 0 and counts["wf-fail"] == 1
     indep = await get_job(redis, keys, "wf-fail:indep")
-    assert indep is not None and indep.status == "skipped"
+    assert indep is not None and indep.status == "skipped" and indep.tenant == "acme"  # its tenant known while it waited
     # and the failed workflow is dead-lettered
     assert any(d.id == "wf-fail" and d.reason == "step_failed" for d in await list_dead(redis, keys))
 
@@ -232,3 +233,21 @@ async def test_design_graph_of_crews_rolls_up_usage(redis, keys: Keys, producer:
     for field in ("prompt_tokens", "completion_tokens"):
         assert event.usage[field] == sum(u[field] for u in step_usage)  # type: ignore[index]
     assert abs(event.usage["cost_usd"] - sum(u["cost_usd"] for u in step_usage)) < 1e-9  # type: ignore[index]
+
+
+async def test_forged_step_fields_do_not_move_a_workflow(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a workflow whose second step waits for a 1 s first step
+    start_workers(workers, 1, "--concurrency", "4")
+    wf = Workflow("wf-forged")
+    wf.step("a", "echo", {"sleep_s": 1})
+    wf.step("b", "echo", {"real": True}, after=["a"])
+    await producer.publish_workflow(wf)
+    # When other requests claim to be its steps (another id with parent/step; the pending step's own id)
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "intruder", "data": "{}", "parent": "wf-forged", "step": "b"})
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "wf-forged:b", "data": '{"forged": true}', "parent": "wf-forged", "step": "b"})
+    await wait_event(redis, keys, "intruder")
+    # Then the workflow still waits for its own steps and aggregates their real results
+    event = await wait_event(redis, keys, "wf-forged")
+    assert event.status == "completed"
+    b = event.result["steps"]["b"]["result"]
+    assert b["echo"] == {"real": True} and b["inputs"] == {"a": event.result["steps"]["a"]["result"]}
