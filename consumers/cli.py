@@ -159,7 +159,8 @@ def submit(
                                                  id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
                                                  timeout_s=timeout_s, deadline=deadline)
             if follow:
-                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, show=err.print)
+                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout,
+                                               show=lambda line: err.print(line, markup=False, highlight=False))
         except ValueError as exc:
             err.print(f"[red]{exc}[/red]")
             return Exit.USAGE
