@@ -20,8 +20,10 @@ class AskInput(BaseModel):
 
 
 async def ask(data: AskInput, ctx: AgentContext) -> dict[str, Any]:
-    """Answer ``prompt`` (with an optional ``system`` message) with one LLM call; a workflow step's prompt
-    carries its dependencies' results."""
+    """Answer ``prompt`` (with an optional ``system`` message) with one LLM call.
+
+    As a workflow step, the prompt also carries its dependencies' results (``ctx.inputs``).
+    """
     messages = [{"role": "system", "content": data.system}] if data.system else []
     messages.append({"role": "user", "content": ctx.with_inputs(data.prompt)})
     result = await get_model().chat(messages)
