@@ -7,13 +7,15 @@ the raw fields so a malformed entry can be dead-lettered with its reason.
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streams.errors import DecodeError
 from streams.keys import LANES
@@ -36,6 +38,53 @@ REQUEST_FIELDS = (
     "agent", "data", "id", "webhook", "tenant", "max_attempts",
     "timeout_s", "deadline", "traceparent", "submitted_at", "parent", "step", "inputs",
 )
+
+
+# One id alphabet everywhere (gateway, Python producer, CLI, raw XADD): ASCII that is safe in a URL path,
+# a Redis key and a ``webhook-id`` header. ':' joins a workflow's id and a step's id (contract §9).
+JOB_ID_MAX = 512
+JOB_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{1,{JOB_ID_MAX}}}$"
+JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"
+_JOB_ID = re.compile(JOB_ID_PATTERN)
+# The names the system gives id-less jobs: the entry ID, or '<lane>:<entry ID>' (publish.lua, start.lua).
+_GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+$")
+
+
+def check_job_id(value: str) -> str:
+    """``value`` if it is in the id alphabet, else a ValueError saying what is allowed."""
+    if not _JOB_ID.match(value):
+        raise ValueError(f"job id must be {JOB_ID_RULE}, got {value[:80]!r}")
+    return value
+
+
+def is_generated_id(value: str) -> bool:
+    """Whether ``value`` has the shape of an id the system generates (producers may not choose one)."""
+    return bool(_GENERATED_ID.match(value))
+
+
+def encode_data(data: Any) -> str:
+    """``data`` as strict JSON, or a ValueError naming what no JSON reader could take back.
+
+    orjson refuses integers beyond 64 bits and writes NaN and Infinity (which ``1e400`` parses to)
+    as ``null``; a request must not change its meaning on the way, so both are refused.
+    """
+    try:
+        encoded = orjson.dumps(data, default=_default)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"not encodable as JSON: {exc}") from None
+    if b"null" in encoded and _has_non_finite(data):
+        raise ValueError("holds NaN or Infinity (a number like 1e400 overflows to Infinity); JSON has neither")
+    return encoded.decode()
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False
 
 
 def now_ms() -> int:
@@ -107,7 +156,7 @@ class JobRequest(BaseModel):
 
     agent: str = Field(min_length=1)
     data: dict[str, Any]
-    id: str | None = Field(default=None, min_length=1, max_length=512)
+    id: str | None = None
     webhook: str | None = None
     tenant: str | None = None
     max_attempts: int | None = Field(default=None, ge=1)
@@ -119,8 +168,19 @@ class JobRequest(BaseModel):
     step: str | None = None
     inputs: dict[str, Any] | None = None
 
+    @field_validator("id")
+    @classmethod
+    def _id_alphabet(cls, value: str | None) -> str | None:
+        return None if value is None else check_job_id(value)
+
+    @field_validator("data")
+    @classmethod
+    def _strict_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        encode_data(value)
+        return value
+
     def to_fields(self) -> dict[str, str]:
-        fields: dict[str, str] = {"agent": self.agent, "data": dumps(self.data)}
+        fields: dict[str, str] = {"agent": self.agent, "data": encode_data(self.data)}
         for name in ("id", "webhook", "tenant", "max_attempts", "timeout_s", "deadline", "traceparent", "submitted_at", "parent", "step"):
             value = getattr(self, name)
             if value is not None:

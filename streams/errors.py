@@ -6,6 +6,7 @@ StreamcrewError                 root of everything streamcrew raises on purpose
 ├── NoGroupError                a consumer group vanished under a running consumer (NOGROUP)
 ├── DecodeError                 a stream entry is not a valid envelope; keeps the raw fields
 ├── RequestTooLarge             an encoded request is over the size cap
+├── InvalidRequest              a request a producer may not publish (a reserved id, ...)
 ├── JobNotFound                 no job record for that id
 ├── DeadLetterNotFound          no dead letter with that entry ID
 └── AgentControl                control flow an agent may raise; never logged as an error
@@ -45,6 +46,10 @@ class DecodeError(StreamcrewError):
 
 class RequestTooLarge(StreamcrewError):
     """Raised when an encoded request exceeds ``max_request_bytes``."""
+
+
+class InvalidRequest(StreamcrewError, ValueError):
+    """Raised when a producer tries to publish a request it may not (a reserved id, ...)."""
 
 
 class JobNotFound(StreamcrewError):

@@ -10,8 +10,8 @@ import orjson
 from redis.asyncio import Redis
 
 from streams import metrics
-from streams.envelope import JobRequest, flat, lane_for_priority, lane_for_request, now_ms
-from streams.errors import RequestTooLarge
+from streams.envelope import JobRequest, flat, is_generated_id, lane_for_priority, lane_for_request, now_ms
+from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
 from streams.scripts import Scripts
@@ -29,6 +29,14 @@ class Published:
     status: str
     created: bool
     lane: str
+
+
+def check_not_generated(request: JobRequest) -> None:
+    """Explicit ids never collide with generated ones: the generated shapes are reserved."""
+    if request.id is not None and is_generated_id(request.id):
+        raise InvalidRequest(
+            f"job id {request.id!r} has the shape of a generated id ('<digits>-<digits>', optionally after "
+            "'<lane>:'); those are reserved for jobs published without an id")
 
 
 class Producer:
@@ -89,9 +97,13 @@ class Producer:
         """Publish requests to the ``priority`` lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept.
 
         Without ``priority`` each request goes to the lane its data names, as in :meth:`publish`.
+        A request with a reserved id fails the call before anything is published.
         """
+        requests = list(requests)
+        for request in requests:
+            check_not_generated(request)
         if priority is None:
-            return await self._publish_by_data(list(requests))
+            return await self._publish_by_data(requests)
         lane_name = lane_for_priority(priority)
         await self.ensure_groups()
         out: list[Published] = []

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from streams.envelope import JobRequest
-from streams.errors import RequestTooLarge
+from streams.errors import InvalidRequest, RequestTooLarge
 from streams.producer import PUBLISH_CHUNK, Producer, Published
 
 log = logging.getLogger("streamcrew.gateway")
@@ -55,11 +55,11 @@ class PublishBatcher:
     async def _send(self, lane: str, batch: list[tuple[JobRequest, asyncio.Future[Published]]]) -> None:
         try:
             results = await self.producer.publish_many([request for request, _ in batch], priority=lane)
-        except RequestTooLarge as exc:
+        except (RequestTooLarge, InvalidRequest, ValueError, TypeError) as exc:  # about one request, not Redis
             if len(batch) == 1:
                 _settle_error(batch, exc)
                 return
-            for item in batch:  # one oversized request must not fail the others: send each alone
+            for item in batch:  # one bad request must not fail the others: send each alone
                 await self._send(lane, [item])
         except BaseException as exc:  # handed to every waiting request, which answers for it
             _settle_error(batch, exc if isinstance(exc, Exception) else RuntimeError("gateway shutting down"))

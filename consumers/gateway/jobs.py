@@ -15,14 +15,14 @@ from consumers.gateway.errors import ApiError
 from consumers.gateway.models import ID_PATTERN, JobAccepted, JobResultView, JobSubmission, JobView
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view, json_response
 from consumers.gateway.state import GatewayState, gateway_state
-from streams.envelope import JobRequest, lane_for_request, now_ms
-from streams.errors import RequestTooLarge
+from streams.envelope import JOB_ID_MAX, JobRequest, lane_for_request, now_ms
+from streams.errors import InvalidRequest, RequestTooLarge
 from streams.records import JobRecord, get_job
 
 router = APIRouter(tags=["jobs"])
 M = TypeVar("M", bound=BaseModel)
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-JobIdPath = Annotated[str, Path(min_length=1, max_length=512, pattern=ID_PATTERN, description="job id")]
+JobIdPath = Annotated[str, Path(min_length=1, max_length=JOB_ID_MAX, pattern=ID_PATTERN, description="job id")]
 State = Annotated[GatewayState, Depends(gateway_state)]
 Authorized = Annotated[Caller, Depends(authorize)]
 
@@ -91,6 +91,10 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
     except RequestTooLarge as exc:
         raise ApiError(413, "request_too_large", str(exc)) from None
+    except (InvalidRequest, ValueError, TypeError) as exc:  # this request alone: the others of its batch went out
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    if published.status == "conflict":  # a raw XADD squatted both names an id-less job could take
+        raise ApiError(409, "id_conflict", "no free id for this job; retry")
     links = job_links(published.job_id)
     if published.created:
         if tenant is not None:

@@ -19,15 +19,16 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from streams.envelope import JobResult, Status
+from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, JobResult, Status, encode_data, is_generated_id
 from streams.keys import LANES
 
-# Ids travel in URL paths (/jobs/{id}), so no slash, whitespace or control characters.
-ID_PATTERN = r"^[^/\s\x00-\x1f\x7f]+$"
+# One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.
+ID_PATTERN = JOB_ID_PATTERN
 NAME_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
 ENTRY_ID_PATTERN = r"^\d{1,19}-\d{1,19}$"
 _URL = TypeAdapter(AnyHttpUrl)
 _ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
+_ID = re.compile(ID_PATTERN)
 
 
 def _http_url(value: str) -> str:
@@ -48,7 +49,21 @@ def _priority(value: object) -> int | str:
     raise ValueError(f"priority must be one of {', '.join(LANES)} or an integer 0-10, got {value!r}")
 
 
-JobId = Annotated[str, Field(min_length=1, max_length=512, pattern=ID_PATTERN)]
+def _job_id(value: str) -> str:
+    """The id alphabet, minus the shapes of generated ids (so explicit ids never collide with them)."""
+    if not _ID.match(value):
+        raise ValueError(f"job id must be {JOB_ID_RULE}")
+    if is_generated_id(value):
+        raise ValueError("ids shaped '<digits>-<digits>' (optionally after '<lane>:') are reserved for jobs sent without an id")
+    return value
+
+
+def _json_data(value: dict[str, Any]) -> dict[str, Any]:
+    encode_data(value)
+    return value
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=JOB_ID_MAX, json_schema_extra={"pattern": ID_PATTERN}), AfterValidator(_job_id)]
 Priority = Annotated[
     int | str, PlainValidator(_priority),
     WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0, "maximum": 10}, {"type": "string", "enum": list(LANES)}]}),
@@ -69,7 +84,8 @@ class JobSubmission(BaseModel):
     )
 
     agent: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN, description="registered agent name")]
-    data: dict[str, Any] = Field(description="the agent's input, a JSON object")
+    data: Annotated[dict[str, Any], AfterValidator(_json_data)] = Field(
+        description="the agent's input, a JSON object (no NaN or Infinity; integers within 64 bits)")
     priority: Priority | None = Field(default=None, description="lane name, or 0-10 (7-10 high, 4-6 normal, 0-3 low); default: a priority 0-10 in data (or data.data), else normal")
     webhook: WebhookUrl | None = Field(default=None, description="http(s) URL the notifier POSTs the result to")
     id: JobId | None = Field(default=None, description="job id and idempotency key; default: the stream entry ID")

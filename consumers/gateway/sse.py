@@ -72,6 +72,7 @@ async def job_events(
     job_id: JobIdPath,
     state: Annotated[GatewayState, Depends(gateway_state)],
     start: Annotated[tuple[JobRecord, str | None], Depends(_resume_point)],
+    caller: Annotated[Caller, Depends(authorize)],
 ) -> AsyncIterator[ServerSentEvent]:
     """``event: status`` with the status record as data, one per state change; the stream ends after the
     terminal state. Reconnect with ``Last-Event-ID`` to resume."""
@@ -94,7 +95,9 @@ async def job_events(
         except (RedisError, OSError):  # Redis away: keep the stream and look again later
             delay = settings.sse_poll_max_s
             continue
-        if polled is None:
+        # The tenant is checked on every poll: the record may have expired and been created again by another
+        # tenant under the same id while this stream was open.
+        if polled is None or (caller.tenant is not None and polled.tenant != caller.tenant):
             yield ServerSentEvent(event="error", data={"error": {"code": "job_not_found", "message": f"job {job_id!r} expired"}})
             return
         record = polled

@@ -4,7 +4,11 @@
 --   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...],
 --    [record field, value, ...] (tenant, webhook, traceparent: known to status readers from the start)]
 -- Entry IDs come from one clock shared by the three lanes, so an id-less job's id (its entry ID)
--- is unique across lanes, not only within one.
+-- is unique across lanes, not only within one. An id-less job never adopts an existing record: when
+-- a record of its entry ID exists (written by a raw XADD naming that id), the job is named
+-- '<lane>:<entry ID>' as start.lua names it; when that exists too, the entry is withdrawn and the job
+-- answered 'conflict' (created 0, id ''): producers refuse explicit ids of both shapes, so only raw
+-- XADDs can get there.
 -- Returns per job {job_id, status, created (1|0)}.
 local lane, clock = KEYS[1], KEYS[2]
 local job_prefix, lane_name = ARGV[1], ARGV[2]
@@ -36,12 +40,23 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
     if type(eid) == 'table' and eid.err then  -- the lane is ahead of the clock (a plain XADD *): fall back
       eid = redis.call('XADD', lane, '*', unpack(fields))
     end
-    if jid == '' then jid = eid end
-    if sub == '' then sub = string.match(eid, '^(%d+)') end
-    redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,
-      'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name)
-    if #extra > 0 then redis.call('HSET', job_prefix .. jid, unpack(extra)) end
-    out[#out + 1] = {jid, 'queued', 1}
+    if jid == '' then
+      jid = eid
+      if redis.call('EXISTS', job_prefix .. jid) == 1 then jid = lane_name .. ':' .. eid end
+      if redis.call('EXISTS', job_prefix .. jid) == 1 then
+        redis.call('XDEL', lane, eid)
+        jid = false
+      end
+    end
+    if jid then
+      if sub == '' then sub = string.match(eid, '^(%d+)') end
+      redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,
+        'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name)
+      if #extra > 0 then redis.call('HSET', job_prefix .. jid, unpack(extra)) end
+      out[#out + 1] = {jid, 'queued', 1}
+    else
+      out[#out + 1] = {'', 'conflict', 0}
+    end
   end
 end
 return out

@@ -17,6 +17,9 @@ MALFORMED = {
     "text-attempts": ({"agent": "echo", "data": "{}", "max_attempts": "three"}, "max_attempts"),
     "bad-timeout": ({"agent": "echo", "data": "{}", "timeout_s": "-1"}, "timeout_s"),
     "bad-deadline": ({"agent": "echo", "data": "{}", "deadline": "soon"}, "deadline"),
+    "nan": ({"agent": "echo", "data": '{"x": NaN}'}, "not JSON"),
+    "infinity": ({"agent": "echo", "data": '{"x": [-Infinity]}'}, "not JSON"),
+    "1e400": ({"agent": "echo", "data": '{"x": 1e400}'}, "infinity"),
     "bad-echo-input": ({"agent": "echo", "data": '{"sleep_s": "long"}'}, "sleep_s must be a number"),
 }
 
@@ -44,6 +47,16 @@ async def test_every_malformed_entry_is_rejected_and_dead_lettered(redis, keys: 
     # And the group is not blocked: nothing pending, the worker alive
     assert (await redis.xpending(keys.lane("normal"), "workers"))["pending"] == 0
     assert all(w.alive() for w in workers.children)
+
+
+async def test_an_id_outside_the_alphabet_is_rejected_with_the_reason(redis, keys: Keys, workers) -> None:
+    workers.start()
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "commande-é"})
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "wf-1:step.a_2"})
+    got = {r.id: r for r in await wait_results(redis, keys, 2, timeout=20)}
+    assert got["commande-é"].status == "rejected"
+    assert "job id must be 1-512 ASCII letters, digits, '_', '.', ':' or '-'" in (got["commande-é"].error or "")
+    assert got["wf-1:step.a_2"].status == "completed"
 
 
 @pytest.mark.parametrize("field", ["id", "webhook"])

@@ -53,3 +53,17 @@ async def test_a_redis_error_reaches_every_waiting_request(redis, keys: Keys) ->
     # And the next publish starts a fresh flush
     with pytest.raises(ConnectionError):
         await batcher.publish(JobRequest(agent="echo", data={}), "normal")
+
+
+async def test_a_request_that_cannot_be_encoded_fails_alone(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a batch where one request slipped past validation with an integer orjson cannot encode
+    batcher = PublishBatcher(Producer(redis, keys))
+    poison = JobRequest.model_construct(agent="echo", data={"n": 2**70}, id=None, webhook=None, tenant=None,
+                                        max_attempts=None, timeout_s=None, deadline=None, traceparent=None, submitted_at=None)
+    requests = [JobRequest(agent="echo", data={"i": i}) for i in range(10)]
+    requests.insert(4, poison)
+    answers = await asyncio.gather(*(batcher.publish(r, "normal") for r in requests), return_exceptions=True)
+    # Then only the poison one failed, with the reason, and the other ten are queued
+    assert isinstance(answers[4], ValueError) and "64-bit" in str(answers[4])
+    assert all(a.created for i, a in enumerate(answers) if i != 4)  # type: ignore[union-attr]
+    assert await redis.xlen(keys.lane("normal")) == 10

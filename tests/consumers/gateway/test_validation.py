@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.consumers.gateway.support import GatewayFactory
@@ -19,7 +21,12 @@ INVALID = [
     ({"agent": "echo", "data": {}, "webhook": "not a url"}, "webhook", "http"),
     ({"agent": "echo", "data": {}, "max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
     ({"agent": "echo", "data": {}, "timeout_s": -1}, "timeout_s", "greater than 0"),
-    ({"agent": "echo", "data": {}, "id": "a/b"}, "id", "pattern"),
+    ({"agent": "echo", "data": {}, "id": "a/b"}, "id", "ASCII letters, digits"),
+    ({"agent": "echo", "data": {}, "id": "commande-é"}, "id", "ASCII letters, digits"),
+    ({"agent": "echo", "data": {}, "id": "x" * 513}, "id", "at most 512"),
+    ({"agent": "echo", "data": {}, "id": "1764580000000-0"}, "id", "reserved"),
+    ({"agent": "echo", "data": {}, "id": "normal:1764580000000-3"}, "id", "reserved"),
+    ({"agent": "echo", "data": {"n": 2**64}}, "data", "64-bit"),
     ({"agent": "echo", "data": {}, "colour": "red"}, "colour", "Extra inputs"),
     ({"agent": "nosuchagent", "data": {}}, "agent", "unknown agent 'nosuchagent'"),
 ]
@@ -40,6 +47,24 @@ async def test_invalid_bodies_are_422_naming_the_field(client) -> None:  # type:
         assert error["code"] == "invalid_request"
         assert error["message"].startswith(f"{field}:") or f"; {field}:" in error["message"], (body, error)
         assert words in error["message"], (body, error["message"])
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_are_refused_not_turned_into_null(client, number: str) -> None:  # type: ignore[no-untyped-def]
+    body = f'{{"agent": "echo", "data": {{"x": {{"y": [1, {number}]}}}}}}'.encode()
+    response = await client.post("/jobs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"].startswith("data: holds NaN or Infinity"), response.text
+
+
+async def test_a_poison_request_fails_alone_among_concurrent_ones(client) -> None:  # type: ignore[no-untyped-def]
+    # Given 60 concurrent submissions (batched together by the gateway), one holding an integer over 64 bits
+    bodies = [{"agent": "echo", "data": {"i": i}} for i in range(60)]
+    bodies[17] = {"agent": "echo", "data": {"i": 2**70}}
+    answers = await asyncio.gather(*(client.post("/jobs", json=body) for body in bodies))
+    # Then the poison one is 422 with the reason and the others are queued
+    assert answers[17].status_code == 422 and "64-bit" in answers[17].json()["error"]["message"], answers[17].text
+    assert [a.status_code for i, a in enumerate(answers) if i != 17] == [202] * 59
 
 
 async def test_a_body_that_is_not_json_is_422(client) -> None:  # type: ignore[no-untyped-def]
