@@ -8,7 +8,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from streams.envelope import DeadLetter, entry_ms
-from streams.errors import DeadLetterNotFound, StreamcrewError
+from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, Keys
 from streams.scripts import Scripts
 
@@ -43,6 +43,9 @@ async def replay(redis: Redis, keys: Keys, entry_id: str) -> str:
     for k, v in fields.items():
         args += [k, v]
     new_id = await Scripts(redis).replay(keys=[keys.dead], args=args)
+    if isinstance(new_id, list):
+        raise JobIsLive(f"job {letter.id!r} of dead letter {entry_id} is {new_id[1]} again (submitted anew since it died); "
+                        "replaying would take over that run: let it end first, or purge this dead letter")
     if not new_id:
         raise DeadLetterNotFound(f"dead letter {entry_id} vanished while replaying (replayed elsewhere?)")
     return letter.id

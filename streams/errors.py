@@ -9,6 +9,7 @@ StreamcrewError                 root of everything streamcrew raises on purpose
 ├── InvalidRequest              a request a producer may not publish (a reserved id, ...)
 ├── JobNotFound                 no job record for that id
 ├── DeadLetterNotFound          no dead letter with that entry ID
+├── JobIsLive                   a dead letter's job id names a live job again: no replay
 └── AgentControl                control flow an agent may raise; never logged as an error
     ├── RetryLater              run this job again after ``delay_s`` (counts as an attempt)
     └── Reject                  the request can never succeed: end it ``rejected``, no retry
@@ -58,6 +59,10 @@ class JobNotFound(StreamcrewError):
 
 class DeadLetterNotFound(StreamcrewError):
     """Raised when no dead letter has that entry ID (never existed, replayed or purged)."""
+
+
+class JobIsLive(StreamcrewError):
+    """Raised when replaying a dead letter whose job id is queued, running or retrying again."""
 
 
 class AgentControl(Exception):

@@ -96,3 +96,20 @@ async def test_dead_purge_and_replay_by_reason(redis_url: str, prefix: str, redi
     replayed = cli(redis_url, prefix, "dead", "replay", "--all", "--reason", "expired")
     assert json.loads(replayed.stdout) == {"replayed": ["d1"], "skipped": 0}, replayed.stderr
     assert await redis.xlen(keys.dead) == 0
+
+
+@pytest.mark.parametrize("status", ["queued", "running", "retrying"])
+async def test_dead_replay_refuses_a_live_job(redis_url: str, prefix: str, redis, keys: Keys, status: str) -> None:
+    # Given a dead letter of job "reused" whose id names a live job again
+    await redis.xadd(keys.dead, {"id": "reused", "agent": "echo", "reason": "exhausted", "error": "old boom",
+                                 "source_stream": keys.lane("low"), "source_id": "1-0", "attempts": "3",
+                                 "dead_at": "1700000000000", "request": '{"agent": "echo", "data": "{}"}'})
+    await redis.hset(keys.job("reused"), mapping={"status": status, "agent": "echo", "attempts": "1", "source": "normal/5-0"})
+    # When it is replayed from the CLI
+    done = cli(redis_url, prefix, "dead", "replay", "--all")
+    # Then it is skipped with the reason, and the live job is untouched
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {"replayed": [], "skipped": 1}
+    assert f"is {status} again" in done.stderr
+    assert await redis.hgetall(keys.job("reused")) == {"status": status, "agent": "echo", "attempts": "1", "source": "normal/5-0"}
+    assert await redis.xlen(keys.dead) == 1

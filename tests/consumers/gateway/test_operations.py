@@ -97,3 +97,23 @@ async def test_metrics_count_requests_by_route_and_show_stream_gauges(gateways: 
     assert samples[("streamcrew_http_request_duration_seconds_count", (("method", "POST"), ("route", "/jobs")))] == 3
     assert samples[("streamcrew_stream_length", (("stream", "normal"),))] == 3
     assert ("streamcrew_group_pending", (("group", "workers"), ("stream", "normal"))) in samples
+
+
+async def test_a_dead_letter_of_a_live_job_is_not_replayed(gateways: GatewayFactory, redis, keys: Keys, producer) -> None:  # type: ignore[no-untyped-def]
+    # Given an old dead letter of job "reused", and a new job of that id queued since (its record had expired)
+    entry = await redis.xadd(keys.dead, {"id": "reused", "agent": "echo", "reason": "exhausted", "error": "old boom",
+                                         "source_stream": keys.lane("low"), "source_id": "1-0", "attempts": "3",
+                                         "dead_at": "1700000000000", "request": '{"agent": "echo", "data": "{}"}'})
+    await producer.publish("echo", {"new": True}, id="reused")
+    before = await redis.hgetall(keys.job("reused"))
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When it is replayed over HTTP
+        replayed = await client.post(f"/dead/{entry}/replay")
+        # Then it is refused with the reason, and the live job and the dead letter are as they were
+        assert replayed.status_code == 409, replayed.text
+        assert replayed.json()["error"]["code"] == "cannot_replay"
+        assert "is queued again" in replayed.json()["error"]["message"]
+    assert await redis.hgetall(keys.job("reused")) == before
+    assert await redis.xlen(keys.dead) == 1
+    assert await redis.xlen(keys.lane("normal")) == 1
