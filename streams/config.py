@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -18,12 +18,25 @@ class StreamSettings(BaseSettings):
     prefix: str = Field(default="streamcrew", min_length=1, description="key prefix")
     lease_s: float = Field(default=60.0, gt=0, description="seconds a claimed job may go without a heartbeat before it is reclaimed")
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="largest encoded request accepted")
-    results_maxlen: int = Field(default=1_000_000, gt=0, description="approximate MAXLEN of the results stream")
+    results_maxlen: int = Field(
+        default=1_000_000, gt=0,
+        description="result events kept once every consumer group has acknowledged them; events a group still needs are kept beyond it",
+    )
+    results_hard_maxlen: int = Field(
+        default=5_000_000, gt=0,
+        description="hard cap of the results stream: past it even events a group has not acknowledged are cut, counted in streamcrew_results_dropped_total",
+    )
     job_ttl_s: int = Field(default=7 * 24 * 3600, gt=0, description="seconds a job record lives after the job ends")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="first retry delay of a failed job, doubled per attempt, with jitter")
     retry_backoff_max_s: float = Field(default=300.0, ge=0, description="longest retry delay")
     consumer_idle_s: float = Field(default=3600.0, gt=0, description="consumers idle this long with nothing pending are removed from their group")
     default_max_attempts: int = Field(default=3, ge=1, description="max_attempts of a request that does not set it")
+
+    @model_validator(mode="after")
+    def _hard_cap_above_keep(self) -> StreamSettings:
+        if self.results_hard_maxlen < self.results_maxlen:
+            raise ValueError(f"results_hard_maxlen ({self.results_hard_maxlen}) must be >= results_maxlen ({self.results_maxlen})")
+        return self
 
     @property
     def effective_redis_url(self) -> str:

@@ -23,6 +23,7 @@ from streams.config import StreamSettings
 from streams.envelope import JobRequest, JobResult, Status, dumps, entry_ms, now_ms
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.keys import Keys
+from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
@@ -271,6 +272,7 @@ class JobProcessor:
             self._trimmed_at = now
             for lane in self.keys.lanes:
                 await self._scripts.trim(keys=[lane])
+            await trim_results(self._scripts, self.keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
         await self.workflows.expire_due()
         while True:
             moved = await self._scripts.promote(

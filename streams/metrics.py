@@ -22,6 +22,9 @@ QUEUE_WAIT = Histogram(
 IN_FLIGHT = Gauge("streamcrew_jobs_in_flight", "Attempts running now", ["agent"])
 RETRIES = Counter("streamcrew_retries_total", "Attempts that failed and were scheduled again", ["agent"])
 RECLAIMED = Counter("streamcrew_reclaimed_total", "Entries taken over from stalled consumers", ["lane"])
+RESULTS_DROPPED = Counter(
+    "streamcrew_results_dropped", "Result events cut from the results stream by its hard cap before every group acknowledged them",
+)
 DEAD_LETTERS = Counter("streamcrew_dead_letters_total", "Requests dead-lettered, by reason", ["reason"])
 # Counted by every producer; exported by those that serve /metrics (the gateway).
 SUBMITTED = Counter("streamcrew_jobs_submitted_total", "New jobs published to a lane by this process (repeated ids not counted)", ["lane"])

@@ -34,6 +34,7 @@ class Scripts:
         self.trim: AsyncScript = redis.register_script(_source("trim"))
         self.wf_start: AsyncScript = redis.register_script(_with_workflows("wf_start"))
         self.wf_expire: AsyncScript = redis.register_script(_with_workflows("wf_expire"))
+        self.trim_results: AsyncScript = redis.register_script(_source("trim_results"))
 
 
 Reply = Any

@@ -1,5 +1,5 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
--- KEYS: results, dead, delayed; ARGV: job_prefix, group, results_maxlen, job_ttl_s, lane_prefix, ops
+-- KEYS: results, dead, delayed; ARGV: job_prefix, group, results_maxlen (unused), job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
@@ -40,7 +40,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     if stop then
       out[#out + 1] = 0
     else
-      redis.call('XADD', results, 'MAXLEN', '~', maxlen, '*', unpack(res))
+      redis.call('XADD', results, '*', unpack(res))  -- no MAXLEN: trim_results.lua keeps what groups need
       local key = job_prefix .. jid
       if stale_error then redis.call('HDEL', key, 'error') end
       redis.call('HSET', key, 'source', op[4], unpack(res))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import httpx
 
@@ -41,3 +42,10 @@ async def test_promtool_accepts_a_running_workers_metrics(promtool: str, metrics
     # Then it reports nothing: no error, no lint problem
     report = (done.stdout + done.stderr).strip()
     assert done.returncode == 0 and not report, f"promtool check metrics (exit {done.returncode}):\n{report}"
+
+
+def test_promtool_unit_tests_of_the_alert_rules(promtool: str) -> None:
+    # When promtool runs the rule unit tests (StreamcrewResultsDropped fires on results cut unread, and clears)
+    done = _run([promtool, "test", "rules", str(Path(__file__).with_name("alerts_test.yml"))])
+    # Then they pass
+    assert done.returncode == 0, f"promtool test rules:\n{done.stdout}\n{done.stderr}"

@@ -1,6 +1,9 @@
-"""Lanes are trimmed to the oldest entry any group still needs."""
+"""Lanes are trimmed to the oldest entry any group still needs; the results stream too, up to a hard cap."""
+
+from prometheus_client import REGISTRY
 
 from streams.keys import Keys
+from streams.retention import trim_results
 from streams.scripts import Scripts
 
 
@@ -22,3 +25,65 @@ async def test_trim_keeps_pending_and_undelivered_entries(redis, keys: Keys) -> 
         await redis.xack(lane, "workers", eid)
     await Scripts(redis).trim(keys=[lane])
     assert [e[0] for e in await redis.xrange(lane)] == ids[4:]
+
+
+async def _results(redis, keys: Keys, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+    return [await redis.xadd(keys.results, {"id": f"job-{i}"}) for i in range(n)]
+
+
+async def test_results_are_trimmed_only_below_what_every_group_acknowledged(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given ten results, a notifier group that has acknowledged six of them and an audit group that read four
+    ids = await _results(redis, keys, 10)
+    await redis.xgroup_create(keys.results, "notifier", id="0")
+    await redis.xgroup_create(keys.results, "audit", id="0")
+    read = await redis.xreadgroup("notifier", "n", {keys.results: ">"}, count=6)
+    await redis.xack(keys.results, "notifier", *[eid for eid, _ in read[0][1]])
+    await redis.xreadgroup("audit", "a", {keys.results: ">"}, count=4)  # pending, not acknowledged
+    scripts = Scripts(redis)
+    # When the stream is trimmed to keep 3
+    assert await trim_results(scripts, keys, keep=3, hard_cap=100) == (0, 0)
+    # Then nothing goes: the audit group still needs the first entry
+    assert await redis.xlen(keys.results) == 10
+    # And once audit acknowledges its four, those go, but not what the notifier still needs (6-9)
+    await redis.xack(keys.results, "audit", *ids[:4])
+    await redis.xgroup_destroy(keys.results, "audit")
+    assert await trim_results(scripts, keys, keep=3, hard_cap=100) == (6, 0)
+    assert [e[0] for e in await redis.xrange(keys.results)] == ids[6:]
+    # And acknowledged entries go only down to `keep`
+    read = await redis.xreadgroup("notifier", "n", {keys.results: ">"})
+    await redis.xack(keys.results, "notifier", *[eid for eid, _ in read[0][1]])
+    assert await trim_results(scripts, keys, keep=3, hard_cap=100) == (1, 0)
+    assert [e[0] for e in await redis.xrange(keys.results)] == ids[7:]
+
+
+async def test_the_hard_cap_cuts_unread_results_and_counts_them(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given 2,500 results the notifier group has not read, with a hard cap of 1,000
+    pipe = redis.pipeline(transaction=False)
+    for i in range(2500):
+        pipe.xadd(keys.results, {"id": f"job-{i}"})
+    await pipe.execute()
+    await redis.xgroup_create(keys.results, "notifier", id="0")
+    before = REGISTRY.get_sample_value("streamcrew_results_dropped_total") or 0.0
+    # When the stream is trimmed
+    assert await trim_results(Scripts(redis), keys, keep=10, hard_cap=1000) == (0, 1500)
+    # Then it holds the newest 1,000, and the 1,500 cut unread are counted
+    assert await redis.xlen(keys.results) == 1000
+    assert REGISTRY.get_sample_value("streamcrew_results_dropped_total") == before + 1500
+
+
+async def test_acknowledged_results_are_trimmed_to_keep_in_batches(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given 2,500 results the notifier group read and acknowledged
+    pipe = redis.pipeline(transaction=False)
+    for i in range(2500):
+        pipe.xadd(keys.results, {"id": f"job-{i}"})
+    await pipe.execute()
+    await redis.xgroup_create(keys.results, "notifier", id="$")
+    # When trimmed to keep 100: all but 100 go (in batches of TRIM_BATCH), none counted as dropped
+    assert await trim_results(Scripts(redis), keys, keep=100, hard_cap=10_000) == (2400, 0)
+    assert await redis.xlen(keys.results) == 100
+    # And with no group at all, the same
+    await redis.xgroup_destroy(keys.results, "notifier")
+    for i in range(50):
+        await redis.xadd(keys.results, {"id": f"more-{i}"})
+    assert await trim_results(Scripts(redis), keys, keep=100, hard_cap=120) == (50, 0)
+    assert await redis.xlen(keys.results) == 100
