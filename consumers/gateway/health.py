@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from redis.exceptions import RedisError
 from starlette.responses import Response
 
-from consumers.gateway.auth import Caller, authorize
+from consumers.gateway.auth import Caller, require_operator
 from consumers.gateway.metrics import render
 from consumers.gateway.models import Health
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
@@ -33,8 +33,9 @@ async def readyz(state: State) -> Response:
     try:
         await asyncio.wait_for(state.redis.ping(), state.settings.ready_timeout_s)
     except (RedisError, OSError, TimeoutError) as exc:
-        reason = type(exc).__name__ if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-        return json_response(503, {"error": {"code": "not_ready", "message": f"Redis does not answer: {reason}"}},
+        # The route needs no key: name the kind of failure only, never the Redis address (it goes to the log).
+        log.warning("readyz: Redis does not answer: %s", exc)
+        return json_response(503, {"error": {"code": "not_ready", "message": f"Redis does not answer ({type(exc).__name__})"}},
                              headers={"Retry-After": "1"})
     return json_response(200, {"status": "ready"})
 
@@ -42,9 +43,10 @@ async def readyz(state: State) -> Response:
 @router.get(
     "/metrics", summary="Prometheus metrics", response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
-               **errors(*AUTH_ERRORS, json_route=False)},
+               **errors(403, *AUTH_ERRORS, json_route=False)},
 )
-async def metrics(state: State, _: Annotated[Caller, Depends(authorize)]) -> Response:
-    """The gateway's request metrics and the stream gauges (read from Redis at scrape time, off the event loop)."""
+async def metrics(state: State, _: Annotated[Caller, Depends(require_operator)]) -> Response:
+    """The gateway's request metrics and the stream gauges (read from Redis at scrape time, off the event loop).
+    Queue-wide, so a tenant-bound key gets 403, as for ``/queue/stats``."""
     body, content_type = await asyncio.to_thread(render)
     return Response(body, media_type=content_type)

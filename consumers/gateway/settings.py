@@ -34,6 +34,10 @@ class GatewaySettings(StreamSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="browser origins allowed to call the API (CORS), '*' for any; empty = none",
     )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="proxy addresses (IPs or CIDRs, '*' for any) whose X-Forwarded-For/-Proto name the client; empty = trust none",
+    )
     max_body_bytes: int = Field(default=2 * 1_048_576, gt=0, description="largest HTTP request body accepted (413 above)")
     rate_limit_per_s: float = Field(default=0.0, ge=0, description="requests per second per key (token bucket in Redis); 0 = off")
     rate_limit_burst: int = Field(default=0, ge=0, description="bucket size; 0 = one second's worth of rate_limit_per_s")
@@ -44,7 +48,7 @@ class GatewaySettings(StreamSettings):
     access_log: bool = Field(default=False, description="log one line per HTTP request")
     log_level: str = Field(default="info", description="debug, info, warning or error")
 
-    @field_validator("api_keys", "known_agents", "cors_origins", mode="before")
+    @field_validator("api_keys", "known_agents", "cors_origins", "trusted_proxies", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         return _split(value)

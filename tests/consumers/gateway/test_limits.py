@@ -40,6 +40,10 @@ async def test_keys_are_required_when_configured(gateways: GatewayFactory) -> No
         assert other.status_code == 403 and other.json()["error"]["code"] == "tenant_mismatch"
         assert (await acme.get("/queue/stats")).status_code == 403
         assert (await operator.get("/queue/stats")).status_code == 200
+        # And /metrics (queue-wide gauges, consumer names) is as closed to it as /queue/stats
+        forbidden = await acme.get("/metrics")
+        assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "forbidden"
+        assert (await operator.get("/metrics")).status_code == 200
 
 
 async def test_bodies_over_the_cap_are_413(gateways: GatewayFactory) -> None:
@@ -106,3 +110,20 @@ async def test_cors_lets_configured_browser_origins_in(gateways: GatewayFactory)
         assert posted.status_code == 202 and posted.headers["access-control-allow-origin"] == "https://app.example.com"
         stranger = await client.post("/jobs", json=JOB, headers={"Origin": "https://evil.example.net"})
         assert "access-control-allow-origin" not in stranger.headers
+
+
+async def test_x_forwarded_for_is_ignored_unless_the_proxy_is_trusted(gateways: GatewayFactory) -> None:
+    # Given a gateway without keys, limiting each client address to a burst of 2
+    env = {"STREAMCREW_RATE_LIMIT_PER_S": "0.1", "STREAMCREW_RATE_LIMIT_BURST": "2"}
+    gateway = await gateways.start(env)
+    async with gateway.client() as client:
+        # When a client on the host sends each request as from another address
+        answers = [await client.post("/jobs", json=JOB, headers={"X-Forwarded-For": f"203.0.113.{n}"}) for n in range(4)]
+        # Then the header is not believed: all four share the loopback bucket, so the third is 429
+        assert [a.status_code for a in answers] == [202, 202, 429, 429]
+    # Given a gateway that trusts the proxy on 127.0.0.1
+    trusting = await gateways.start({**env, "STREAMCREW_TRUSTED_PROXIES": "127.0.0.1"})
+    async with trusting.client() as client:
+        # Then the proxy's X-Forwarded-For names the client: one bucket per forwarded address
+        answers = [await client.post("/jobs", json=JOB, headers={"X-Forwarded-For": f"203.0.113.{n}"}) for n in range(4)]
+        assert [a.status_code for a in answers] == [202] * 4
