@@ -12,6 +12,7 @@ import logging
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -177,37 +178,47 @@ class JobProcessor:
         metrics.RUNNING[agent] += 1
         t0 = time.perf_counter()
         outcome = "completed"
+        seconds = 0.0
+
+        def report(wrote: bool) -> None:
+            """Logged once the settlement is written: an ending the fence turned away is ``fenced`` (INFO, it is rare
+            and telling); every other attempt's line is DEBUG (the summary line counts them at INFO)."""
+            if not wrote:
+                log.info("job=%s agent=%s lane=%s attempt=%d outcome=fenced seconds=%.3f", c.job_id, agent, c.lane, run.attempt, seconds)
+            elif log.isEnabledFor(logging.DEBUG):
+                log.debug("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
+
         try:
             output, usage = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
-            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output, usage=usage)
+            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output, usage=usage, report=report)
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         except Reject as exc:
             outcome = "rejected"
-            self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected")
+            self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected", report=report)
         except RetryLater as exc:
-            outcome = self._fail_or_retry(run, exc.reason, delay_s=exc.delay_s)
+            outcome = self._fail_or_retry(run, exc.reason, delay_s=exc.delay_s, report=report)
         except TimeoutError:
             limit = c.request.timeout_s
-            outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out")
+            outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out", report=report)
         except Exception as exc:  # an agent failure is data, not a crash of the worker
-            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}")
+            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}", report=report)
         finally:
             seconds = time.perf_counter() - t0
             metrics.RUNNING[agent] -= 1
             metrics.duration(agent).observe(seconds)
-            if outcome != "cancelled":  # a cancelled attempt is handed back by the drain, which needs it
+            if outcome == "cancelled":  # handed back by the drain, which needs it; no settlement to wait for
+                report(True)
+            else:
                 self._running.pop((c.stream, c.entry_id), None)
             self._tally.add("retry" if outcome.startswith("retry") else outcome, seconds)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
 
-    def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None) -> str:
+    def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None, report: Callable[[bool], None] | None = None) -> str:
         c = run.claimed
         if run.used >= c.max_attempts:
             self._finish(c, Status.FAILED, attempts=run.attempt, started_at=run.started_at,
-                         error=f"{error} (attempt {run.used} of {c.max_attempts})", dead_reason="exhausted")
+                         error=f"{error} (attempt {run.used} of {c.max_attempts})", dead_reason="exhausted", report=report)
             return "failed"
         if delay_s is None:
             base = self.settings.retry_backoff_s * (2 ** (run.used - 1))
@@ -216,7 +227,9 @@ class JobProcessor:
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         metrics.retries(c.request.agent).inc()
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, _short(error))
-        self.settler.submit(retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error))
+        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error)
+        op.on_written = report
+        self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
 
     # -- endings -------------------------------------------------------------
@@ -224,6 +237,7 @@ class JobProcessor:
     def _finish(
         self, c: Claimed, status: Status, *, attempts: int, started_at: int | None,
         result: Any = None, usage: dict[str, Any] | None = None, error: str | None = None, dead_reason: str | None = None,
+        report: Callable[[bool], None] | None = None,
     ) -> None:
         r = c.request
         finished = now_ms()
@@ -236,7 +250,7 @@ class JobProcessor:
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
         op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead, parent=r.parent, step=r.step)
-        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error)
+        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, report=report)
         self.settler.submit(op)
 
     def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
@@ -311,7 +325,8 @@ def _short(text: str | None, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False):  # type: ignore[no-untyped-def]
+def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
+           report: Callable[[bool], None] | None = None) -> Callable[[bool], None]:
     def written(wrote: bool) -> None:
         if wrote:
             metrics.jobs(agent, status).inc()
@@ -320,4 +335,6 @@ def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error:
                 log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, _short(error))
             if workflow:
                 metrics.workflow_ended(status)
+        if report is not None:
+            report(wrote)
     return written

@@ -113,3 +113,10 @@ async def test_dead_replay_refuses_a_live_job(redis_url: str, prefix: str, redis
     assert f"is {status} again" in done.stderr
     assert await redis.hgetall(keys.job("reused")) == {"status": status, "agent": "echo", "attempts": "1", "source": "normal/5-0"}
     assert await redis.xlen(keys.dead) == 1
+
+
+@pytest.mark.parametrize(("job_id", "words"), [("commande-é", "ASCII letters, digits"), ("1764580000000-0", "reserved")])
+def test_submit_refuses_an_id_outside_the_alphabet(redis_url: str, prefix: str, job_id: str, words: str) -> None:
+    done = cli(redis_url, prefix, "submit", "echo", "--id", job_id)
+    assert done.returncode == 2, done.stderr
+    assert words in " ".join(done.stderr.split())

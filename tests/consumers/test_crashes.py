@@ -123,3 +123,26 @@ async def test_worker_survives_a_redis_restart(own_redis: RedisServer, prefix: s
     finally:
         worker.kill()
         await redis.aclose()
+
+
+async def test_a_result_fenced_off_is_logged_as_fenced(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker running a three-second job
+    worker = workers.start()
+    await producer.publish("echo", {"sleep_s": 3}, id="overtaken")
+
+    async def running() -> bool:
+        return await redis.hget(keys.job("overtaken"), "status") == "running"
+
+    await wait_until(running, timeout=15, what="the job to run")
+    # When, meanwhile, its record ends elsewhere (as when a peer that reclaimed it finished first)
+    await redis.hset(keys.job("overtaken"), mapping={"status": "completed", "result": '"from the peer"'})
+    # Then the worker's own ending is fenced off: no second result, and its log says so, not "completed"
+    await wait_until(lambda: _logged(worker, "job=overtaken"), timeout=15, what="the worker's log line for the job")
+    line = next(line for line in worker.log_text().splitlines() if "job=overtaken" in line)
+    assert "outcome=fenced" in line, line
+    assert await redis.xlen(keys.results) == 0
+    assert await redis.hget(keys.job("overtaken"), "result") == '"from the peer"'
+
+
+async def _logged(worker: Child, text: str) -> bool:
+    return text in worker.log_text()
