@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from streams.errors import DecodeError
 from streams.keys import LANES
@@ -175,8 +175,9 @@ class JobRequest(BaseModel):
 
     @field_validator("data")
     @classmethod
-    def _strict_json(cls, value: dict[str, Any]) -> dict[str, Any]:
-        encode_data(value)
+    def _strict_json(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if not (info.context or {}).get("parsed_by_orjson"):  # orjson.loads never yields NaN, inf or a big int
+            encode_data(value)
         return value
 
     def to_fields(self) -> dict[str, str]:
@@ -214,7 +215,7 @@ class JobRequest(BaseModel):
             except orjson.JSONDecodeError as exc:
                 raise DecodeError(f"field 'inputs' is not JSON: {exc}", raw) from None
         try:
-            request = cls.model_validate(values)
+            request = cls.model_validate(values, context={"parsed_by_orjson": True})
         except ValidationError as exc:
             raise DecodeError(_describe(exc), raw) from None
         if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):
