@@ -48,6 +48,8 @@ JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 # The names the system gives id-less jobs: the entry ID, or '<lane>:<entry ID>' (publish.lua, start.lua).
 _GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+$")
+# Validation context key: ``data`` was already found strict JSON (parsed by orjson, or checked at the edge).
+DATA_CHECKED = "data_checked"
 
 
 def check_job_id(value: str) -> str:
@@ -176,7 +178,7 @@ class JobRequest(BaseModel):
     @field_validator("data")
     @classmethod
     def _strict_json(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if not (info.context or {}).get("parsed_by_orjson"):  # orjson.loads never yields NaN, inf or a big int
+        if not (info.context or {}).get(DATA_CHECKED):  # e.g. orjson.loads never yields NaN, inf or a big int
             encode_data(value)
         return value
 
@@ -215,7 +217,7 @@ class JobRequest(BaseModel):
             except orjson.JSONDecodeError as exc:
                 raise DecodeError(f"field 'inputs' is not JSON: {exc}", raw) from None
         try:
-            request = cls.model_validate(values, context={"parsed_by_orjson": True})
+            request = cls.model_validate(values, context={DATA_CHECKED: True})
         except ValidationError as exc:
             raise DecodeError(_describe(exc), raw) from None
         if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):

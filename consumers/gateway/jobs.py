@@ -15,7 +15,7 @@ from consumers.gateway.errors import ApiError
 from consumers.gateway.models import ID_PATTERN, JobAccepted, JobResultView, JobSubmission, JobView
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view, json_response
 from consumers.gateway.state import GatewayState, gateway_state
-from streams.envelope import JOB_ID_MAX, JobRequest, lane_for_request, now_ms
+from streams.envelope import DATA_CHECKED, JOB_ID_MAX, JobRequest, lane_for_request, now_ms
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.records import JobRecord, get_job
 
@@ -82,11 +82,11 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         if tenant is not None and tenant != caller.tenant:
             raise ApiError(403, "tenant_mismatch", f"this key is bound to tenant {caller.tenant!r}")
         tenant = caller.tenant
-    job_request = JobRequest(
-        agent=body.agent, data=body.data, id=body.id, webhook=body.webhook, tenant=tenant, max_attempts=body.max_attempts,
-        timeout_s=body.timeout_s, deadline=body.deadline, traceparent=traceparent if traceparent and TRACEPARENT.match(traceparent) else None,
-        submitted_at=now_ms(),
-    )
+    job_request = JobRequest.model_validate({  # data was checked by JobSubmission
+        "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
+        "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
+        "traceparent": traceparent if traceparent and TRACEPARENT.match(traceparent) else None, "submitted_at": now_ms(),
+    }, context={DATA_CHECKED: True})
     try:
         published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
     except RequestTooLarge as exc:
