@@ -130,7 +130,10 @@ class Producer:
     async def _publish_chunk(self, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
         jobs = []
         for request in chunk:
-            fields = request.to_fields()
+            try:
+                fields = request.to_fields()
+            except ValueError as exc:  # built without validation (model_construct) and not encodable
+                raise InvalidRequest(f"request for agent {request.agent!r}: data {exc}") from None
             size = sum(len(k) + len(v) for k, v in fields.items())
             if size > self.max_request_bytes:
                 raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")

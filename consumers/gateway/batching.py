@@ -4,7 +4,8 @@ While one publish is in flight, new requests wait in a per-lane queue; when it
 returns, everything queued goes out in the next call. A lone request goes out
 at once (no timer), so batching adds no latency, and under load it turns N
 Redis round trips into one. The producer's guarantees hold per request: each
-is idempotent on its id, in order, and a request over the size cap fails alone.
+is idempotent on its id, in order, and a request over the size cap or that
+cannot be encoded (InvalidRequest) fails alone.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class PublishBatcher:
     async def _send(self, lane: str, batch: list[tuple[JobRequest, asyncio.Future[Published]]]) -> None:
         try:
             results = await self.producer.publish_many([request for request, _ in batch], priority=lane)
-        except (RequestTooLarge, InvalidRequest, ValueError, TypeError) as exc:  # about one request, not Redis
+        except (RequestTooLarge, InvalidRequest) as exc:  # about one request, not Redis
             if len(batch) == 1:
                 _settle_error(batch, exc)
                 return

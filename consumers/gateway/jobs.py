@@ -91,7 +91,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
     except RequestTooLarge as exc:
         raise ApiError(413, "request_too_large", str(exc)) from None
-    except (InvalidRequest, ValueError, TypeError) as exc:  # this request alone: the others of its batch went out
+    except InvalidRequest as exc:  # this request alone: the others of its batch went out
         raise ApiError(422, "invalid_request", str(exc)) from None
     if published.status == "conflict":  # a raw XADD squatted both names an id-less job could take
         raise ApiError(409, "id_conflict", "no free id for this job; retry")

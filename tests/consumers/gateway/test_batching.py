@@ -8,7 +8,7 @@ import pytest
 
 from consumers.gateway.batching import PublishBatcher
 from streams.envelope import JobRequest
-from streams.errors import RequestTooLarge
+from streams.errors import InvalidRequest, RequestTooLarge
 from streams.keys import Keys
 from streams.producer import Producer
 
@@ -64,6 +64,6 @@ async def test_a_request_that_cannot_be_encoded_fails_alone(redis, keys: Keys) -
     requests.insert(4, poison)
     answers = await asyncio.gather(*(batcher.publish(r, "normal") for r in requests), return_exceptions=True)
     # Then only the poison one failed, with the reason, and the other ten are queued
-    assert isinstance(answers[4], ValueError) and "64-bit" in str(answers[4])
+    assert isinstance(answers[4], InvalidRequest) and "64-bit" in str(answers[4])
     assert all(a.created for i, a in enumerate(answers) if i != 4)  # type: ignore[union-attr]
     assert await redis.xlen(keys.lane("normal")) == 10
