@@ -30,6 +30,7 @@ class StreamSettings(BaseSettings):
     retry_backoff_s: float = Field(default=1.0, ge=0, description="first retry delay of a failed job, doubled per attempt, with jitter")
     retry_backoff_max_s: float = Field(default=300.0, ge=0, description="longest retry delay")
     consumer_idle_s: float = Field(default=3600.0, gt=0, description="consumers idle this long with nothing pending are removed from their group")
+    partitions: int = Field(default=1, ge=1, le=16384, description="partitions of every stream and key, one hash slot each (contract §10); 1 keeps the unpartitioned keys")
     default_max_attempts: int = Field(default=3, ge=1, description="max_attempts of a request that does not set it")
 
     @model_validator(mode="after")

@@ -1,22 +1,74 @@
 """Every Redis key streamcrew owns, built from one prefix.
 
 All keys start with ``<prefix>:`` so ``SCAN MATCH <prefix>:*`` finds every key
-the system owns and nothing else. With Redis Cluster, a prefix like
-``{streamcrew}`` puts every key in one hash slot, which the Lua scripts need.
+the system owns and nothing else. With ``STREAMCREW_PARTITIONS=N`` > 1 (contract
+§10) partition ``p`` owns the keys ``<prefix>:{<p>}:...``: one hash slot per
+partition, so on Redis Cluster each Lua script touches one slot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import zlib
+from dataclasses import dataclass, replace
 
 LANES: tuple[str, ...] = ("high", "normal", "low")
 WORKERS_GROUP = "workers"
 NOTIFIER_GROUP = "notifier"
 
 
+# An id-less job's id in a partitioned prefix: its entry ID, then ``:`` and the partition.
+GENERATED_ID = re.compile(r"^\d+-\d+:(\d+)$")
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The partition of ``job_id``: the one a generated id names, else crc32(id) mod N.
+
+    An explicit id of the generated shape lands where that shape points, so it meets a
+    generated id it equals (and the publish script's idempotency holds) rather than colliding elsewhere.
+    """
+    if partitions <= 1:
+        return 0
+    if (named := GENERATED_ID.match(job_id)) and int(named.group(1)) < partitions:
+        return int(named.group(1))
+    return zlib.crc32(job_id.encode()) % partitions
+
+
+def parse_partitions(spec: str, partitions: int) -> tuple[int, ...]:
+    """``"0-3,5"`` -> (0, 1, 2, 3, 5); an empty spec means all ``partitions``; out of range is an error."""
+    if not spec.strip():
+        return tuple(range(partitions))
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"bad partition range {part!r}; use e.g. 0-3,5") from None
+        if not 0 <= first <= last < partitions:
+            raise ValueError(f"partition range {part!r} is outside 0-{partitions - 1}")
+        chosen.update(range(first, last + 1))
+    return tuple(sorted(chosen))
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
+    """The keys of one prefix, or of one partition of it (``partition`` set by :meth:`in_partition`)."""
+
     prefix: str = "streamcrew"
+    partition: int | None = None
+
+    def in_partition(self, p: int) -> Keys:
+        """The keys of partition ``p``: ``<prefix>:{<p>}:...``, one hash slot."""
+        if self.partition is not None:
+            raise ValueError("these keys are already one partition's")
+        if "{" in self.prefix or "}" in self.prefix:
+            raise ValueError(f"prefix {self.prefix!r} has a hash tag; partitions bring their own, so drop the braces")
+        return replace(self, prefix=f"{self.prefix}:{{{p}}}", partition=p)
+
+    def generated_id(self, entry_id: str) -> str:
+        """The job id of an id-less request with this entry ID: the entry ID, naming the partition when there is one."""
+        return entry_id if self.partition is None else f"{entry_id}:{self.partition}"
 
     def lane(self, name: str) -> str:
         if name not in LANES:
@@ -85,3 +137,15 @@ class Keys:
     @property
     def pattern(self) -> str:
         return f"{self.prefix}:*"
+
+
+def partition_keys(keys: Keys, partitions: int) -> tuple[Keys, ...]:
+    """Every partition's keys; N = 1 keeps the unpartitioned keys of contract §1."""
+    if partitions <= 1:
+        return (keys,)
+    return tuple(keys.in_partition(p) for p in range(partitions))
+
+
+def keys_for_job(keys: Keys, partitions: int, job_id: str) -> Keys:
+    """The keys of the partition ``job_id`` lives in."""
+    return keys if partitions <= 1 else keys.in_partition(partition_of(job_id, partitions))

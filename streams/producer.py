@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ from streams import metrics
 from streams.envelope import JobRequest, flat, is_generated_id, lane_for_priority, lane_for_request, now_ms
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
-from streams.keys import Keys
+from streams.keys import Keys, partition_keys, partition_of
 from streams.scripts import Scripts
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
@@ -42,17 +43,24 @@ def check_not_generated(request: JobRequest) -> None:
 class Producer:
     """Puts requests into the lanes; safe to share across tasks."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int = 1_048_576) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int = 1_048_576, partitions: int = 1) -> None:
         self.redis = redis
         self.keys = keys
         self.max_request_bytes = max_request_bytes
+        self.partitions = partition_keys(keys, partitions)
         self._scripts = Scripts(redis)
         self._groups_ready = False
+        self._next_idless = itertools.cycle(range(len(self.partitions)))
 
     async def ensure_groups(self) -> None:
         if not self._groups_ready:
-            await ensure_groups(self.redis, standard_groups(self.keys))
+            for keys in self.partitions:
+                await ensure_groups(self.redis, standard_groups(keys))
             self._groups_ready = True
+
+    def partition_for(self, request: JobRequest) -> int:
+        """crc32(id) mod N for a request with an id (a repeat meets its first copy); id-less ones take turns."""
+        return partition_of(request.id, len(self.partitions)) if request.id else next(self._next_idless)
 
     async def publish(
         self,
@@ -94,7 +102,7 @@ class Producer:
                                   tenant=tenant, traceparent=traceparent)
 
     async def publish_many(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published]:
-        """Publish requests to the ``priority`` lane, pipelined in chunks of ``PUBLISH_CHUNK``; order is kept.
+        """Publish requests to the ``priority`` lane, in chunks of ``PUBLISH_CHUNK`` per partition; order is kept.
 
         Without ``priority`` each request goes to the lane its data names, as in :meth:`publish`.
         A request with a reserved id fails the call before anything is published.
@@ -106,15 +114,23 @@ class Producer:
             return await self._publish_by_data(requests)
         lane_name = lane_for_priority(priority)
         await self.ensure_groups()
+        if len(self.partitions) == 1:
+            return await self._publish_partition(self.keys, list(requests), lane_name)
+        by_partition: dict[int, list[tuple[int, JobRequest]]] = {}
+        count = 0
+        for count, request in enumerate(requests, 1):
+            by_partition.setdefault(self.partition_for(request), []).append((count - 1, request))
+        out: list[Published | None] = [None] * count
+        for p, indexed in by_partition.items():
+            published = await self._publish_partition(self.partitions[p], [r for _, r in indexed], lane_name)
+            for (i, _), one in zip(indexed, published, strict=True):
+                out[i] = one
+        return [one for one in out if one is not None]
+
+    async def _publish_partition(self, keys: Keys, requests: Sequence[JobRequest], lane_name: str) -> list[Published]:
         out: list[Published] = []
-        chunk: list[JobRequest] = []
-        for request in requests:
-            chunk.append(request)
-            if len(chunk) >= PUBLISH_CHUNK:
-                out.extend(await self._publish_chunk(chunk, lane_name))
-                chunk = []
-        if chunk:
-            out.extend(await self._publish_chunk(chunk, lane_name))
+        for start in range(0, len(requests), PUBLISH_CHUNK):
+            out.extend(await self._publish_chunk(keys, requests[start:start + PUBLISH_CHUNK], lane_name))
         return out
 
     async def _publish_by_data(self, requests: list[JobRequest]) -> list[Published]:
@@ -127,7 +143,7 @@ class Producer:
             out.update(zip(indexes, published, strict=True))
         return [out[i] for i in range(len(requests))]
 
-    async def _publish_chunk(self, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
+    async def _publish_chunk(self, keys: Keys, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
         jobs = []
         for request in chunk:
             try:
@@ -139,8 +155,8 @@ class Producer:
                 raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
             extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
-        args = [self.keys.job_prefix, lane_name, orjson.dumps(jobs).decode()]
-        reply = await self._scripts.publish(keys=[self.keys.lane(lane_name), self.keys.clock], args=args)
+        args = [keys.job_prefix, lane_name, orjson.dumps(jobs).decode(), keys.generated_id("")]
+        reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock], args=args)
         published = [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
         metrics.submitted(lane_name).inc(sum(p.created for p in published))
         return published

