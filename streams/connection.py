@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -32,6 +33,45 @@ def connect(url: str, *, max_connections: int | None = None) -> Redis:
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
+
+
+def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
+    """A Redis Cluster client for ``url`` (any one node), with the timeouts of :func:`connect`.
+
+    The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
+    backoff covers the seconds a failover takes.
+    """
+    return RedisCluster.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_keepalive=True,
+        health_check_interval=30,
+        max_connections=max_connections or 100,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
+
+
+async def cluster_enabled(url: str) -> bool:
+    """Whether the server at ``url`` is a Redis Cluster node (``INFO cluster`` -> ``cluster_enabled:1``)."""
+    probe = connect(url, max_connections=1)
+    try:
+        info = await probe.info("cluster")
+    finally:
+        await probe.aclose()
+    return str(info.get("cluster_enabled", 0)) == "1"
+
+
+async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:
+    """:func:`connect`, or :func:`connect_cluster` when the server says it is a cluster node (no setting needed).
+
+    The cluster client speaks the commands streamcrew uses with the same signatures, so it is typed as ``Redis``.
+    """
+    if await cluster_enabled(url):
+        return connect_cluster(url, max_connections=max_connections)  # type: ignore[return-value]
+    return connect(url, max_connections=max_connections)
 
 
 async def server_version(redis: Redis) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from streams.envelope import TERMINAL, JobResult
-from streams.keys import Keys
+from streams.keys import Keys, keys_for_job
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import get_steps
 
@@ -66,23 +66,26 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
     return JobRecord.model_validate(values)
 
 
-async def get_job(redis: Redis, keys: Keys, job_id: str) -> JobRecord | None:
-    """The record of ``job_id``, or None when unknown (or expired)."""
-    raw = cast(dict[str, str], await redis.hgetall(keys.job(job_id)))
+async def get_job(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1) -> JobRecord | None:
+    """The record of ``job_id``, or None when unknown (or expired); with partitions, found by its id alone."""
+    job_keys = keys_for_job(keys, partitions, job_id)
+    raw = cast(dict[str, str], await redis.hgetall(job_keys.job(job_id)))
     if not raw:
         return None
     record = _parse(job_id, raw)
     if record.agent == WORKFLOW_AGENT:
-        record.steps = await get_steps(redis, keys, job_id)
+        record.steps = await get_steps(redis, job_keys, job_id)
     return record
 
 
-async def wait_for_terminal(redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> JobRecord | None:
+async def wait_for_terminal(
+    redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, poll_s: float = 0.05, partitions: int = 1,
+) -> JobRecord | None:
     """Poll the record until the job ends or ``timeout_s`` passes; returns the last record seen."""
     deadline = time.monotonic() + timeout_s
-    record = await get_job(redis, keys, job_id)
+    record = await get_job(redis, keys, job_id, partitions=partitions)
     while (record is None or not record.terminal) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
         poll_s = min(poll_s * 1.5, 0.5)
-        record = await get_job(redis, keys, job_id)
+        record = await get_job(redis, keys, job_id, partitions=partitions)
     return record
