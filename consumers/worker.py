@@ -21,11 +21,11 @@ from agents.llm import LLMSettings
 from consumers.lifecycle import serve_until_stopped, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
-from streams.connection import connect, require_version
+from streams.connection import connect_detected, require_version
 from streams.envelope import JobRequest
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
-from streams.jobs import JobProcessor
+from streams.jobs import JobProcessor, lanes_in_priority, serving_partitions
 from streams.keys import WORKERS_GROUP, Keys
 from streams.urls import loggable_url
 from streams.runtime import GroupRuntime
@@ -93,16 +93,18 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once."""
     agents_llm.configure(llm)
     keys = Keys(settings.prefix)
-    redis = connect(settings.effective_redis_url)
+    redis = await connect_detected(settings.effective_redis_url)
+    partitions = serving_partitions(keys, settings)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)
     await require_version(redis)
-    await ensure_groups(redis, standard_groups(keys))
+    for partition in partitions:
+        await ensure_groups(redis, standard_groups(partition))
     name = consumer_name()
-    runtime = GroupRuntime(redis, streams=keys.lanes, group=WORKERS_GROUP, consumer=name,
+    runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), group=WORKERS_GROUP, consumer=name,
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
-                             summary_every_s=settings.log_summary_s)
+                             summary_every_s=settings.log_summary_s, partitions=partitions)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)

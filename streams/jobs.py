@@ -23,7 +23,7 @@ from streams import metrics
 from streams.config import StreamSettings
 from streams.envelope import JobRequest, JobResult, Status, dumps, entry_ms, now_ms
 from streams.errors import DecodeError, Reject, RetryLater
-from streams.keys import Keys
+from streams.keys import LANES, Keys, partition_keys
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -88,17 +88,21 @@ class JobProcessor:
     one line per retry, dead letter and reclaim; the line per attempt is at DEBUG.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor,
-                 *, summary_every_s: float = SUMMARY_EVERY_S) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor,
+        *, summary_every_s: float = SUMMARY_EVERY_S, partitions: tuple[Keys, ...] | None = None,
+    ) -> None:
         self.redis = redis
         self.keys = keys
+        self.partitions = partitions or (keys,)
+        self._keys_of = {lane: k for k in self.partitions for lane in k.lanes}
         self.settings = settings
         self.runtime = runtime
         self.executor = executor
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
         self.settler = Settler(
-            redis, keys, group=runtime.group, results_maxlen=settings.results_maxlen,
+            redis, self.partitions, group=runtime.group, results_maxlen=settings.results_maxlen,
             job_ttl_s=settings.job_ttl_s, release=runtime.release,
         )
         self.workflows = WorkflowStarter(
@@ -124,7 +128,7 @@ class JobProcessor:
             if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)
                 self.settler.submit(drop_op(stream, entry_id))
                 continue
-            job_id = raw.get("id") or entry_id
+            job_id = raw.get("id") or self._keys_of[stream].generated_id(entry_id)
             try:
                 request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes)
                 if request.agent == WORKFLOW_AGENT:
@@ -150,7 +154,7 @@ class JobProcessor:
              "" if c.request.deadline is None else str(c.request.deadline), "1" if c.request.id else "0")
             for c in claimed
         ]
-        args: list[str | int] = [self.keys.job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
+        args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream], args=args)
         for c, (decision, attempts, used, job_id, first_started) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
@@ -284,16 +288,18 @@ class JobProcessor:
             log.info("jobs: %s", line)
         if now - self._trimmed_at >= TRIM_EVERY_S:
             self._trimmed_at = now
-            for lane in self.keys.lanes:
-                await self._scripts.trim(keys=[lane])
-            await trim_results(self._scripts, self.keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
+            for keys in self.partitions:
+                for lane in keys.lanes:
+                    await self._scripts.trim(keys=[lane])
+                await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
         await self.workflows.expire_due()
-        while True:
-            moved = await self._scripts.promote(
-                keys=[self.keys.delayed], args=[now_ms(), PROMOTE_BATCH, self.keys.job_prefix, f"{self.keys.prefix}:requests:"]
-            )
-            if int(moved) < PROMOTE_BATCH:
-                return
+        for keys in self.partitions:
+            while True:
+                moved = await self._scripts.promote(
+                    keys=[keys.delayed], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
+                )
+                if int(moved) < PROMOTE_BATCH:
+                    break
 
     async def hand_back(self, slots: list[Slot]) -> None:
         """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted."""
@@ -338,3 +344,14 @@ def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error:
         if report is not None:
             report(wrote)
     return written
+
+
+def lanes_in_priority(partitions: tuple[Keys, ...]) -> list[str]:
+    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``."""
+    return [keys.lane(lane) for lane in LANES for keys in partitions]
+
+
+def serving_partitions(keys: Keys, settings: StreamSettings, chosen: tuple[int, ...] | None = None) -> tuple[Keys, ...]:
+    """The partitions a process serves: ``chosen`` (``--partitions``) or all ``settings.partitions``."""
+    every = partition_keys(keys, settings.partitions)
+    return every if chosen is None else tuple(every[p] for p in chosen)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Protocol, cast
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.cluster import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -36,6 +38,8 @@ RECLAIM_BATCH = 100
 # One read takes at most this many entries, so a large pool fills in a few batches whose
 # start, run and settle overlap instead of moving through the pipeline in lockstep.
 READ_BATCH = 500
+# A blocking read per slot on a cluster waits for its siblings: keep each short so a woken slot is read again soon.
+CLUSTER_BLOCK_MS = 100
 
 
 class EntryHandler(Protocol):
@@ -113,6 +117,11 @@ class GroupRuntime:
         self._idle.set()
         self._accepting = True
         self._cursors = {s: "0-0" for s in self.streams}
+        # On Redis Cluster one XREADGROUP may only name keys of one slot: block on each slot's streams at once.
+        by_slot: dict[int, list[str]] = {}
+        for stream in self.streams:
+            by_slot.setdefault(key_slot(stream.encode()) if isinstance(redis, RedisCluster) else 0, []).append(stream)
+        self._blocking_groups = list(by_slot.values())
         self._reader: asyncio.Task[None] | None = None
 
     # -- slots ---------------------------------------------------------------
@@ -226,9 +235,20 @@ class GroupRuntime:
         return got
 
     async def _read_blocking(self) -> None:
-        """All streams empty: wait for the first entry on any of them (COUNT 1 each)."""
+        """All streams empty: wait for the first entry on any of them (COUNT 1 each).
+
+        On a cluster the slots' reads block side by side; each delivers what it got as it returns,
+        and the next read waits for all of them (at most ``block_ms``).
+        """
+        if len(self._blocking_groups) == 1:
+            await self._read_blocking_group(self.streams)
+        else:
+            block_ms = min(self.block_ms, CLUSTER_BLOCK_MS)
+            await asyncio.gather(*(self._read_blocking_group(group, block_ms) for group in self._blocking_groups))
+
+    async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> None:
         reply = cast(ReadReply, await self.redis.xreadgroup(
-            self.group, self.consumer, {s: ">" for s in self.streams}, count=1, block=self.block_ms
+            self.group, self.consumer, {s: ">" for s in streams}, count=1, block=block_ms or self.block_ms
         ))
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
             await self._deliver(stream, entries, reclaimed=False)

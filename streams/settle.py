@@ -7,7 +7,7 @@ so the cost of a round trip is shared by the whole batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,10 +64,17 @@ def _wrote(reply: Any) -> bool:
 class Settler:
     """Queues settle ops and writes them with ``settle.lua`` in batches; ``release`` frees the runtime's slot."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, group: str, results_maxlen: int, job_ttl_s: int, release: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, results_maxlen: int, job_ttl_s: int,
+        release: Callable[[str, str], None],
+    ) -> None:
         self._scripts = Scripts(redis)
-        self._head: list[str | int] = [keys.job_prefix, group, results_maxlen, job_ttl_s, f"{keys.prefix}:requests:"]
-        self._script_keys = [keys.results, keys.dead, keys.delayed]
+        # One call of settle.lua per partition in a batch: its keys share the partition's hash slot.
+        partitions = [keys] if isinstance(keys, Keys) else list(keys)
+        self._partition_of = {lane: i for i, k in enumerate(partitions) for lane in k.lanes}
+        self._heads: list[list[str | int]] = [
+            [k.job_prefix, group, results_maxlen, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
+        self._script_keys = [[k.results, k.dead, k.delayed] for k in partitions]
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)
         self.submit = self._writer.submit
@@ -80,8 +87,20 @@ class Settler:
         return self._writer.pending
 
     async def _write(self, batch: list[SettleOp]) -> list[bool]:
+        if len(self._heads) == 1:
+            return await self._write_partition(0, batch)
+        by_partition: dict[int, list[int]] = {}
+        for i, op in enumerate(batch):
+            by_partition.setdefault(self._partition_of[op.stream], []).append(i)
+        wrote = [False] * len(batch)
+        for p, indexes in by_partition.items():
+            for i, one in zip(indexes, await self._write_partition(p, [batch[i] for i in indexes]), strict=True):
+                wrote[i] = one
+        return wrote
+
+    async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()
-        reply = await self._scripts.settle(keys=self._script_keys, args=[*self._head, ops])
+        reply = await self._scripts.settle(keys=self._script_keys[p], args=[*self._heads[p], ops])
         return [_wrote(x) for x in reply]
 
     def _done(self, op: SettleOp, wrote: bool) -> None:
