@@ -38,7 +38,8 @@ def wait_for_log(child: Child, text: str, *, timeout: float = 90.0) -> None:
 class WorkerFactory:
     """Starts ``streamcrew worker`` processes against the test's Redis and prefix."""
 
-    def __init__(self, redis_url: str, prefix: str, log_dir: Path) -> None:
+    def __init__(self, redis_url: str, prefix: str, log_dir: Path, *, env: dict[str, str] | None = None) -> None:
+        self.env = env or {}
         self.redis_url = redis_url
         self.prefix = prefix
         self.log_dir = log_dir
@@ -47,7 +48,7 @@ class WorkerFactory:
     def start(self, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True) -> Child:
         n = len(self.children)
         base_env = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": self.prefix,
-                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_RETRY_BACKOFF_S": "0.05"}
+                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_RETRY_BACKOFF_S": "0.05", **self.env}
         child = Child(streamcrew_cmd("worker", *args), env={**base_env, **(env or {})}, log_path=self.log_dir / f"worker-{n}.log")
         self.children.append(child)
         if wait_ready:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
+from streams.connection import connect_detected
 from tests.cluster_support import LocalCluster, cluster_binaries
+from tests.support import WorkerFactory
 
 PARTITIONS = 6
 
@@ -28,3 +32,18 @@ def cluster() -> Iterator[LocalCluster]:
 @pytest.fixture
 def cluster_prefix() -> str:
     return f"c{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def cluster_workers(cluster: LocalCluster, cluster_prefix: str, tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Worker processes on the cluster with ``STREAMCREW_PARTITIONS`` set."""
+    factory = WorkerFactory(cluster.url, cluster_prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+async def cluster_redis(cluster: LocalCluster) -> AsyncIterator[Redis]:
+    client = await connect_detected(cluster.url)
+    yield client
+    await client.aclose()
