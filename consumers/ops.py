@@ -31,11 +31,11 @@ class Ops:
         await self.redis.aclose()
 
     async def submit(self, agent: str, data: dict[str, Any], *, wait_s: float | None = None, **options: Any) -> tuple[Published, JobRecord | None]:
-        producer = Producer(self.redis, self.keys, max_request_bytes=self.settings.max_request_bytes)
+        producer = Producer(self.redis, self.keys, max_request_bytes=self.settings.max_request_bytes, partitions=self.settings.partitions)
         published = await producer.publish(agent, data, **options)
         record = None
         if wait_s is not None:
-            record = await wait_for_terminal(self.redis, self.keys, published.job_id, timeout_s=wait_s)
+            record = await wait_for_terminal(self.redis, self.keys, published.job_id, timeout_s=wait_s, partitions=self.settings.partitions)
         return published, record
 
     async def watch(self, *, from_id: str = "$", count: int | None = None) -> AsyncIterator[JobResult]:

@@ -17,6 +17,7 @@ from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view
 from consumers.gateway.state import GatewayState, gateway_state
 from streams.envelope import DATA_CHECKED, JOB_ID_MAX, JobRequest, lane_for_request, now_ms
 from streams.errors import InvalidRequest, RequestTooLarge
+from streams.keys import keys_for_job
 from streams.records import JobRecord, get_job
 
 router = APIRouter(tags=["jobs"])
@@ -98,10 +99,11 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
     links = job_links(published.job_id)
     if published.created:
         if tenant is not None:
-            await state.stamp_tenant(keys=[state.keys.job(published.job_id)], args=[tenant])
+            job_key = keys_for_job(state.keys, state.settings.partitions, published.job_id).job(published.job_id)
+            await state.stamp_tenant(keys=[job_key], args=[tenant])
         return json_response(202, {"job_id": published.job_id, "status": published.status, "lane": published.lane, "links": links},
                              headers={"Location": links["self"]})
-    record = await get_job(state.redis, state.keys, published.job_id)
+    record = await get_job(state.redis, state.keys, published.job_id, partitions=state.settings.partitions)
     if record is None:  # ended and expired between the publish and this read
         return json_response(200, {"job_id": published.job_id, "status": published.status, "links": links})
     if caller.tenant is not None and record.tenant != caller.tenant:
@@ -111,7 +113,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
 
 async def visible_job(state: GatewayState, caller: Caller, job_id: str) -> JobRecord:
     """The job's record, or 404; a tenant-bound key sees only its tenant's jobs."""
-    record = await get_job(state.redis, state.keys, job_id)
+    record = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
     if record is None or (caller.tenant is not None and record.tenant != caller.tenant):
         raise ApiError(404, "job_not_found", f"no job {job_id!r} (unknown, or its record expired)")
     return record

@@ -91,7 +91,7 @@ async def job_events(
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, settings.sse_poll_max_s)
         try:
-            polled = await get_job(state.redis, state.keys, job_id)
+            polled = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
         except (RedisError, OSError):  # Redis away: keep the stream and look again later
             delay = settings.sse_poll_max_s
             continue

@@ -34,7 +34,7 @@ class GatewayState:
     @classmethod
     def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
         keys = Keys(settings.prefix)
-        producer = Producer(redis, keys, max_request_bytes=settings.max_request_bytes)
+        producer = Producer(redis, keys, max_request_bytes=settings.max_request_bytes, partitions=settings.partitions)
         return cls(
             settings=settings, redis=redis, keys=keys, producer=producer,
             keyring=KeyRing(settings.key_tenants()),
