@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis as sync_redis
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from streams.embedded import free_port, path_binary
 

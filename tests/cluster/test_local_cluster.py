@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster_support import LocalCluster

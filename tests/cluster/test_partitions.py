@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from streams.connection import cluster_enabled, connect, connect_detected
 from streams.envelope import JobRequest
