@@ -94,7 +94,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     agents_llm.configure(llm)
     keys = Keys(settings.prefix)
     redis = await connect_detected(settings.effective_redis_url)
-    partitions = serving_partitions(keys, settings)
+    partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)
     await require_version(redis)

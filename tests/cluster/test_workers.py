@@ -52,3 +52,61 @@ async def test_one_result_per_job_over_every_partition(cluster_redis: Redis, clu
     for job_id in [*raw, "job-7", idless[0].job_id]:
         record = await get_job(cluster_redis, keys, job_id, partitions=PARTITIONS)
         assert record is not None and record.status == "completed", (job_id, record)
+
+
+async def test_strict_lane_priority_across_partitions(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
+    keys = Keys(cluster_prefix)
+    producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
+    # Given low jobs queued in every partition before high ones, and one worker running one job at a time
+    low = await producer.publish_many([JobRequest(agent="echo", data={}, id=f"low-{i}") for i in range(24)], priority="low")
+    high = await producer.publish_many([JobRequest(agent="echo", data={}, id=f"high-{i}") for i in range(24)], priority="high")
+    assert len({keys_of(p.job_id) for p in high}) == PARTITIONS
+    cluster_workers.start("--concurrency", "1")
+    await wait_all_results(cluster_redis, keys, 48, timeout=60)
+    # Then every high job started before any low job, whatever partition each was in
+    started = {r.id: r.started_at or 0 for r in await all_results(cluster_redis, keys)}
+    assert max(started[p.job_id] for p in high) <= min(started[p.job_id] for p in low)
+
+
+def keys_of(job_id: str) -> int:
+    from streams.keys import partition_of
+
+    return partition_of(job_id, PARTITIONS)
+
+
+async def test_partition_ranges_split_the_work(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
+    keys = Keys(cluster_prefix)
+    producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
+    published = await producer.publish_many([JobRequest(agent="echo", data={}, id=f"r-{i}") for i in range(60)])
+    first_half = [p.job_id for p in published if keys_of(p.job_id) < 3]
+    # Given a worker that reads partitions 0-2 only
+    cluster_workers.start("--partitions", "0-2")
+    await wait_all_results(cluster_redis, keys, len(first_half), timeout=60)
+    # Then only their jobs ran; the others wait for a worker of 3-5
+    done = {r.id for r in await all_results(cluster_redis, keys)}
+    assert done == set(first_half)
+    cluster_workers.start("--partitions", "3-5")
+    await wait_all_results(cluster_redis, keys, 60, timeout=60)
+
+
+async def test_sigkilled_worker_jobs_are_reclaimed_in_every_partition(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
+    keys = Keys(cluster_prefix)
+    producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
+    ids = [f"slow-{i}" for i in range(18)]
+    # Given a worker with a 2 s lease holding 18 one-second jobs spread over the partitions
+    victim = cluster_workers.start("--concurrency", "18", "--lease", "2")
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 1}, id=jid) for jid in ids])
+    assert len({keys_of(j) for j in ids}) == PARTITIONS
+
+    async def all_running() -> bool:
+        records = [await get_job(cluster_redis, keys, j, partitions=PARTITIONS) for j in ids]
+        return all(r is not None and r.status == "running" for r in records)
+
+    await wait_until(all_running, timeout=30, what="18 jobs running on the victim")
+    # When it is SIGKILLed and another worker starts
+    victim.kill()
+    cluster_workers.start("--concurrency", "18", "--lease", "2")
+    # Then each job completes once, on its second attempt
+    got = await wait_all_results(cluster_redis, keys, len(ids), timeout=60)
+    assert sorted(r.id for r in got) == sorted(ids)
+    assert all(r.status == "completed" and r.attempts == 2 for r in got), [(r.id, r.attempts) for r in got]
