@@ -8,7 +8,9 @@ slot split puts the hash tags ``{0}``..``{5}`` 1/3/2 on the three masters.
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -18,10 +20,29 @@ from pathlib import Path
 import redis as sync_redis
 from redis.crc import key_slot
 
-from streams.embedded import free_port, path_binary
+from streams.embedded import path_binary
 
 NODE_TIMEOUT_MS = 1000
 READY_TIMEOUT_S = 30.0
+BUS_OFFSET = 10000  # each node's cluster bus listens on its port + 10000, so ports stay at or below 55535
+
+
+def cluster_port() -> int:
+    """A free loopback port whose bus port (+10000) is free too."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + BUS_OFFSET > 65535:
+            port = random.randint(20000, 65535 - BUS_OFFSET)
+        try:
+            for candidate in (port, port + BUS_OFFSET):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free loopback port pair for a cluster node")
 
 
 def cluster_binaries() -> tuple[str, str] | None:
@@ -39,7 +60,10 @@ class LocalCluster:
 
     def __init__(self, server: str, cli: str, *, size: int = 6) -> None:
         self.server, self.cli = server, cli
-        self.ports = [free_port() for _ in range(size)]
+        self.ports: list[int] = []
+        while len(self.ports) < size:
+            if (port := cluster_port()) not in self.ports:
+                self.ports.append(port)
         self.nodes: dict[int, subprocess.Popen[bytes]] = {}
         self.directory = Path(os.environ.get("TMPDIR", "/tmp")) / f"streamcrew-cluster-{os.getpid()}-{self.ports[0]}"
 
@@ -73,6 +97,9 @@ class LocalCluster:
             time.sleep(0.05)
 
     def _all_answer(self) -> bool:
+        for port, proc in self.nodes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"cluster node {port} exited with {proc.returncode}; see {self.directory / str(port)}/redis.log")
         for port in self.ports:
             with self.client(port) as c:
                 c.ping()
@@ -86,6 +113,13 @@ class LocalCluster:
         return True
 
     def start(self) -> LocalCluster:
+        try:
+            return self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> LocalCluster:
         for port in self.ports:
             self._start_node(port)
         self._wait("every node to answer PING", self._all_answer)
@@ -93,7 +127,6 @@ class LocalCluster:
             [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes"],
             capture_output=True, text=True, timeout=60, check=False)
         if created.returncode != 0:
-            self.close()
             raise RuntimeError(f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-2000:]} {created.stderr[-2000:]}")
         self.wait_ok()
         return self
@@ -153,6 +186,16 @@ class LocalCluster:
         proc = self.nodes[port]
         proc.kill()
         proc.wait(10)
+
+    def revive(self, port: int) -> None:
+        """Start a killed node again on its port and directory: its nodes.conf makes it rejoin (as a replica)."""
+        self._start_node(port)
+        self._wait(f"node {port} to rejoin", lambda: self._knows_all(port))
+        self.wait_ok()
+
+    def _knows_all(self, port: int) -> bool:
+        with self.client(port) as c:
+            return _cluster_state(c.execute_command("CLUSTER", "INFO")) == "ok"
 
     def close(self) -> None:
         for proc in self.nodes.values():
