@@ -15,7 +15,7 @@ from consumers.gateway.limits import BodyLimit
 from consumers.gateway.metrics import RequestMetrics
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.state import GatewayState
-from streams.connection import connect
+from streams.connection import connect_detected
 from streams.gauges import register_stream_gauges
 from streams.keys import Keys
 
@@ -31,7 +31,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = redis if redis is not None else connect(settings.effective_redis_url)
+        client = redis if redis is not None else await connect_detected(settings.effective_redis_url)
         app.state.gateway = GatewayState.build(settings, client)
         register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix))
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,
