@@ -1,0 +1,110 @@
+"""Work spread over a real 3-master Redis Cluster with 6 partitions, against one instance, same run.
+
+    .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency 1000]
+
+For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis master's
+``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the busiest master's CPU as a
+share of the single instance's (target <= 0.45) and the worker's jobs/s on both. Needs redis-server
+and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import redis as sync_redis
+
+from bench.common import bench_redis, new_prefix
+from consumers.processes import Child, streamcrew_cmd
+from streams.connection import connect_detected
+from streams.envelope import JobRequest
+from streams.keys import Keys, partition_keys
+from streams.producer import Producer
+from tests.cluster_support import LocalCluster, cluster_binaries
+
+PARTITIONS = 6
+
+
+def redis_cpu(port: int) -> float:
+    with sync_redis.Redis(host="127.0.0.1", port=port) as c:
+        info = c.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def publish(url: str, prefix: str, n: int, partitions: int) -> None:
+    redis = await connect_detected(url)
+    producer = Producer(redis, Keys(prefix), partitions=partitions)
+    await producer.publish_many([JobRequest(agent="echo", data={"i": i}) for i in range(n)])
+    await redis.aclose()
+
+
+def results_counter(url: str, prefix: str, partitions: int) -> tuple[sync_redis.Redis | sync_redis.RedisCluster, list[str]]:
+    """One client kept for the whole wait (a new cluster client per poll would load the first node)."""
+    client = sync_redis.RedisCluster.from_url(url) if partitions > 1 else sync_redis.Redis.from_url(url)
+    return client, [k.results for k in partition_keys(Keys(prefix), partitions)]
+
+
+def run_side(url: str, ports: list[int], n: int, concurrency: int, partitions: int, log_dir: Path) -> tuple[dict[int, float], float]:
+    """Redis CPU seconds per port (publish and work) and the worker's jobs/s."""
+    prefix = new_prefix(f"cluster{partitions}")
+    before = {p: redis_cpu(p) for p in ports}
+    asyncio.run(publish(url, prefix, n, partitions))
+    env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0",
+           "STREAMCREW_PARTITIONS": str(partitions)}
+    child = Child(streamcrew_cmd("worker", "--log-level", "warning", "--concurrency", str(concurrency)), env=env,
+                  log_path=log_dir / f"{prefix}.log")
+    client, results = results_counter(url, prefix, partitions)
+    try:
+        t0 = time.monotonic()
+        deadline = t0 + 600
+        first = None
+        while (done := sum(int(client.xlen(k)) for k in results)) < n:
+            if first is None and done > 0:
+                first = (time.monotonic(), done)
+            if not child.alive():
+                raise SystemExit(f"worker died:\n{child.log_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out: {done} of {n} results")
+            time.sleep(0.2)
+        t1 = time.monotonic()
+    finally:
+        child.stop()
+        client.close()
+    start, done0 = first or (t0, 0)
+    after = {p: redis_cpu(p) for p in ports}
+    return {p: after[p] - before[p] for p in ports}, (n - done0) / max(1e-9, t1 - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--concurrency", type=int, default=1000)
+    args = parser.parse_args()
+    binaries = cluster_binaries()
+    if binaries is None:
+        raise SystemExit("needs redis-server and redis-cli on PATH")
+    with bench_redis(None) as single_url, tempfile.TemporaryDirectory() as tmp:
+        single_port = int(single_url.rsplit(":", 1)[1].split("/")[0])
+        cluster = LocalCluster(*binaries).start()
+        try:
+            cluster.place([str(p) for p in range(PARTITIONS)])
+            masters = sorted(cluster.masters())
+            single_cpu, single_rate = run_side(single_url, [single_port], args.jobs, args.concurrency, 1, Path(tmp))
+            cluster_cpu, cluster_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
+        finally:
+            cluster.close()
+    one = single_cpu[single_port]
+    busiest = max(cluster_cpu.values())
+    print(f"single instance Redis CPU   {one:8.2f} s for {args.jobs:,} jobs ({one / args.jobs * 1e6:.1f} µs/job)")
+    print("cluster masters Redis CPU   " + "  ".join(f"{cluster_cpu[p]:.2f} s" for p in masters))
+    print(f"busiest master / single     {busiest / one:8.2f}     (target <= 0.45)")
+    print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
+    print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")
+
+
+if __name__ == "__main__":
+    main()
