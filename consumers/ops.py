@@ -15,7 +15,7 @@ from streams.envelope import DeadLetter, JobResult
 from streams.keys import Keys
 from streams.producer import Producer, Published
 from streams.records import JobRecord, wait_for_terminal
-from streams.stats import queue_stats
+from streams.partition_stats import partitioned_queue_stats
 from streams.window import DEFAULT_WINDOW
 
 
@@ -53,7 +53,7 @@ class Ops:
             await asyncio.sleep(0)
 
     async def stats(self, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
-        return await queue_stats(self.redis, self.keys, window=window)
+        return await partitioned_queue_stats(self.redis, self.keys, self.settings.partitions, window=window)
 
     async def dead_list(self, count: int) -> list[DeadLetter]:
         return await dead_letters.list_dead(self.redis, self.keys, count=count)

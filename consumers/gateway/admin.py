@@ -15,7 +15,7 @@ from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, json_res
 from consumers.gateway.state import GatewayState, gateway_state
 from streams import dead
 from streams.errors import StreamcrewError
-from streams.stats import queue_stats
+from streams.partition_stats import partitioned_queue_stats
 from streams.window import DEFAULT_WINDOW, MAX_WINDOW
 
 router = APIRouter(tags=["operations"])
@@ -33,7 +33,7 @@ async def get_queue_stats(
     stream; dead letters and retries; over the last ``window`` results: outcomes, latency and queue-wait
     percentiles, tokens and cost, per model and per tenant. The same figures as ``streamcrew stats --json``.
     Queue-wide, so only for keys not bound to a tenant."""
-    return json_response(200, await queue_stats(state.redis, state.keys, window=window))
+    return json_response(200, await partitioned_queue_stats(state.redis, state.keys, state.settings.partitions, window=window))
 
 
 @router.get("/dead", response_model=DeadLetterPage, summary="List dead letters", responses=errors(403, *AUTH_ERRORS))

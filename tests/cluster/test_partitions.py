@@ -86,3 +86,21 @@ async def test_unpartitioned_keys_stay_as_in_section_1(redis_url: str) -> None:
         await redis.delete(*[k async for k in redis.scan_iter(match="plain:*")])
     finally:
         await redis.aclose()
+
+
+async def test_stats_sum_the_partitions_and_show_each(cluster: LocalCluster, cluster_prefix: str) -> None:
+    from streams.partition_stats import partitioned_queue_stats
+
+    redis = await connect_detected(cluster.url)
+    keys = Keys(cluster_prefix)
+    try:
+        producer = Producer(redis, keys, partitions=PARTITIONS)
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=f"s-{i}") for i in range(40)], priority="low")
+        figures = await partitioned_queue_stats(redis, keys, PARTITIONS)
+        assert figures["lanes"]["low"]["length"] == 40
+        assert figures["lanes"]["high"]["length"] == 0
+        assert figures["lanes"]["low"]["stream"] == f"{cluster_prefix}:{{*}}:requests:low"
+        each = [p["lanes"]["low"]["length"] for p in figures["partitions"]]
+        assert each == [sum(partition_of(f"s-{i}", PARTITIONS) == p for i in range(40)) for p in range(PARTITIONS)]
+    finally:
+        await redis.aclose()
