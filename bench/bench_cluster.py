@@ -48,13 +48,15 @@ def results_counter(url: str, prefix: str, partitions: int) -> tuple[sync_redis.
     return client, [k.results for k in partition_keys(Keys(prefix), partitions)]
 
 
-def run_side(url: str, ports: list[int], n: int, concurrency: int, partitions: int, log_dir: Path) -> tuple[dict[int, float], float]:
+def run_side(
+    url: str, ports: list[int], n: int, concurrency: int, partitions: int, log_dir: Path, *, replica_acks: int = 0,
+) -> tuple[dict[int, float], float]:
     """Redis CPU seconds per port (publish and work) and the worker's jobs/s."""
     prefix = new_prefix(f"cluster{partitions}")
     before = {p: redis_cpu(p) for p in ports}
     asyncio.run(publish(url, prefix, n, partitions))
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0",
-           "STREAMCREW_PARTITIONS": str(partitions)}
+           "STREAMCREW_PARTITIONS": str(partitions), "STREAMCREW_REPLICA_ACKS": str(replica_acks)}
     child = Child(streamcrew_cmd("worker", "--log-level", "warning", "--concurrency", str(concurrency)), env=env,
                   log_path=log_dir / f"{prefix}.log")
     client, results = results_counter(url, prefix, partitions)
@@ -95,6 +97,7 @@ def main() -> None:
             masters = sorted(cluster.masters())
             single_cpu, single_rate = run_side(single_url, [single_port], args.jobs, args.concurrency, 1, Path(tmp))
             cluster_cpu, cluster_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
+            _, acked_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp), replica_acks=1)
         finally:
             cluster.close()
     one = single_cpu[single_port]
@@ -104,6 +107,7 @@ def main() -> None:
     print(f"busiest master / single     {busiest / one:8.2f}     (target <= 0.45)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
     print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")
+    print(f"  with STREAMCREW_REPLICA_ACKS=1 {acked_rate:5,.0f} jobs/s (ratio {acked_rate / cluster_rate:.2f} to no WAIT)")
 
 
 if __name__ == "__main__":

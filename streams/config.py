@@ -31,6 +31,7 @@ class StreamSettings(BaseSettings):
     retry_backoff_max_s: float = Field(default=300.0, ge=0, description="longest retry delay")
     consumer_idle_s: float = Field(default=3600.0, gt=0, description="consumers idle this long with nothing pending are removed from their group")
     partitions: int = Field(default=1, ge=1, le=16384, description="partitions of every stream and key, one hash slot each (contract §10); 1 keeps the unpartitioned keys")
+    replica_acks: int = Field(default=0, ge=0, le=16, description="replicas that must acknowledge each settle batch (WAIT) before its jobs count as done; 0 = do not wait")
     default_max_attempts: int = Field(default=3, ge=1, description="max_attempts of a request that does not set it")
 
     @model_validator(mode="after")

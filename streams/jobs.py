@@ -103,7 +103,7 @@ class JobProcessor:
         self._scripts = Scripts(redis)
         self.settler = Settler(
             redis, self.partitions, group=runtime.group, results_maxlen=settings.results_maxlen,
-            job_ttl_s=settings.job_ttl_s, release=runtime.release,
+            job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
         )
         self.workflows = WorkflowStarter(
             redis, keys, settings, group=runtime.group, worker=self.worker, checker=executor,

@@ -7,18 +7,25 @@ so the cost of a round trip is shared by the whole batch.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from streams import metrics
 from streams.batch import BatchWriter
 from streams.envelope import flat
 from streams.keys import Keys
 from streams.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+# A settle batch waits at most this long for its replicas; fewer acknowledgements are logged, not fatal.
+WAIT_TIMEOUT_MS = 1000
 
 
 @dataclass(slots=True)
@@ -66,8 +73,10 @@ class Settler:
 
     def __init__(
         self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, results_maxlen: int, job_ttl_s: int,
-        release: Callable[[str, str], None],
+        release: Callable[[str, str], None], replica_acks: int = 0,
     ) -> None:
+        self._redis = redis
+        self._replica_acks = replica_acks
         self._scripts = Scripts(redis)
         # One call of settle.lua per partition in a batch: its keys share the partition's hash slot.
         partitions = [keys] if isinstance(keys, Keys) else list(keys)
@@ -101,7 +110,19 @@ class Settler:
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()
         reply = await self._scripts.settle(keys=self._script_keys[p], args=[*self._heads[p], ops])
+        if self._replica_acks:
+            await self._wait_replicas(self._script_keys[p][0])
         return [_wrote(x) for x in reply]
+
+    async def _wait_replicas(self, key: str) -> None:
+        """WAIT until ``replica_acks`` replicas of ``key``'s master hold the batch (a failover then keeps it)."""
+        if isinstance(self._redis, RedisCluster):
+            node = self._redis.get_node_from_key(key)
+            acked = await self._redis.execute_command("WAIT", self._replica_acks, WAIT_TIMEOUT_MS, target_nodes=node)
+        else:
+            acked = await self._redis.execute_command("WAIT", self._replica_acks, WAIT_TIMEOUT_MS)
+        if int(acked) < self._replica_acks:
+            log.warning("settle batch acknowledged by %s of %d replicas within %d ms", acked, self._replica_acks, WAIT_TIMEOUT_MS)
 
     def _done(self, op: SettleOp, wrote: bool) -> None:
         self._release(op.stream, op.entry_id)

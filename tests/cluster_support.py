@@ -181,6 +181,12 @@ class LocalCluster:
                     return int(master[1])
         return -1
 
+    def wait_calls(self, port: int) -> int:
+        """How many WAIT commands node ``port`` has served (INFO commandstats)."""
+        with self.client(port) as c:
+            stats = c.info("commandstats")
+        return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
     def kill(self, port: int) -> None:
         """SIGKILL one node (a failover test)."""
         proc = self.nodes[port]
