@@ -120,7 +120,7 @@ class Settler:
             node = self._redis.get_node_from_key(key)
             acked = await self._redis.execute_command("WAIT", self._replica_acks, WAIT_TIMEOUT_MS, target_nodes=node)
         else:
-            acked = await self._redis.execute_command("WAIT", self._replica_acks, WAIT_TIMEOUT_MS)
+            acked = await self._redis.wait(self._replica_acks, WAIT_TIMEOUT_MS)
         if int(acked) < self._replica_acks:
             log.warning("settle batch acknowledged by %s of %d replicas within %d ms", acked, self._replica_acks, WAIT_TIMEOUT_MS)
 
