@@ -110,3 +110,25 @@ async def test_sigkilled_worker_jobs_are_reclaimed_in_every_partition(cluster_re
     got = await wait_all_results(cluster_redis, keys, len(ids), timeout=60)
     assert sorted(r.id for r in got) == sorted(ids)
     assert all(r.status == "completed" and r.attempts == 2 for r in got), [(r.id, r.attempts) for r in got]
+
+
+async def test_retries_and_dead_letters_stay_in_their_partition(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
+    keys = Keys(cluster_prefix)
+    producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
+    # Given jobs in every partition that fail once (then succeed), and jobs that fail past their budget
+    flaky = [f"flaky-{i}" for i in range(12)]
+    doomed = [f"doomed-{i}" for i in range(12)]
+    await producer.publish_many([JobRequest(agent="echo", data={"fail_first": 1}, id=j, max_attempts=3) for j in flaky])
+    await producer.publish_many([JobRequest(agent="echo", data={"fail_first": 5}, id=j, max_attempts=2) for j in doomed])
+    assert len({keys_of(j) for j in flaky}) > 1 and len({keys_of(j) for j in doomed}) > 1
+    cluster_workers.start("--concurrency", "20")
+    got = await wait_all_results(cluster_redis, keys, len(flaky) + len(doomed), timeout=60)
+    by_id = {r.id: r for r in got}
+    assert len(got) == len(by_id) == 24
+    # Then the flaky ones completed on attempt 2, the doomed ones failed after 2 attempts
+    assert all(by_id[j].status == "completed" and by_id[j].attempts == 2 for j in flaky)
+    assert all(by_id[j].status == "failed" and by_id[j].attempts == 2 for j in doomed)
+    # And each dead letter is in the dead stream of its job's partition
+    for j in doomed:
+        letters = await cluster_redis.xrange(keys.in_partition(keys_of(j)).dead)
+        assert [f["id"] for _, f in letters].count(j) == 1, j
