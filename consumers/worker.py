@@ -119,9 +119,10 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     if needs_crewai := missing_crewai(registry):
         log.warning("agents %s need CrewAI, which is not installed: %s (until then their jobs end rejected)",
                     ",".join(needs_crewai), CREWAI_EXTRA)
-    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s", name, ",".join(registry.names()),
+    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s%s", name, ",".join(registry.names()),
              settings.concurrency, settings.lease_s, settings.prefix,
-             f"{llm_settings.model} at {loggable_url(llm_settings.base_url)}" if llm_settings.base_url else "offline model")
+             f"{llm_settings.model} at {loggable_url(llm_settings.base_url)}" if llm_settings.base_url else "offline model",
+             f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "")
     finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)
