@@ -292,7 +292,8 @@ class JobProcessor:
                 for lane in keys.lanes:
                     await self._scripts.trim(keys=[lane])
                 await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
-        await self.workflows.expire_due()
+        if self.partitions == (self.keys,):  # workflows are not partitioned yet (contract §10: left for a later change)
+            await self.workflows.expire_due()
         for keys in self.partitions:
             while True:
                 moved = await self._scripts.promote(
