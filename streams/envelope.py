@@ -47,7 +47,7 @@ JOB_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{1,{JOB_ID_MAX}}}$"
 JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 # The names the system gives id-less jobs: the entry ID, or '<lane>:<entry ID>' (publish.lua, start.lua).
-_GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+$")
+_GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+(?::\d+)?$")  # optional :<partition>
 # Validation context key: ``data`` was already found strict JSON (parsed by orjson, or checked at the edge).
 DATA_CHECKED = "data_checked"
 

@@ -18,7 +18,7 @@ NOTIFIER_GROUP = "notifier"
 
 
 # An id-less job's id in a partitioned prefix: its entry ID, then ``:`` and the partition.
-GENERATED_ID = re.compile(r"^\d+-\d+:(\d+)$")
+GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+:(\d+)$")
 
 
 def partition_of(job_id: str, partitions: int) -> int:

@@ -22,7 +22,7 @@ async def test_explicit_ids_of_the_generated_shape_are_refused(gateways: Gateway
     gateway = await gateways.start(KEYS)
     ahead = int(time.time() * 1000) + 8000
     async with gateway.client("key-a") as acme:
-        for job_id in (f"{ahead}-0", f"{ahead + 1}-0", f"normal:{ahead}-0", f"high:{ahead}-1"):
+        for job_id in (f"{ahead}-0", f"{ahead + 1}-0", f"normal:{ahead}-0", f"high:{ahead}-1", f"{ahead}-0:2", f"low:{ahead}-0:1"):
             squat = await acme.post("/jobs", json={"agent": "echo", "data": {}, "id": job_id, "webhook": "http://127.0.0.1:9/a"})
             # Then each is refused: generated ids are reserved
             assert squat.status_code == 422, squat.text
