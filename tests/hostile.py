@@ -9,7 +9,7 @@ a test can see how often a client really sent something.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 Answer = Callable[[asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -71,3 +71,20 @@ class HostilePeer:
 def response(status: int, body: bytes = b"ok", *, reason: str = "X", headers: str = "") -> bytes:
     """One complete HTTP/1.1 response with a content-length."""
     return f"HTTP/1.1 {status:03d} {reason}\r\ncontent-length: {len(body)}\r\n{headers}\r\n".encode() + body
+
+
+Start = Callable[[Answer], Awaitable[HostilePeer]]
+
+
+async def started_peers() -> AsyncIterator[Start]:
+    """A fixture body: start hostile peers on demand, stop every one at teardown."""
+    peers: list[HostilePeer] = []
+
+    async def start(answer: Answer) -> HostilePeer:
+        p = await HostilePeer(answer).start()
+        peers.append(p)
+        return p
+
+    yield start
+    for p in peers:
+        await p.stop()

@@ -5,20 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import pytest
 
 from agents.llm import LLMClient, LLMSettings, LLMUnavailable
 from streams.embedded import free_port
-from tests.hostile import Answer, HostilePeer, response
+from tests.hostile import Start, response, started_peers
 
 SECRET = "sk-hostile-0123456789abcdef"
 HELLO = [{"role": "user", "content": "hi"}]
-Start = Callable[[Answer], Awaitable[HostilePeer]]
-
-
 def completion(text: str) -> bytes:
     return orjson.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
@@ -28,18 +24,7 @@ def ok(text: str) -> bytes:
     return response(200, completion(text), headers="content-type: application/json\r\n")
 
 
-@pytest.fixture
-async def peer() -> AsyncIterator[Start]:
-    peers: list[HostilePeer] = []
-
-    async def start(answer: Answer) -> HostilePeer:
-        p = await HostilePeer(answer).start()
-        peers.append(p)
-        return p
-
-    yield start
-    for p in peers:
-        await p.stop()
+peer = pytest.fixture(started_peers, name="peer")
 
 
 def client_for(url: str, **overrides: object) -> LLMClient:

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from consumers.notifier.delivery import Deliverer, Kind
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
-from tests.hostile import Answer, HostilePeer, response
+from tests.hostile import Start, response, started_peers
 
-Start = Callable[[Answer], Awaitable[HostilePeer]]
-
-
-@pytest.fixture
-async def peer() -> AsyncIterator[Start]:
-    peers: list[HostilePeer] = []
-
-    async def start(answer: Answer) -> HostilePeer:
-        p = await HostilePeer(answer).start()
-        peers.append(p)
-        return p
-
-    yield start
-    for p in peers:
-        await p.stop()
+peer = pytest.fixture(started_peers, name="peer")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -12,23 +11,9 @@ import pytest
 from consumers.notifier.delivery import MAX_RESPONSE_BYTES, Deliverer, Kind
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
-from tests.hostile import Answer, HostilePeer, response
+from tests.hostile import HostilePeer, Start, response, started_peers
 
-Start = Callable[[Answer], Awaitable[HostilePeer]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Start]:
-    peers: list[HostilePeer] = []
-
-    async def start(answer: Answer) -> HostilePeer:
-        p = await HostilePeer(answer).start()
-        peers.append(p)
-        return p
-
-    yield start
-    for p in peers:
-        await p.stop()
+serve = pytest.fixture(started_peers, name="serve")
 
 
 def deliverer(timeout_s: float = 2.0, ssl_context: ssl.SSLContext | None = None) -> Deliverer:
