@@ -233,6 +233,27 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def result_fields(
+    id: str, agent: str, status: Status, attempts: int, *, result: Any = None, error: str | None = None,
+    submitted_at: int | None = None, started_at: int | None = None, finished_at: int | None = None, worker: str | None = None,
+    usage: dict[str, Any] | None = None, webhook: str | None = None, tenant: str | None = None,
+    traceparent: str | None = None, parent: str | None = None, step: str | None = None,
+) -> dict[str, str]:
+    """A result event's stream fields (contract §3). The worker builds them from trusted values on its hot
+    path without a :class:`JobResult` (constructing the model cost more than the rest of a no-op job's ending)."""
+    fields: dict[str, str] = {"id": id, "agent": agent, "status": str(status), "attempts": str(attempts)}
+    if status == Status.COMPLETED:
+        fields["result"] = dumps(result)
+    for name, value in (("error", error), ("submitted_at", submitted_at), ("started_at", started_at), ("finished_at", finished_at),
+                        ("worker", worker), ("webhook", webhook), ("tenant", tenant), ("traceparent", traceparent),
+                        ("parent", parent), ("step", step)):
+        if value is not None:
+            fields[name] = str(value)
+    if usage is not None:
+        fields["usage"] = dumps(usage)
+    return fields
+
+
 class JobResult(BaseModel):
     """One terminal result event on the results stream (contract §3)."""
 
@@ -256,16 +277,11 @@ class JobResult(BaseModel):
     step: str | None = None
 
     def to_fields(self) -> dict[str, str]:
-        fields: dict[str, str] = {"id": self.id, "agent": self.agent, "status": str(self.status), "attempts": str(self.attempts)}
-        if self.status == Status.COMPLETED:
-            fields["result"] = dumps(self.result)
-        for name in ("error", "submitted_at", "started_at", "finished_at", "worker", "webhook", "tenant", "traceparent", "parent", "step"):
-            value = getattr(self, name)
-            if value is not None:
-                fields[name] = str(value)
-        if self.usage is not None:
-            fields["usage"] = dumps(self.usage)
-        return fields
+        return result_fields(
+            self.id, self.agent, self.status, self.attempts, result=self.result, error=self.error,
+            submitted_at=self.submitted_at, started_at=self.started_at, finished_at=self.finished_at, worker=self.worker,
+            usage=self.usage, webhook=self.webhook, tenant=self.tenant, traceparent=self.traceparent, parent=self.parent, step=self.step,
+        )
 
     @classmethod
     def from_fields(cls, raw: Mapping[str, str]) -> JobResult:

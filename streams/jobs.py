@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import JobRequest, JobResult, Status, dumps, entry_ms, now_ms
+from streams.envelope import JobRequest, Status, dumps, entry_ms, now_ms, result_fields
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.keys import LANES, Keys, partition_keys
 from streams.retention import trim_results
@@ -245,15 +245,15 @@ class JobProcessor:
     ) -> None:
         r = c.request
         finished = now_ms()
-        event = JobResult.model_construct(  # trusted values: skip validation on the hot path
-            id=c.job_id, agent=r.agent, status=status, result=result, error=error, attempts=attempts,
-            submitted_at=c.submitted_at, started_at=started_at, finished_at=finished, worker=self.worker,
-            usage=usage, webhook=r.webhook, tenant=r.tenant, traceparent=r.traceparent, parent=r.parent, step=r.step,
+        event = result_fields(
+            c.job_id, r.agent, status, attempts, result=result, error=error, submitted_at=c.submitted_at, started_at=started_at,
+            finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
+            traceparent=r.traceparent, parent=r.parent, step=r.step,
         )
         dead = None
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
-        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event.to_fields(), dead, parent=r.parent, step=r.step)
+        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step)
         op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, report=report)
         self.settler.submit(op)
 

@@ -14,6 +14,7 @@ local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, group, maxlen, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
+local acks = {}  -- lane -> entry ids, acked together at the end (the script is atomic either way)
 local C = wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
 -- Returns whether the op is fenced, and whether the record holds an earlier attempt's error.
 local function fenced(jid, src)
@@ -74,6 +75,9 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
   else
     return redis.error_reply('settle: unknown op ' .. tostring(kind))
   end
-  redis.call('XACK', lane, group, eid)
+  local ids = acks[lane]
+  if not ids then ids = {}; acks[lane] = ids end
+  ids[#ids + 1] = eid
 end
+for lane, ids in pairs(acks) do redis.call('XACK', lane, group, unpack(ids)) end  -- one XACK per lane, not per entry
 return out

@@ -16,11 +16,11 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   local eid, jid, agent, sub, max, deadline, explicit = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6], e[7]
   local key = job_prefix .. jid
   local me = lane_name .. '/' .. eid
-  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base')
+  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
   if explicit ~= '1' and rec[2] and rec[2] ~= me then
     jid = lane_name .. ':' .. eid
     key = job_prefix .. jid
-    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base')
+    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
   end
   local st, src = rec[1], rec[2]
   local att, base = tonumber(rec[3]) or 0, tonumber(rec[4]) or 0
@@ -32,14 +32,15 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     out[#out + 1] = {'expired', att, att - base, jid, ''}
   else
     att = att + 1
+    local started = rec[5] or now  -- the first start is kept; one HSET writes it with the rest
     if src == me then  -- published by a producer: agent, submitted_at and lane are there already
-      redis.call('HSET', key, 'status', 'running', 'attempts', att, 'attempt_started_at', now, 'worker', worker)
+      redis.call('HSET', key, 'status', 'running', 'attempts', att, 'attempt_started_at', now, 'worker', worker,
+        'started_at', started)
     else
       redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'attempt_started_at', now,
-        'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name)
+        'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name, 'started_at', started)
     end
-    redis.call('HSETNX', key, 'started_at', now)
-    out[#out + 1] = {'run', att, att - base, jid, redis.call('HGET', key, 'started_at')}
+    out[#out + 1] = {'run', att, att - base, jid, started}
   end
 end
 return out
