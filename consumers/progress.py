@@ -14,11 +14,13 @@ from streams.records import JobRecord, get_job
 POLL_S = 0.2
 
 
-async def follow_workflow(redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, show: Callable[[str], None]) -> JobRecord | None:
-    """Wait for the workflow to end, calling ``show`` with one line per step status change."""
+async def follow_workflow(
+    redis: Redis, keys: Keys, job_id: str, *, timeout_s: float, show: Callable[[str], None], partitions: int = 1,
+) -> JobRecord | None:
+    """Wait for the workflow to end, calling ``show`` with one line per step status change (found by its id alone)."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
-    record = await get_job(redis, keys, job_id)
+    record = await get_job(redis, keys, job_id, partitions=partitions)
     while True:
         for step in (record.steps or []) if record else []:
             if seen.get(step["id"]) != step["status"]:
@@ -28,4 +30,4 @@ async def follow_workflow(redis: Redis, keys: Keys, job_id: str, *, timeout_s: f
         if (record is not None and record.terminal) or time.monotonic() >= deadline:
             return record
         await asyncio.sleep(POLL_S)
-        record = await get_job(redis, keys, job_id)
+        record = await get_job(redis, keys, job_id, partitions=partitions)

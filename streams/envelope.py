@@ -41,7 +41,7 @@ REQUEST_FIELDS = (
 
 
 # One id alphabet everywhere (gateway, Python producer, CLI, raw XADD): ASCII that is safe in a URL path,
-# a Redis key and a ``webhook-id`` header. ':' joins a workflow's id and a step's id (contract §9).
+# a Redis key and a ``webhook-id`` header. '::' joins a workflow's id and a step's id (contract §9).
 JOB_ID_MAX = 512
 JOB_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{1,{JOB_ID_MAX}}}$"
 JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"

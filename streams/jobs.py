@@ -106,7 +106,7 @@ class JobProcessor:
             job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
         )
         self.workflows = WorkflowStarter(
-            redis, keys, settings, group=runtime.group, worker=self.worker, checker=executor,
+            redis, settings, group=runtime.group, worker=self.worker, checker=executor,
             reject=self._reject_invalid, release=runtime.release,
         )
         self._running: dict[Slot, Running] = {}
@@ -143,7 +143,7 @@ class JobProcessor:
             submitted = request.submitted_at or entry_ms(entry_id)
             claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, self.executor.max_attempts(request), submitted))
         if workflows:
-            await self.workflows.start(stream, lane, workflows)
+            await self.workflows.start(self._keys_of[stream], stream, lane, workflows)
         if claimed:
             await self._start(stream, lane, claimed)
 
@@ -282,7 +282,8 @@ class JobProcessor:
     # -- upkeep and drain ----------------------------------------------------
 
     async def tick(self) -> None:
-        """Move due retries back to their lanes and trim acked entries (any worker may; both atomic); log the summary."""
+        """Per partition: end timed-out workflows, move due retries back to their lanes, trim acked entries (any worker
+        may; each atomic); log the summary."""
         now = time.monotonic()
         if self._tally.due(self._summary_every_s) and (line := self._tally.summary()):
             log.info("jobs: %s", line)
@@ -292,9 +293,8 @@ class JobProcessor:
                 for lane in keys.lanes:
                     await self._scripts.trim(keys=[lane])
                 await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
-        if self.partitions == (self.keys,):  # workflows are not partitioned yet (contract §10: left for a later change)
-            await self.workflows.expire_due()
         for keys in self.partitions:
+            await self.workflows.expire_due(keys)
             while True:
                 moved = await self._scripts.promote(
                     keys=[keys.delayed], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]

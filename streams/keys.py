@@ -19,16 +19,22 @@ NOTIFIER_GROUP = "notifier"
 
 # An id-less job's id in a partitioned prefix: its entry ID, then ``:`` and the partition.
 GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+:(\d+)$")
+# A workflow step's job id is ``<workflow id>::<step id>`` (step ids have no ':'): it lives with its workflow.
+STEP_SEPARATOR = "::"
 
 
 def partition_of(job_id: str, partitions: int) -> int:
-    """The partition of ``job_id``: the one a generated id names, else crc32(id) mod N.
+    """The partition of ``job_id``: that of the part before its last ``::``, else the one a generated id names,
+    else crc32(id) mod N.
 
+    A workflow's steps (``<workflow id>::<step id>``) so land in their workflow's partition, whatever its id.
     An explicit id of the generated shape lands where that shape points, so it meets a
     generated id it equals (and the publish script's idempotency holds) rather than colliding elsewhere.
     """
     if partitions <= 1:
         return 0
+    while STEP_SEPARATOR in job_id:
+        job_id = job_id.rsplit(STEP_SEPARATOR, 1)[0]
     if (named := GENERATED_ID.match(job_id)) and int(named.group(1)) < partitions:
         return int(named.group(1))
     return zlib.crc32(job_id.encode()) % partitions

@@ -14,9 +14,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from streams.keys import STEP_SEPARATOR
+
 WORKFLOW_AGENT = "workflow"
 MAX_STEPS = 1000
 STEP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def step_job_id(workflow_id: str, step_id: str) -> str:
+    """A step's job id, ``<workflow id>::<step id>``: unlike any generated id, and in its workflow's partition."""
+    return f"{workflow_id}{STEP_SEPARATOR}{step_id}"
 
 
 class WorkflowInvalid(ValueError):

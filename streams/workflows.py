@@ -5,6 +5,10 @@ A workflow entry is never "run": a worker validates its graph, then one call of
 From then on it lives in Redis only: each step's settle does the fan-in
 (``workflow.lua``, in the same call as the step's result), so no process has to
 stay alive for a workflow to finish.
+
+A workflow and its steps stay in the partition whose lane it was read from
+(contract §10): its state, its steps' records and lane entries, its timeout
+entry; every script call names only that partition's keys, one hash slot.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from streams.config import StreamSettings
 from streams.envelope import JobRequest, dumps, flat, now_ms
 from streams.keys import Keys
 from streams.scripts import Scripts
-from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow
+from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow, step_job_id
 
 log = logging.getLogger("streamcrew.workflows")
 
@@ -45,11 +49,13 @@ class ClaimedWorkflow:
 
 
 class WorkflowStarter:
-    """Starts workflows for one worker; ``reject`` ends an invalid one through the settler."""
+    """Starts workflows for one worker; ``reject`` ends an invalid one through the settler.
 
-    def __init__(self, redis: Redis, keys: Keys, settings: StreamSettings, *, group: str, worker: str,
+    Each call names the keys of one partition: the one the workflow's lane entry is in.
+    """
+
+    def __init__(self, redis: Redis, settings: StreamSettings, *, group: str, worker: str,
                  checker: StepChecker, reject: Reject, release: Callable[[str, str], None]) -> None:
-        self.keys = keys
         self.settings = settings
         self.group = group
         self.worker = worker
@@ -65,7 +71,8 @@ class WorkflowStarter:
                 raise WorkflowInvalid(f"step {s.id!r}: {problem}")
         return spec
 
-    async def start(self, stream: str, lane: str, claimed: list[ClaimedWorkflow]) -> None:
+    async def start(self, keys: Keys, stream: str, lane: str, claimed: list[ClaimedWorkflow]) -> None:
+        """Start the workflows claimed from ``stream``, a lane of the partition ``keys``."""
         batch: list[ClaimedWorkflow] = []
         plans: list[list[Any]] = []
         for c in claimed:
@@ -83,13 +90,13 @@ class WorkflowStarter:
             while end < len(plans) and (end == start or size + len(plans[end][-1]) <= START_STEPS):
                 size += len(plans[end][-1])
                 end += 1
-            await self._start_chunk(stream, lane, batch[start:end], plans[start:end])
+            await self._start_chunk(keys, stream, lane, batch[start:end], plans[start:end])
             start = end
 
-    async def _start_chunk(self, stream: str, lane: str, batch: list[ClaimedWorkflow], plans: list[list[Any]]) -> None:
-        args: list[str | int] = [self.keys.job_prefix, f"{self.keys.prefix}:requests:", lane, self.group, self.worker,
+    async def _start_chunk(self, keys: Keys, stream: str, lane: str, batch: list[ClaimedWorkflow], plans: list[list[Any]]) -> None:
+        args: list[str | int] = [keys.job_prefix, f"{keys.prefix}:requests:", lane, self.group, self.worker,
                                  self.settings.job_ttl_s, self.settings.results_maxlen, orjson.dumps(plans).decode()]
-        reply = await self._scripts.wf_start(keys=[stream, self.keys.results, self.keys.dead, self.keys.workflow_timeouts], args=args)
+        reply = await self._scripts.wf_start(keys=[stream, keys.results, keys.dead, keys.workflow_timeouts], args=args)
         for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
             self.release(stream, c.entry_id)
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
@@ -111,11 +118,12 @@ class WorkflowStarter:
                 "" if spec.timeout_s is None else str(spec.timeout_s), r.webhook or "", r.tenant or "",
                 r.traceparent or "", dumps(c.raw), steps]
 
-    async def expire_due(self) -> int:
-        """End every workflow whose ``timeout_s`` has passed (any worker may; the status fences repeats)."""
+    async def expire_due(self, keys: Keys) -> int:
+        """End every workflow of the partition ``keys`` whose ``timeout_s`` has passed (any worker may; the status
+        fences repeats)."""
         reply = await self._scripts.wf_expire(
-            keys=[self.keys.workflow_timeouts, self.keys.results, self.keys.dead],
-            args=[self.keys.job_prefix, f"{self.keys.prefix}:requests:", self.settings.results_maxlen,
+            keys=[keys.workflow_timeouts, keys.results, keys.dead],
+            args=[keys.job_prefix, f"{keys.prefix}:requests:", self.settings.results_maxlen,
                   self.settings.job_ttl_s, now_ms(), EXPIRE_BATCH, self.worker],
         )
         for job_id, status, duration_ms in cast(list[list[Any]], reply):
@@ -127,6 +135,8 @@ class WorkflowStarter:
 async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str, Any]] | None:
     """A workflow's steps in order: ``{"id", "agent", "status", "job_id"}`` (+ ``error``), or None when unknown.
 
+    ``keys`` are the workflow's partition's, which holds its steps' records too.
+
     A step the workflow has published shows its own job's live status (queued, running, retrying, ...).
     """
     h = keys.workflow(workflow_id)
@@ -137,13 +147,13 @@ async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str
     pipe = redis.pipeline(transaction=False)
     for sid in ids:
         pipe.hmget(h, f"{sid}|st", f"{sid}|agent", f"{sid}|err")
-        pipe.hget(keys.job(f"{workflow_id}:{sid}"), "status")
+        pipe.hget(keys.job(step_job_id(workflow_id, sid)), "status")
     replies = await pipe.execute()
     steps = []
     for i, sid in enumerate(ids):
         (st, agent, err), live = replies[2 * i], replies[2 * i + 1]
         status = live if st == "queued" and live else st
-        step: dict[str, Any] = {"id": sid, "agent": agent, "status": status, "job_id": f"{workflow_id}:{sid}"}
+        step: dict[str, Any] = {"id": sid, "agent": agent, "status": status, "job_id": step_job_id(workflow_id, sid)}
         if err and status not in ("completed", "queued", "running"):
             step["error"] = err
         steps.append(step)

@@ -6,6 +6,9 @@
 --   [entry_id, job_id, explicit ('1' when the request named its id), submitted_at, on_failure, timeout_s ('' = none),
 --    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, n_after, after JSON, kids JSON,
 --    request fields JSON ([k, v, ...])], ...]]
+-- An id-less workflow's job id is its generated id ('<entry ID>', ':<p>' after it with partitions); when a record of
+-- it belongs to another entry, '<lane>:' goes in front, as publish.lua names it (so it still names its partition).
+-- Every key is KEYS[1]'s partition's (one slot): job and workflow keys come from the partition's prefixes.
 -- Returns per workflow {decision, job_id, steps published}: decision run, resume or dup.
 local lane, timeouts = KEYS[1], KEYS[4]
 local job_prefix, lane_prefix, lane_name, group, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -18,7 +21,7 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
   local key = job_prefix .. jid
   local rec = redis.call('HMGET', key, 'status', 'source', 'attempts')
   if explicit ~= '1' and rec[2] and rec[2] ~= me then
-    jid = lane_name .. ':' .. eid
+    jid = lane_name .. ':' .. jid
     key = job_prefix .. jid
     rec = redis.call('HMGET', key, 'status', 'source', 'attempts')
   end

@@ -5,8 +5,14 @@
 -- and per step '<step>|st' (pending|queued|completed|failed|rejected|expired|skipped), '|res' (raw JSON result),
 --   '|err', '|use' (usage JSON), '|dead' (its dead letter's entry ID), '|deps' (after-steps not yet completed),
 --   '|after', '|kids' (JSON lists), '|req' (JSON list of the step request's fields), '|agent'.
--- A step job's id is '<workflow id>:<step id>'. Keys are built only from the prefixes and ids.
+-- A step job's id is '<workflow id>::<step id>' (streams.workflow.step_job_id): its partition is its workflow's.
+-- Keys are built only from the prefixes and ids, so with partitions every key has the hash tag of the caller's
+-- KEYS[1] (one slot: the partition's).
 local WF_ENDED = {completed = true, failed = true, rejected = true, expired = true, skipped = true}
+
+local function wf_step_id(wid, sid)
+  return wid .. '::' .. sid
+end
 
 local function wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
   return {job_prefix = job_prefix, wf_prefix = string.sub(job_prefix, 1, #job_prefix - 4) .. 'wf:',
@@ -23,7 +29,7 @@ end
 local function wf_publish(C, h, wid, sid, now, p)
   local f = p or redis.call('HMGET', h, sid .. '|req', sid .. '|after', 'lane', sid .. '|agent')
   local fields = cjson.decode(f[1])
-  local jid = wid .. ':' .. sid
+  local jid = wf_step_id(wid, sid)
   local n = #fields
   fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5], fields[n + 6] = 'id', jid, 'parent', wid, 'step', sid
   local after = cjson.decode(f[2])
@@ -81,7 +87,7 @@ local function wf_end(C, h, wid, status, err, worker)
       st = 'skipped'
       redis.call('HSET', h, sid .. '|st', st)
     elseif st == 'queued' then
-      local key = C.job_prefix .. wid .. ':' .. sid
+      local key = C.job_prefix .. wf_step_id(wid, sid)
       local js = redis.call('HGET', key, 'status')
       if js == 'queued' or not js then  -- waiting in its lane: it will never start (start.lua sees another source)
         st = 'skipped'
@@ -168,7 +174,7 @@ end
 -- The fan-in: called by settle.lua in the same call that wrote a step's result event.
 -- Returns 1, or {1, status, duration_ms} when this step ended its workflow.
 local function wf_step_settled(C, jid, wid, sid, res, dead_id)
-  if jid ~= wid .. ':' .. sid then return 1 end  -- 'parent' and 'step' fields on some other job: not a step
+  if jid ~= wf_step_id(wid, sid) then return 1 end  -- 'parent' and 'step' fields on some other job: not a step
   local h = C.wf_prefix .. wid
   local meta = redis.call('HMGET', h, 'status', sid .. '|st', 'on_failure', 'total')
   -- Only a step the workflow published and that has not settled counts: not a forged request for a step

@@ -58,8 +58,8 @@ async def test_gateway_runs_a_workflow_and_lists_its_steps(gateways: GatewayFact
         record = (await client.get("/jobs/wf-http")).json()
         assert record["steps_total"] == 4 and record["steps_done"] == 4
         assert [(s["id"], s["status"], s["job_id"]) for s in record["steps"]] == [
-            (sid, "completed", f"wf-http:{sid}") for sid in ("reviews", "pricing", "sentiment", "recommend")]
-        step = (await client.get("/jobs/wf-http:sentiment")).json()
+            (sid, "completed", f"wf-http::{sid}") for sid in ("reviews", "pricing", "sentiment", "recommend")]
+        step = (await client.get("/jobs/wf-http::sentiment")).json()
         assert (step["parent"], step["step"], step["status"]) == ("wf-http", "sentiment", "completed")
         result = (await client.get("/jobs/wf-http/result")).json()
         assert result["result"]["steps"]["recommend"]["result"]["inputs"]["sentiment"]["echo"] == {"sleep_s": 0.2}

@@ -36,7 +36,7 @@ def test_each_graph_problem_is_named(data: dict, reason: str) -> None:  # type: 
 
 
 def test_inputs_reach_the_task_text() -> None:
-    ctx = AgentContext(job_id="wf:b", agent="ask", attempt=1, max_attempts=3, parent="wf", step="b",
+    ctx = AgentContext(job_id="wf::b", agent="ask", attempt=1, max_attempts=3, parent="wf", step="b",
                        inputs={"a": {"answer": "reviews are glowing"}, "n": {"count": 3}})
     text = ctx.with_inputs("Recommend?")
     assert text.startswith("Recommend?") and "- a: reviews are glowing" in text and '- n: {"count": 3}' in text

@@ -73,7 +73,7 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
     counts = Counter(r.id for r in got)
     by_id = {r.id: r for r in got}
     duplicated = [k for k, n in counts.items() if n > 1]
-    want = {wf.id for wf, _ in plans} | {f"{wf.id}:{s}" for wf, exp in plans for s, st in exp.items() if st != "skipped"}
+    want = {wf.id for wf, _ in plans} | {f"{wf.id}::{s}" for wf, exp in plans for s, st in exp.items() if st != "skipped"}
     lost = want - set(counts)
     extra = set(counts) - want
     attempts = Counter(r.attempts for r in got if r.agent == "echo")
@@ -93,6 +93,6 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
         assert event.status == ("completed" if all(st == "completed" for st in expected.values()) else "failed"), wf.id
         for sid, st in expected.items():
             if st != "skipped":
-                assert by_id[f"{wf.id}:{sid}"].status == st, f"{wf.id}:{sid}"
+                assert by_id[f"{wf.id}::{sid}"].status == st, f"{wf.id}::{sid}"
     assert kills >= 6
     assert max(attempts) > 1

@@ -42,7 +42,7 @@ async def test_design_graph_completes_and_dependents_see_their_inputs(redis, key
     assert steps["recommend"]["result"]["inputs"] == {s: steps[s]["result"] for s in ("pricing", "inventory", "sentiment")}
     # and each step yielded its own result event carrying parent and step
     for sid in steps:
-        (step_event,) = await events_of(redis, keys, f"wf-design:{sid}")
+        (step_event,) = await events_of(redis, keys, f"wf-design::{sid}")
         assert step_event.parent == "wf-design" and step_event.step == sid and step_event.status == "completed"
         assert step_event.tenant == "acme"
     # and the record lists the steps as done
@@ -85,13 +85,13 @@ async def test_fail_stops_dependents_and_steps_not_started(redis, keys: Keys, pr
     assert steps["boom"]["status"] == "failed"
     assert steps["indep"]["status"] == "skipped"
     assert steps["dep"]["status"] == "skipped"
-    assert (await wait_event(redis, keys, "wf-fail:boom")).status == "failed"
+    assert (await wait_event(redis, keys, "wf-fail::boom")).status == "failed"
     # the worker takes 'indep' from its lane and drops it: its record stays skipped, no event
     await producer.publish("echo", {}, id="after-fail")  # the lane's next entry: once it is done, 'indep' was seen
     await wait_event(redis, keys, "after-fail")
     counts = await event_counts(redis, keys)
-    assert counts["wf-fail:indep"] == 0 and counts["wf-fail:dep"] == 0 and counts["wf-fail"] == 1
-    indep = await get_job(redis, keys, "wf-fail:indep")
+    assert counts["wf-fail::indep"] == 0 and counts["wf-fail::dep"] == 0 and counts["wf-fail"] == 1
+    indep = await get_job(redis, keys, "wf-fail::indep")
     assert indep is not None and indep.status == "skipped" and indep.tenant == "acme"  # its tenant known while it waited
     # and the failed workflow is dead-lettered
     assert any(d.id == "wf-fail" and d.reason == "step_failed" for d in await list_dead(redis, keys))
@@ -129,7 +129,7 @@ async def test_timeout_expires_the_workflow_while_a_step_sleeps(redis, keys: Key
     assert event.result["steps"]["after_nap"]["status"] == "skipped"
     assert event.result["steps"]["nap"]["status"] == "running"
     # the sleeping step runs on and yields its own event, after the workflow's; the workflow yields no second one
-    nap = await wait_event(redis, keys, "wf-slow:nap", timeout=20)
+    nap = await wait_event(redis, keys, "wf-slow::nap", timeout=20)
     assert nap.status == "completed"
     assert (await event_counts(redis, keys))["wf-slow"] == 1
     assert any(d.id == "wf-slow" and d.reason == "expired" for d in await list_dead(redis, keys))
@@ -146,8 +146,8 @@ async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys
     await producer.publish_workflow(wf)
     failed = await wait_event(redis, keys, "wf-replay")
     assert failed.status == "failed"
-    letters = [d for d in await list_dead(redis, keys) if d.id in ("wf-replay", "wf-replay:flaky")]
-    assert {d.id for d in letters} == {"wf-replay", "wf-replay:flaky"}
+    letters = [d for d in await list_dead(redis, keys) if d.id in ("wf-replay", "wf-replay::flaky")]
+    assert {d.id for d in letters} == {"wf-replay", "wf-replay::flaky"}
     # When the workflow's dead letter is replayed
     entry = next(d.entry_id for d in letters if d.id == "wf-replay")
     assert entry is not None
@@ -156,10 +156,10 @@ async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys
     # Then it completes; completed steps ran once, the failed step and its dependent once more
     assert done.status == "completed", done.error
     counts = await event_counts(redis, keys)
-    assert counts["wf-replay:first"] == 1 and counts["wf-replay:side"] == 1
-    assert counts["wf-replay:flaky"] == 2 and counts["wf-replay:last"] == 1
+    assert counts["wf-replay::first"] == 1 and counts["wf-replay::side"] == 1
+    assert counts["wf-replay::flaky"] == 2 and counts["wf-replay::last"] == 1
     assert done.result["steps"]["last"]["result"]["inputs"]["flaky"]["echo"] == {"fail_first": 1}
-    flaky = await get_job(redis, keys, "wf-replay:flaky")
+    flaky = await get_job(redis, keys, "wf-replay::flaky")
     assert flaky is not None and flaky.attempts == 2
     # and no dead letter is left: the step's went with the workflow's replay
     assert not [d for d in await list_dead(redis, keys) if d.id.startswith("wf-replay")]
@@ -181,7 +181,7 @@ async def test_a_resubmitted_workflow_id_runs_once(redis, keys: Keys, producer: 
     await producer.publish("echo", {}, id="marker")
     await wait_event(redis, keys, "marker")
     counts = await event_counts(redis, keys)
-    assert counts["wf-dup"] == 1 and counts["wf-dup:a"] == 1 and counts["wf-dup:b"] == 1
+    assert counts["wf-dup"] == 1 and counts["wf-dup::a"] == 1 and counts["wf-dup::b"] == 1
 
 
 INVALID = {
@@ -227,7 +227,7 @@ async def test_design_graph_of_crews_rolls_up_usage(redis, keys: Keys, producer:
     assert event.status == "completed", event.error
     steps = event.result["steps"]
     assert all(s["status"] == "completed" and s["result"]["answer"] for s in steps.values())
-    step_usage = [(await events_of(redis, keys, f"wf-crews:{sid}"))[0].usage for sid in steps]
+    step_usage = [(await events_of(redis, keys, f"wf-crews::{sid}"))[0].usage for sid in steps]
     assert all(u for u in step_usage)
     assert event.usage is not None
     for field in ("prompt_tokens", "completion_tokens"):
@@ -244,7 +244,7 @@ async def test_forged_step_fields_do_not_move_a_workflow(redis, keys: Keys, prod
     await producer.publish_workflow(wf)
     # When other requests claim to be its steps (another id with parent/step; the pending step's own id)
     await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "intruder", "data": "{}", "parent": "wf-forged", "step": "b"})
-    await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "wf-forged:b", "data": '{"forged": true}', "parent": "wf-forged", "step": "b"})
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "wf-forged::b", "data": '{"forged": true}', "parent": "wf-forged", "step": "b"})
     await wait_event(redis, keys, "intruder")
     # Then the workflow still waits for its own steps and aggregates their real results
     event = await wait_event(redis, keys, "wf-forged")
