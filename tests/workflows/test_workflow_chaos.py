@@ -5,10 +5,13 @@ import random
 import time
 from collections import Counter
 
-from streams.keys import Keys
+import pytest
+
+from streams.keys import Keys, partition_of
+from streams.producer import Producer
 from streams.workflow import Workflow
-from tests.support import results, wait_until
-from tests.workflows.support import start_workers
+from tests.support import WorkerFactory
+from tests.workflows.support import results_by_partition, start_workers, wait_partitioned_results
 
 WORKFLOWS = 200
 KILL_EVERY_S = 1.5
@@ -46,11 +49,15 @@ def build(i: int, rng: random.Random) -> tuple[Workflow, dict[str, str]]:
     return wf, expected
 
 
-async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, keys: Keys, producer, workers, capsys) -> None:
-    # Given 200 workflows of 5-10 steps (some steps fail once and retry, every tenth has a step that fails for good)
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, keys: Keys, workers: WorkerFactory, partitions: int, capsys) -> None:
+    # Given 200 workflows of 5-10 steps (some steps fail once and retry, every tenth has a step that fails for good),
+    # in one partition or spread over four
     rng = random.Random(12)
     plans = [build(i, rng) for i in range(WORKFLOWS)]
     args = ("--concurrency", "10", "--lease", "2")
+    workers.env["STREAMCREW_PARTITIONS"] = str(partitions)
+    producer = Producer(redis, keys, partitions=partitions)
     live = start_workers(workers, 3, *args)
     for wf, _ in plans:
         await producer.publish_workflow(wf)
@@ -65,11 +72,9 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
         live.append(workers.start(*args, wait_ready=False))
     steps_expected = sum(1 for _, exp in plans for st in exp.values() if st != "skipped")
 
-    async def all_done() -> bool:
-        return int(await redis.xlen(keys.results)) >= WORKFLOWS + steps_expected
-
-    await wait_until(all_done, timeout=120, what=f"{WORKFLOWS} workflow and {steps_expected} step results")
-    got = await results(redis, keys)
+    await wait_partitioned_results(redis, keys, partitions, WORKFLOWS + steps_expected, timeout=120)
+    in_partition = await results_by_partition(redis, keys, partitions)
+    got = [r for _, r in in_partition]
     counts = Counter(r.id for r in got)
     by_id = {r.id: r for r in got}
     duplicated = [k for k, n in counts.items() if n > 1]
@@ -78,7 +83,7 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
     extra = set(counts) - want
     attempts = Counter(r.attempts for r in got if r.agent == "echo")
     with capsys.disabled():
-        print(f"\nworkflow chaos: {WORKFLOWS} workflows, {steps_expected} steps run, {kills} SIGKILLs, {len(got)} results, "
+        print(f"\nworkflow chaos: {WORKFLOWS} workflows in {partitions} partition(s), {steps_expected} steps run, {kills} SIGKILLs, {len(got)} results, "
               f"{len(lost)} lost, {len(duplicated)} duplicated, {len(extra)} unexpected, step attempts {dict(sorted(attempts.items()))}, "
               f"{time.monotonic() - t0:.1f}s")
     # Then every workflow and every step that runs yields exactly one result event
@@ -94,5 +99,7 @@ async def test_workflows_under_worker_kills_lose_and_duplicate_nothing(redis, ke
         for sid, st in expected.items():
             if st != "skipped":
                 assert by_id[f"{wf.id}::{sid}"].status == st, f"{wf.id}::{sid}"
+    # and each step's result event is in its workflow's partition
+    assert [(r.id, p) for p, r in in_partition if p != partition_of(r.parent or r.id, partitions)] == []
     assert kills >= 6
     assert max(attempts) > 1
