@@ -15,7 +15,7 @@ from streams.keys import Keys, partition_of
 from streams.producer import Producer
 from streams.records import get_job
 from streams.workflow import Workflow, step_job_id
-from tests.consumers.gateway.support import GatewayFactory
+from tests.consumers.gateway.support import GatewayFactory, sse_events
 from tests.consumers.test_cli import cli
 from tests.support import WorkerFactory, wait_until
 from tests.workflows.support import (
@@ -162,6 +162,9 @@ async def test_gateway_and_cli_run_workflows_over_partitions(
             assert (step["parent"], step["step"], step["status"]) == (wid, "d", "completed"), step
             result = (await client.get(f"/jobs/{wid}/result")).json()
             assert result["result"]["summary"] == "4 of 4 steps completed"
+            async with sse_events(client, f"/jobs/{wid}/events") as events:
+                last = await anext(events)
+            assert (last["id"], json.loads(last["data"])["status"]) == ("1-completed-4", "completed"), last
     # and the CLI follows a workflow's steps by id with partitions too
     monkeypatch.setenv("STREAMCREW_PARTITIONS", str(PARTITIONS))
     done = cli(redis_url, prefix, "submit", "workflow", "--data", json.dumps(graph), "--id", "wf-cli4", "--wait", "--timeout", "60")
