@@ -63,10 +63,14 @@ def test_a_step_id_lands_in_its_workflow_partition_and_is_no_generated_id(partit
 
 
 async def test_many_workflows_complete_with_every_step_in_their_partition(redis, keys: Keys, producer4: Producer, workers4: WorkerFactory) -> None:
-    # Given 48 diamond workflows with ids and 16 without, in two lanes, queued before two workers start
+    # Given a raw XADD of an id-less workflow into partition 1 whose generated id another entry's record holds
+    squatted = keys.in_partition(1)
+    await redis.hset(squatted.job("5-0:1"), mapping={"status": "queued", "source": "low/4-0"})
+    await redis.xadd(squatted.lane("normal"), {"agent": "workflow", "data": json.dumps(diamond(None, 999).to_data())}, id="5-0")
+    # and 48 diamond workflows with ids and 16 without, in two lanes, queued before two workers start
     named = [await producer4.publish_workflow(diamond(f"wf-p-{i}", i), priority="high" if i % 3 == 0 else None) for i in range(48)]
     idless = [await producer4.publish_workflow(diamond(None, 100 + i), priority="low" if i % 2 else None) for i in range(16)]
-    wf_ids = [p.job_id for p in named + idless]
+    wf_ids = [p.job_id for p in named + idless] + ["normal:5-0:1"]  # the raw one, renamed as publish.lua would
     assert all(p.created for p in named + idless)
     assert {partition_of(w, PARTITIONS) for w in wf_ids} == set(range(PARTITIONS))
     assert all(re.fullmatch(r"\d+-\d+:\d", p.job_id) for p in idless), [p.job_id for p in idless]  # the id names its partition
