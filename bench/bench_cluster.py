@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency 1000]
 
 For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis master's
-``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the busiest master's CPU as a
-share of the single instance's (target <= 0.45) and the worker's jobs/s on both. Needs redis-server
+``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the Redis CPU per job (µs/job:
+the input of the sizing model in bench/README.md), the busiest master's CPU as a share of the single
+instance's (target <= 0.45) and the worker's jobs/s on both. Needs redis-server
 and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite).
 """
 
@@ -27,6 +28,11 @@ from streams.producer import Producer
 from tests.cluster_support import LocalCluster, cluster_binaries
 
 PARTITIONS = 6
+
+
+def per_job_us(cpu_s: float, jobs: int) -> float:
+    """Redis CPU per job in µs: the input of the sizing model in bench/README.md."""
+    return cpu_s / jobs * 1e6
 
 
 def redis_cpu(port: int) -> float:
@@ -102,8 +108,12 @@ def main() -> None:
             cluster.close()
     one = single_cpu[single_port]
     busiest = max(cluster_cpu.values())
-    print(f"single instance Redis CPU   {one:8.2f} s for {args.jobs:,} jobs ({one / args.jobs * 1e6:.1f} µs/job)")
+    every = sum(cluster_cpu.values())
+    print(f"single instance Redis CPU   {one:8.2f} s for {args.jobs:,} jobs ({per_job_us(one, args.jobs):.1f} µs/job)")
     print("cluster masters Redis CPU   " + "  ".join(f"{cluster_cpu[p]:.2f} s" for p in masters))
+    print(f"  all masters together      {every:8.2f} s ({per_job_us(every, args.jobs):.1f} µs/job, "
+          f"{every / one:.2f}x the single instance: replication feed and cluster bus)")
+    print(f"  busiest master            {busiest:8.2f} s ({per_job_us(busiest, args.jobs):.1f} µs per job of the whole run)")
     print(f"busiest master / single     {busiest / one:8.2f}     (target <= 0.45)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
     print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")

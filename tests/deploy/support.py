@@ -22,6 +22,9 @@ DEPLOY = ROOT / "deploy"
 DOCS = ROOT / "docs" / "operations.md"
 K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "docker-compose.yml"
+CLUSTER_COMPOSE = DEPLOY / "docker-compose.cluster.yml"
+CLUSTER_INIT = DEPLOY / "redis-cluster-init.sh"
+K8S_CLUSTER = K8S / "cluster"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "streamcrew.json"
@@ -44,6 +47,21 @@ def binary(name: str) -> str:
 
 def load_yaml_all(path: Path) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def only(path: Path, kind: str) -> dict[str, Any]:
+    """The one object of ``kind`` in a manifest file."""
+    (found,) = [doc for doc in load_yaml_all(path) if doc.get("kind") == kind]
+    return dict(found)
+
+
+def cluster_overlay_settings() -> tuple[str, int, int]:
+    """(prefix, partitions, worker concurrency) of deploy/k8s/cluster: the base's prefix and worker, the overlay's N."""
+    prefix = only(K8S / "configmap.yaml", "ConfigMap")["data"]["STREAMCREW_PREFIX"]
+    partitions = int(only(K8S_CLUSTER / "configmap-partitions.yaml", "ConfigMap")["data"]["STREAMCREW_PARTITIONS"])
+    (worker,) = only(K8S / "worker.yaml", "Deployment")["spec"]["template"]["spec"]["containers"]
+    concurrency = int({e["name"]: e["value"] for e in worker["env"]}["STREAMCREW_CONCURRENCY"])
+    return prefix, partitions, concurrency
 
 
 def project_version() -> str:

@@ -1,0 +1,79 @@
+#!/bin/sh
+# One-shot set-up of the compose Redis Cluster (deploy/docker-compose.cluster.yml, service
+# redis-cluster-init); tests/deploy/test_cluster_deploy.py runs it against real redis-server nodes.
+#
+#  1. `redis-cli --cluster create` joins REDIS_CLUSTER_NODES into a cluster: the first half become
+#     masters, each with one replica (--cluster-replicas 1).
+#  2. The hash slot of each of the STREAMCREW_PARTITIONS partitions (the slot of `{<p>}`) is moved
+#     so partition p lives on master p mod masters: the default slot split lands the tags unevenly
+#     (for 12 partitions 4/5/3 on three masters). Slots are still empty, so `CLUSTER SETSLOT ... NODE`
+#     on every master moves them; on a cluster holding data use `redis-cli --cluster reshard`.
+#
+# A cluster that already exists (a second `docker compose up`) is left as it is.
+#   REDIS_CLUSTER_NODES="redis-0:6379 redis-1:6379 ..." STREAMCREW_PARTITIONS=12 sh redis-cluster-init.sh
+set -eu
+
+nodes=${REDIS_CLUSTER_NODES:?set REDIS_CLUSTER_NODES to the nodes, as "host:port host:port ..."}
+partitions=${STREAMCREW_PARTITIONS:-1}
+timeout_s=${REDIS_CLUSTER_INIT_TIMEOUT_S:-60}
+first=${nodes%% *}
+
+at() {  # at HOST:PORT COMMAND...: one command to one node
+    node=$1
+    shift
+    redis-cli -h "${node%:*}" -p "${node##*:}" "$@"
+}
+
+wait_for() {  # wait_for WHAT COMMAND...: retry COMMAND every 0.2 s for at most timeout_s
+    what=$1
+    shift
+    tries=$((timeout_s * 5))
+    until "$@" >/dev/null 2>&1; do
+        tries=$((tries - 1))
+        if [ "$tries" -le 0 ]; then
+            echo "redis-cluster-init: timed out after ${timeout_s}s waiting for $what" >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+
+known_nodes() {
+    at "$first" CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_known_nodes://p'
+}
+
+agree() {  # every node reports cluster_state:ok and the same slot owners (redis-cli's own check)
+    redis-cli --cluster check "$first" | grep -q "All nodes agree about slots configuration" || return 1
+    for node in $nodes; do
+        at "$node" CLUSTER INFO | grep -q "^cluster_state:ok" || return 1
+    done
+}
+
+if [ "$(known_nodes)" -gt 1 ]; then
+    echo "redis-cluster-init: $first already knows $(known_nodes) nodes; leaving the cluster as it is"
+    exit 0
+fi
+
+# shellcheck disable=SC2086  # the node list is meant to split into one argument per node
+redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes
+wait_for "the nodes to agree on the slots" agree
+
+if [ "$partitions" -gt 1 ]; then
+    # Masters as "<id> <host:port>", in a stable order (by address). Only those owning slots: a replica
+    # may still call itself a master for a moment after the create.
+    masters=$(at "$first" CLUSTER NODES | awk '$3 ~ /master/ && $3 !~ /fail/ && NF > 8 {split($2, a, "@"); print $1, a[1]}' | sort -k2)
+    count=$(printf '%s\n' "$masters" | wc -l)
+    p=0
+    while [ "$p" -lt "$partitions" ]; do
+        slot=$(at "$first" CLUSTER KEYSLOT "{$p}")
+        target=$(printf '%s\n' "$masters" | sed -n "$((p % count + 1))p")
+        # the new owner first, then every other master (as tests/cluster_support.py's LocalCluster.place)
+        { echo "$target"; printf '%s\n' "$masters" | grep -v "^$target\$"; } | while read -r _id address; do
+            at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
+        done
+        p=$((p + 1))
+    done
+    wait_for "the placed slots to agree on every node" agree
+    echo "redis-cluster-init: $partitions partitions placed round-robin over $count masters"
+fi
+redis-cli --cluster check "$first"
