@@ -59,6 +59,8 @@ def test_cluster_compose_has_six_cluster_nodes_with_aof() -> None:
         assert command[0] == "redis-server" and option(command, "--port") == "6379", name
         assert option(command, "--cluster-enabled") == "yes" and option(command, "--appendonly") == "yes", name
         assert option(command, "--appendfsync") == "everysec", name
+        # live masters' partitions are served while a dead master's replica is promoted
+        assert option(command, "--cluster-require-full-coverage") == "no", name
         # it announces its own service name, so clients reach it by name after an IP change
         assert option(command, "--cluster-announce-hostname") == name, name
         assert option(command, "--cluster-preferred-endpoint-type") == "hostname", name
