@@ -1,11 +1,13 @@
 """Work spread over a real 3-master Redis Cluster with 6 partitions, against one instance, same run.
 
-    .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency 1000]
+    .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency 1000] [--single-replica]
 
-For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis master's
+For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis node's
 ``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the Redis CPU per job (µs/job:
-the input of the sizing model in bench/README.md), the busiest master's CPU as a share of the single
-instance's (target <= 0.45) and the worker's jobs/s on both. Needs redis-server
+the input of the sizing model in bench/README.md) of the single instance, the masters and the
+replicas, the busiest master's CPU as a share of the single instance's (target <= 0.45) and the
+worker's jobs/s on both. ``--single-replica`` also runs the single instance with a replica attached,
+which isolates what feeding a replica costs a master. Needs redis-server
 and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite).
 """
 
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis as sync_redis
@@ -22,17 +26,36 @@ import redis as sync_redis
 from bench.common import bench_redis, new_prefix
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect_detected
+from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.keys import Keys, partition_keys
 from streams.producer import Producer
 from tests.cluster_support import LocalCluster, cluster_binaries
 
 PARTITIONS = 6
+REPLICA_SYNC_TIMEOUT_S = 30.0
 
 
 def per_job_us(cpu_s: float, jobs: int) -> float:
     """Redis CPU per job in µs: the input of the sizing model in bench/README.md."""
     return cpu_s / jobs * 1e6
+
+
+@contextlib.contextmanager
+def replica_of(binary: str, port: int) -> Iterator[None]:
+    """A replica of the instance on ``port`` for the block: its master then feeds a replica, as a cluster master does."""
+    replica = RedisServer(binary).start()
+    try:
+        with sync_redis.Redis(host="127.0.0.1", port=replica.port, decode_responses=True) as c:
+            c.replicaof("127.0.0.1", port)
+            deadline = time.monotonic() + REPLICA_SYNC_TIMEOUT_S
+            while c.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the replica did not sync with port {port} within {REPLICA_SYNC_TIMEOUT_S}s")
+                time.sleep(0.05)
+        yield
+    finally:
+        replica.close()
 
 
 def redis_cpu(port: int) -> float:
@@ -91,6 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=30_000)
     parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--single-replica", action="store_true",
+                        help="also run the single instance with a replica attached: the replication feed's share of the cluster's cost")
     args = parser.parse_args()
     binaries = cluster_binaries()
     if binaries is None:
@@ -101,19 +126,30 @@ def main() -> None:
         try:
             cluster.place([str(p) for p in range(PARTITIONS)])
             masters = sorted(cluster.masters())
+            replicas = sorted(set(cluster.alive_ports()) - set(masters))
             single_cpu, single_rate = run_side(single_url, [single_port], args.jobs, args.concurrency, 1, Path(tmp))
-            cluster_cpu, cluster_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
+            replicated_cpu: dict[int, float] = {}
+            if args.single_replica:
+                with replica_of(binaries[0], single_port):
+                    replicated_cpu, _ = run_side(single_url, [single_port], args.jobs, args.concurrency, 1, Path(tmp))
+            cluster_cpu, cluster_rate = run_side(cluster.url, masters + replicas, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
             _, acked_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp), replica_acks=1)
         finally:
             cluster.close()
     one = single_cpu[single_port]
-    busiest = max(cluster_cpu.values())
-    every = sum(cluster_cpu.values())
+    busiest = max(cluster_cpu[p] for p in masters)
+    every = sum(cluster_cpu[p] for p in masters)
+    copies = sum(cluster_cpu[p] for p in replicas)
     print(f"single instance Redis CPU   {one:8.2f} s for {args.jobs:,} jobs ({per_job_us(one, args.jobs):.1f} µs/job)")
     print("cluster masters Redis CPU   " + "  ".join(f"{cluster_cpu[p]:.2f} s" for p in masters))
     print(f"  all masters together      {every:8.2f} s ({per_job_us(every, args.jobs):.1f} µs/job, "
           f"{every / one:.2f}x the single instance: replication feed and cluster bus)")
     print(f"  busiest master            {busiest:8.2f} s ({per_job_us(busiest, args.jobs):.1f} µs per job of the whole run)")
+    print(f"  all replicas together     {copies:8.2f} s ({per_job_us(copies, args.jobs):.1f} µs/job)")
+    if replicated_cpu:
+        fed = replicated_cpu[single_port]
+        print(f"single instance + a replica {fed:8.2f} s ({per_job_us(fed, args.jobs):.1f} µs/job; "
+              f"all cluster masters are {every / fed:.2f}x this)")
     print(f"busiest master / single     {busiest / one:8.2f}     (target <= 0.45)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
     print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")
