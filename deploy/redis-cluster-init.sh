@@ -6,10 +6,13 @@
 #     masters, each with one replica (--cluster-replicas 1).
 #  2. The hash slot of each of the STREAMCREW_PARTITIONS partitions (the slot of `{<p>}`) is moved
 #     so partition p lives on master p mod masters: the default slot split lands the tags unevenly
-#     (for 12 partitions 4/5/3 on three masters). Slots are still empty, so `CLUSTER SETSLOT ... NODE`
-#     on every master moves them; on a cluster holding data use `redis-cli --cluster reshard`.
+#     (for 12 partitions 4/5/3 on three masters). An empty slot moves with `CLUSTER SETSLOT ... NODE`
+#     on every master; a slot holding keys is left where it is (docs/operations.md, "Adding shards",
+#     migrates it).
 #
-# A cluster that already exists (a second `docker compose up`) is left as it is.
+# Safe to re-run: an existing cluster is not created again (a second `docker compose up`), and
+# partitions already in place stay. It also places the partitions on a cluster created otherwise
+# (a Helm chart): REDIS_CLUSTER_NODES then needs one node.
 #   REDIS_CLUSTER_NODES="redis-0:6379 redis-1:6379 ..." STREAMCREW_PARTITIONS=12 sh redis-cluster-init.sh
 set -eu
 
@@ -49,31 +52,60 @@ agree() {  # every node reports cluster_state:ok and the same slot owners (redis
     done
 }
 
-if [ "$(known_nodes)" -gt 1 ]; then
-    echo "redis-cluster-init: $first already knows $(known_nodes) nodes; leaving the cluster as it is"
-    exit 0
-fi
+owner_of() {  # owner_of SLOT: the id of the master serving it
+    at "$first" CLUSTER NODES | awk -v slot="$1" '$3 ~ /master/ {
+        for (i = 9; i <= NF; i++) {
+            if ($i ~ /^\[/) continue
+            n = split($i, range, "-")
+            if (slot >= range[1] + 0 && slot <= range[n] + 0) print $1
+        }
+    }'
+}
 
-# shellcheck disable=SC2086  # the node list is meant to split into one argument per node
-redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes
-wait_for "the nodes to agree on the slots" agree
+keys_in_slot() {  # keys_in_slot SLOT MASTERS: keys the masters hold in it (only its owner has any)
+    total=0
+    for address in $(printf '%s\n' "$2" | cut -d' ' -f2); do
+        total=$((total + $(at "$address" CLUSTER COUNTKEYSINSLOT "$1")))
+    done
+    echo "$total"
+}
+
+if [ "$(known_nodes)" -gt 1 ]; then
+    echo "redis-cluster-init: $first already knows $(known_nodes) nodes; not creating a cluster"
+else
+    # shellcheck disable=SC2086  # the node list is meant to split into one argument per node
+    redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes
+    wait_for "the nodes to agree on the slots" agree
+fi
 
 if [ "$partitions" -gt 1 ]; then
     # Masters as "<id> <host:port>", in a stable order (by address). Only those owning slots: a replica
     # may still call itself a master for a moment after the create.
     masters=$(at "$first" CLUSTER NODES | awk '$3 ~ /master/ && $3 !~ /fail/ && NF > 8 {split($2, a, "@"); print $1, a[1]}' | sort -k2)
     count=$(printf '%s\n' "$masters" | wc -l)
+    moved=0
+    kept=0
     p=0
     while [ "$p" -lt "$partitions" ]; do
         slot=$(at "$first" CLUSTER KEYSLOT "{$p}")
         target=$(printf '%s\n' "$masters" | sed -n "$((p % count + 1))p")
-        # the new owner first, then every other master (as tests/cluster_support.py's LocalCluster.place)
-        { echo "$target"; printf '%s\n' "$masters" | grep -v "^$target\$"; } | while read -r _id address; do
-            at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
-        done
+        if [ "$(owner_of "$slot")" = "${target%% *}" ]; then
+            :  # already in place
+        elif [ "$(keys_in_slot "$slot" "$masters")" -gt 0 ]; then
+            echo "redis-cluster-init: partition $p (slot $slot) holds keys; move it as docs/operations.md, Adding shards, says" >&2
+            kept=$((kept + 1))
+        else
+            # the new owner first, then every other master (as tests/cluster_support.py's LocalCluster.place)
+            { echo "$target"; printf '%s\n' "$masters" | grep -v "^$target\$"; } | while read -r _id address; do
+                at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
+            done
+            moved=$((moved + 1))
+        fi
         p=$((p + 1))
     done
-    wait_for "the placed slots to agree on every node" agree
-    echo "redis-cluster-init: $partitions partitions placed round-robin over $count masters"
+    if [ "$moved" -gt 0 ]; then
+        wait_for "the placed slots to agree on every node" agree
+    fi
+    echo "redis-cluster-init: $partitions partitions round-robin over $count masters: $moved moved, $kept with keys left where they are"
 fi
 redis-cli --cluster check "$first"

@@ -189,6 +189,7 @@ def test_init_script_creates_the_cluster_and_spreads_the_partitions(compose_node
     # When the init service's script runs
     created = run_init(compose_nodes, partitions)
     assert created.returncode == 0, f"init failed:\n{created.stdout[-3000:]}\n{created.stderr[-3000:]}"
+    assert f"{partitions} partitions round-robin over {MASTERS} masters" in created.stdout, created.stdout[-2000:]
     # Then every node sees a healthy cluster of three masters with a replica each
     for port in compose_nodes:
         with sync_redis.Redis(port=port, decode_responses=True) as c:
@@ -202,15 +203,54 @@ def test_init_script_creates_the_cluster_and_spreads_the_partitions(compose_node
         replicas = [line for line in c.execute_command("CLUSTER", "NODES").splitlines() if "slave" in line.split()[2]]
     assert len(replicas) == MASTERS
     # and the partitions' slots are spread evenly, the same on every node
-    per_master = {m: [p for p in range(partitions) if owners[key_slot(f"{{{p}}}".encode())] == m] for m in masters}
-    assert sorted(len(v) for v in per_master.values()) == [partitions // MASTERS] * MASTERS, per_master
-    for port in compose_nodes[1:]:
-        seen = slot_owners(port)
-        assert all(seen[key_slot(f"{{{p}}}".encode())] == owners[key_slot(f"{{{p}}}".encode())] for p in range(partitions))
-    # When the service runs again (a second `docker compose up`), it leaves the cluster as it is
+    assert_spread(compose_nodes, partitions)
+    # When the service runs again (a second `docker compose up`), it creates nothing and moves nothing
     again = run_init(compose_nodes, partitions)
-    assert again.returncode == 0 and "leaving the cluster as it is" in again.stdout, again.stdout + again.stderr
-    assert slot_owners(compose_nodes[0]) == owners
+    assert again.returncode == 0 and "not creating a cluster" in again.stdout, again.stdout + again.stderr
+    assert "0 moved" in again.stdout and slot_owners(compose_nodes[0]) == owners
+
+
+def test_init_script_places_partitions_on_an_existing_cluster(compose_nodes: list[int]) -> None:
+    """The Helm-chart case: a cluster created otherwise (here: unpartitioned), one node named."""
+    partitions = compose_partitions()
+    created = run_init(compose_nodes, 1)
+    assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+    unplaced = per_master(slot_owners(compose_nodes[0]), partitions)
+    assert sorted(map(len, unplaced.values())) != [partitions // MASTERS] * MASTERS, "the default split is uneven"
+    # Given a partition away from its place (master p mod 3, masters by address) that holds a key
+    owners = slot_owners(compose_nodes[0])
+    by_address = sorted(unplaced, key=lambda port: f"127.0.0.1:{port}")
+    crowded = next(p for p in range(partitions) if owners[key_slot(f"{{{p}}}".encode())] != by_address[p % MASTERS])
+    owner = owners[key_slot(f"{{{crowded}}}".encode())]
+    with sync_redis.Redis(port=owner) as c:
+        c.set(f"streamcrew:{{{crowded}}}:job:x", "1")
+    # When the script runs with one node and the partitions
+    placed = run_init(compose_nodes[:1], partitions)
+    # Then it moves every empty partition and leaves the one with keys where it is
+    assert placed.returncode == 0, placed.stdout[-2000:] + placed.stderr[-2000:]
+    assert f"partition {crowded} (slot" in placed.stderr and "1 with keys left" in placed.stdout
+    assert slot_owners(compose_nodes[0])[key_slot(f"{{{crowded}}}".encode())] == owner
+    with sync_redis.Redis(port=owner) as c:
+        c.delete(f"streamcrew:{{{crowded}}}:job:x")
+    assert run_init(compose_nodes[:1], partitions).returncode == 0
+    assert_spread(compose_nodes, partitions)
+
+
+def per_master(owners: dict[int, int], partitions: int) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {m: [] for m in set(owners.values())}
+    for p in range(partitions):
+        out[owners[key_slot(f"{{{p}}}".encode())]].append(p)
+    return out
+
+
+def assert_spread(ports: list[int], partitions: int) -> None:
+    """Each master serves N / masters partitions, as every node sees it."""
+    owners = slot_owners(ports[0])
+    spread = per_master(owners, partitions)
+    assert sorted(len(v) for v in spread.values()) == [partitions // MASTERS] * MASTERS, spread
+    for port in ports[1:]:
+        seen = slot_owners(port)
+        assert all(seen[key_slot(f"{{{p}}}".encode())] == owners[key_slot(f"{{{p}}}".encode())] for p in range(partitions)), port
 
 
 # -- Kubernetes: the cluster overlay and its KEDA triggers -----------------------------------------------
