@@ -31,7 +31,8 @@ HEADER = """\
 # A hot partition (ids that hash together, raw XADDs to one lane) scales the workers up on its own.
 # `addresses` is any node or a Service in front of the cluster; the scaler finds the slot owners.
 # Redis with a password: add `authenticationRef: {{name: redis-cluster}}` to each trigger and a
-# TriggerAuthentication whose secretTargetRef maps parameter `password` to your Secret.
+# TriggerAuthentication whose secretTargetRef maps parameter `password` to your Secret. With TLS
+# (a rediss:// STREAMCREW_REDIS_URL) add `enableTLS: "true"` to each trigger's metadata too.
 """
 
 
