@@ -111,7 +111,7 @@ async def faust_out(url: str, n: int) -> tuple[float, float]:
                     pipe.xadd(stream_keys.results, result_fields(i))
                 await pipe.execute()
         async with bridge.results_agent.test_context() as agent:
-            reader = ResultsReader(redis, keys, deliver=lambda b: agent.put(b, wait=False), release=lambda s, e: None,
+            reader = ResultsReader(redis, (keys,), deliver=lambda b: agent.put(b, wait=False), release=lambda s, e: None,
                                    consumer="bench", lease_s=60)
             t0 = time.perf_counter()
             while True:

@@ -18,7 +18,7 @@ def kafka_bridge(
     requests_topic: Annotated[str | None, typer.Option(help="topic of requests \\[env STREAMCREW_KAFKA_REQUESTS_TOPIC, default streamcrew-requests]")] = None,
     results_topic: Annotated[str | None, typer.Option(help="topic of result events \\[env STREAMCREW_KAFKA_RESULTS_TOPIC, default streamcrew-results]")] = None,
     group_id: Annotated[str | None, typer.Option(help="Kafka consumer group of the requests topic \\[env STREAMCREW_KAFKA_GROUP_ID, default streamcrew-kafka-bridge]")] = None,
-    topic_partitions: Annotated[int | None, typer.Option(help="partitions of topics the bridge creates \\[env STREAMCREW_KAFKA_TOPIC_PARTITIONS, default 8]")] = None,
+    topic_partitions: Annotated[int | None, typer.Option(help="partitions of the Kafka topics the bridge creates \\[env STREAMCREW_KAFKA_TOPIC_PARTITIONS, default 8]")] = None,
     security_protocol: Annotated[str | None, typer.Option(help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL \\[env STREAMCREW_KAFKA_SECURITY_PROTOCOL]")] = None,
     sasl_mechanism: Annotated[str | None, typer.Option(help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 \\[env STREAMCREW_KAFKA_SASL_MECHANISM]")] = None,
     sasl_username: Annotated[str | None, typer.Option(help="SASL user \\[env STREAMCREW_KAFKA_SASL_USERNAME]")] = None,
@@ -26,6 +26,7 @@ def kafka_bridge(
     ssl_certfile: Annotated[str | None, typer.Option(help="client certificate (mutual TLS) \\[env STREAMCREW_KAFKA_SSL_CERTFILE]")] = None,
     ssl_keyfile: Annotated[str | None, typer.Option(help="key of the client certificate \\[env STREAMCREW_KAFKA_SSL_KEYFILE]")] = None,
     session_timeout: Annotated[float | None, typer.Option(help="seconds the group waits for a silent bridge \\[env STREAMCREW_KAFKA_SESSION_TIMEOUT_S, default 30]")] = None,
+    partitions: Annotated[str | None, typer.Option("--partitions", help="streamcrew partitions whose results this bridge reads, e.g. 0-3,5 \\[env STREAMCREW_SERVE_PARTITIONS, default: all]")] = None,
     concurrency: Annotated[int | None, typer.Option(help="result events awaiting Kafka's acknowledgement at once \\[env STREAMCREW_CONCURRENCY, default 2000]")] = None,
     lease: Annotated[float | None, typer.Option(help="lease seconds of held result events \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9103]")] = None,
@@ -47,7 +48,7 @@ def kafka_bridge(
     settings = build(KafkaBridgeSettings, kafka_broker=broker, kafka_requests_topic=requests_topic, kafka_results_topic=results_topic,
                      kafka_group_id=group_id, kafka_topic_partitions=topic_partitions, kafka_security_protocol=security_protocol,
                      kafka_sasl_mechanism=sasl_mechanism, kafka_sasl_username=sasl_username, kafka_ssl_cafile=ssl_cafile,
-                     kafka_ssl_certfile=ssl_certfile, kafka_ssl_keyfile=ssl_keyfile, kafka_session_timeout_s=session_timeout, concurrency=concurrency, lease_s=lease,
+                     kafka_ssl_certfile=ssl_certfile, kafka_ssl_keyfile=ssl_keyfile, kafka_session_timeout_s=session_timeout, serve_partitions=partitions, concurrency=concurrency, lease_s=lease,
                      metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
     raise typer.Exit(run(run_bridge(settings)))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str] | None]
 ReadReply = list[tuple[str, list[Entry]]] | None
 Slot = tuple[str, str]
+T = TypeVar("T")
 
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
@@ -80,6 +81,19 @@ class Backoff:
 
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()`` again and again, with :class:`Backoff`, until Redis answers it (a write that must land)."""
+    backoff = Backoff(what)
+    while True:
+        try:
+            answer = await call()
+        except REDIS_DOWN as exc:
+            await backoff.failed(exc)
+        else:
+            backoff.ok()
+            return answer
 
 
 class GroupRuntime:

@@ -31,9 +31,10 @@ from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, 
 from consumers.kafka_bridge.settings import KafkaBridgeSettings
 from consumers.lifecycle import stop_on_signals
 from consumers.metrics_server import serve_metrics
-from streams.connection import connect, require_version
+from streams.connection import connect_detected, require_version
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_group
+from streams.jobs import serving_partitions
 from streams.keys import Keys
 from streams.runtime import GroupRuntime
 
@@ -72,7 +73,10 @@ def credentials(settings: KafkaBridgeSettings) -> faust.types.auth.CredentialsT 
 
 @dataclass
 class Bridge:
-    """One faust app and what it drives; ``requests_agent`` and ``results_agent`` are the two faust agents."""
+    """One faust app and what it drives; ``requests_agent`` and ``results_agent`` are the two faust agents.
+
+    ``partitions`` are the streamcrew partitions whose results stream this bridge reads (all, or ``--partitions``).
+    """
 
     app: faust.App
     requests_agent: Any
@@ -81,24 +85,29 @@ class Bridge:
     results_out: ResultsOut
     runtime: GroupRuntime
     datadir: str
+    partitions: tuple[Keys, ...]
     processed: dict[TP, int] = field(default_factory=dict)
 
-    async def update_lag(self, redis: Redis, keys: Keys, requests_topic: str) -> None:
+    async def update_lag(self, redis: Redis, requests_topic: str) -> None:
         """``streamcrew_kafka_lag``: records behind on the partitions held, result events not yet acknowledged."""
         behind = 0
         for tp in self.app.consumer.assignment():
             if tp.topic == requests_topic and tp in self.processed:
                 behind += max(0, self.app.consumer.highwater(tp) - self.processed[tp] - 1)
         metrics.lag("in").set(behind)
-        groups = await redis.xinfo_groups(keys.results)
-        info = next((g for g in groups if g.get("name") == KAFKA_BRIDGE_GROUP), None)
-        if info is not None:
-            metrics.lag("out").set(int(info.get("lag") or 0) + int(info.get("pending") or 0))
+        waiting = 0
+        for keys in self.partitions:
+            groups = await redis.xinfo_groups(keys.results)
+            info = next((g for g in groups if g.get("name") == KAFKA_BRIDGE_GROUP), None)
+            if info is not None:
+                waiting += int(info.get("lag") or 0) + int(info.get("pending") or 0)
+        metrics.lag("out").set(waiting)
 
 
 def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str | None = None) -> Bridge:
     """The faust app with its two agents, bound to ``redis``; nothing connects until the app starts."""
     keys = Keys(settings.prefix)
+    partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     datadir = tempfile.mkdtemp(prefix="streamcrew-kafka-bridge-")  # faust wants one; store is memory://
     app = faust.App(
         settings.kafka_group_id,
@@ -120,15 +129,15 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
     results_topic = app.topic(settings.kafka_results_topic, **raw)
     results_channel = app.channel()
 
-    runtime = GroupRuntime(redis, streams=[keys.results], group=KAFKA_BRIDGE_GROUP, consumer=consumer or consumer_name(),
+    runtime = GroupRuntime(redis, streams=[p.results for p in partitions], group=KAFKA_BRIDGE_GROUP, consumer=consumer or consumer_name(),
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
 
     async def send(key: bytes, value: bytes) -> Any:
         return await results_topic.send(key=key, value=value)
 
-    requests_in = RequestsIn(redis, keys, max_request_bytes=settings.max_request_bytes)
+    requests_in = RequestsIn(redis, keys, max_request_bytes=settings.max_request_bytes, partitions=settings.partitions)
     results_out = ResultsOut(redis, send=send, release=runtime.release)
-    runtime.handler = ResultsReader(redis, keys, deliver=lambda batch: results_channel.send(value=batch), release=runtime.release,
+    runtime.handler = ResultsReader(redis, partitions, deliver=lambda batch: results_channel.send(value=batch), release=runtime.release,
                                     consumer=runtime.consumer, lease_s=settings.lease_s)
     processed: dict[TP, int] = {}
 
@@ -149,12 +158,12 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
         async for batch in stream:
             yield await results_out.forward(batch)
 
-    bridge = Bridge(app, requests_to_lanes, results_to_topic, requests_in, results_out, runtime, datadir, processed)
+    bridge = Bridge(app, requests_to_lanes, results_to_topic, requests_in, results_out, runtime, datadir, partitions, processed)
 
     @app.timer(LAG_EVERY_S)
     async def lag() -> None:
         try:
-            await bridge.update_lag(redis, keys, settings.kafka_requests_topic)
+            await bridge.update_lag(redis, settings.kafka_requests_topic)
         except Exception as exc:  # noqa: BLE001 - a gauge is not worth a crash
             log.debug("kafka-bridge: lag not updated: %s", exc)
 
@@ -176,10 +185,11 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
     _quiet_libraries(settings.log_level)
     keys = Keys(settings.prefix)
-    redis = connect(settings.effective_redis_url)
+    redis = await connect_detected(settings.effective_redis_url)  # a Redis Cluster is found, not configured
     await require_version(redis)
-    await ensure_group(redis, keys.results, KAFKA_BRIDGE_GROUP)
     bridge = build_bridge(settings, redis)
+    for partition in bridge.partitions:
+        await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys)
         serve_metrics(settings.metrics_port)
@@ -199,8 +209,9 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
         code, started = UNAVAILABLE, False
     if started:
         run_task = asyncio.create_task(bridge.runtime.run())
-        log.info("kafka-bridge %s ready: %s -> lanes, results -> %s, broker %s, prefix %s", bridge.runtime.consumer,
-                 settings.kafka_requests_topic, settings.kafka_results_topic, broker, settings.prefix)
+        log.info("kafka-bridge %s ready: %s -> lanes, results -> %s, broker %s, prefix %s%s", bridge.runtime.consumer,
+                 settings.kafka_requests_topic, settings.kafka_results_topic, broker, settings.prefix,
+                 f", results of partitions {settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "")
         await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if run_task.done() and not run_task.cancelled() and run_task.exception() is not None:
             log.error("kafka-bridge: the results reader crashed: %r", run_task.exception())

@@ -14,6 +14,8 @@ import orjson
 from pydantic import ValidationError
 
 from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, lane_for_priority, now_ms
+from streams.errors import InvalidRequest
+from streams.producer import check_not_generated
 
 ROUTING_FIELDS = ("priority", "lane")
 KEPT_VALUE_CHARS = 65_536
@@ -93,6 +95,10 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
         return Invalid(_describe(exc), str(job_id), agent)
     if isinstance(fields.get("max_attempts"), bool | float):
         return Invalid(f"field 'max_attempts' must be an integer >= 1, got {fields['max_attempts']!r}", str(job_id), agent)
+    try:
+        check_not_generated(request)  # else the Producer refuses the whole batch, again at every redelivery
+    except InvalidRequest as exc:
+        return Invalid(str(exc), str(job_id), agent)
     return Parsed(request, lane)  # the encoded size is the Producer's check (RequestTooLarge), near the value's
 
 

@@ -18,7 +18,7 @@ from consumers.kafka_bridge.records import Coordinates, Invalid, Parsed, dead_le
 from streams import metrics as stream_metrics
 from streams.envelope import JobRequest
 from streams.errors import RequestTooLarge
-from streams.keys import Keys
+from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
 from streams.runtime import REDIS_DOWN, Backoff
 
@@ -44,11 +44,13 @@ class BatchOutcome:
 class RequestsIn:
     """Publishes request records through the project's Producer; dead-letters the invalid ones."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int, partitions: int = 1) -> None:
         self.redis = redis
         self.keys = keys
+        self.partitions = partitions
         self.max_request_bytes = max_request_bytes
-        self.producer = Producer(redis, keys, max_request_bytes=max_request_bytes)
+        # Every job lands in partition crc32(id) mod N (contract §10), so a redelivered record meets its first copy.
+        self.producer = Producer(redis, keys, max_request_bytes=max_request_bytes, partitions=partitions)
 
     async def handle(self, records: list[RecordIn]) -> BatchOutcome:
         """Publish or dead-letter every record; waits out Redis outages (the offsets wait with it)."""
@@ -99,7 +101,7 @@ class RequestsIn:
             pipe = self.redis.pipeline(transaction=False)
             for problem, record in invalid:
                 letter = dead_letter(problem, record.key, record.value, record.where)
-                pipe.xadd(self.keys.dead, letter.to_fields())  # type: ignore[arg-type]
+                pipe.xadd(keys_for_job(self.keys, self.partitions, problem.job_id).dead, letter.to_fields())  # type: ignore[arg-type]
             await pipe.execute()
             for problem, record in invalid:
                 w = record.where

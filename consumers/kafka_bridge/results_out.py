@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from streams import metrics as stream_metrics
 from streams.envelope import DeadLetter, now_ms
 from streams.errors import DecodeError
 from streams.keys import Keys
-from streams.runtime import REDIS_DOWN, Backoff, Entry, Slot
+from streams.runtime import Entry, Slot, until_redis_answers
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 
@@ -77,27 +77,23 @@ class ResultsOut:
             first = next(a for a in acks if isinstance(a, BaseException))
             log.warning("kafka-bridge: Kafka refused %d of %d result records (%s: %s); they stay pending and are sent again after the lease",
                         failed, len(batch.records), type(first).__name__, first)
-        if done:
-            backoff = Backoff("kafka-bridge xack")
-            while True:
-                try:
-                    await self.redis.xack(batch.stream, self.group, *done)
-                    break
-                except REDIS_DOWN as exc:
-                    await backoff.failed(exc)
-            backoff.ok()
+        if done:  # XACK in the stream (partition) the entries came from
+            await until_redis_answers("kafka-bridge xack", lambda: self.redis.xack(batch.stream, self.group, *done))
         metrics.records("out", "produced").inc(len(done))
         metrics.records("out", "failed").inc(failed)
         return done
 
 
 class ResultsReader:
-    """The group's entry handler: entries -> :class:`ResultBatch` handed to ``deliver`` (the faust channel)."""
+    """The group's entry handler: entries -> :class:`ResultBatch` handed to ``deliver`` (the faust channel).
 
-    def __init__(self, redis: Redis, keys: Keys, *, deliver: Callable[[ResultBatch], Awaitable[Any]], release: Release,
+    ``partitions`` are the streamcrew partitions read (contract §10): a malformed entry is dead-lettered in its own.
+    """
+
+    def __init__(self, redis: Redis, partitions: Sequence[Keys], *, deliver: Callable[[ResultBatch], Awaitable[Any]], release: Release,
                  consumer: str, lease_s: float, group: str = KAFKA_BRIDGE_GROUP) -> None:
         self.redis = redis
-        self.keys = keys
+        self.dead_of = {keys.results: keys.dead for keys in partitions}
         self.deliver = deliver
         self.release = release
         self.consumer = consumer
@@ -129,7 +125,7 @@ class ResultsReader:
         letter = DeadLetter(id=fields.get("id") or entry_id, agent=fields.get("agent", ""), reason="invalid",
                             error=f"result event is malformed: {reason}", source_stream=stream, source_id=entry_id,
                             attempts=0, dead_at=now_ms(), request=dict(fields))
-        await self.redis.xadd(self.keys.dead, letter.to_fields())  # type: ignore[arg-type]
+        await self.redis.xadd(self.dead_of[stream], letter.to_fields())  # type: ignore[arg-type]
         stream_metrics.dead_letters("invalid").inc()
         metrics.records("out", "invalid").inc()
         log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered", entry_id, reason)

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from streams.config import StreamSettings
+from streams.keys import parse_partitions
 
 DEFAULT_KAFKA_BRIDGE_METRICS_PORT = 9103
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -40,6 +41,9 @@ class KafkaBridgeSettings(StreamSettings):
     kafka_session_timeout_s: float = Field(
         default=30.0, gt=0, description="seconds the group waits for a silent bridge before giving its partitions to another",
     )
+    serve_partitions: str = Field(
+        default="", description="streamcrew partitions whose results this bridge reads, e.g. 0-3,5 (CLI --partitions); empty = all of STREAMCREW_PARTITIONS",
+    )
     concurrency: int = Field(default=2000, ge=1, le=100_000, description="result events held (sent, awaiting Kafka's acknowledgement) at once")
     metrics_port: int = Field(default=DEFAULT_KAFKA_BRIDGE_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
     grace_s: float = Field(default=10.0, ge=0, description="seconds a stopping bridge lets result events in flight reach Kafka")
@@ -59,4 +63,10 @@ class KafkaBridgeSettings(StreamSettings):
             raise ValueError(f"{self.kafka_security_protocol} needs STREAMCREW_KAFKA_SASL_USERNAME and STREAMCREW_KAFKA_SASL_PASSWORD")
         if self.kafka_requests_topic == self.kafka_results_topic:
             raise ValueError("the requests and results topics must differ")
+        parse_partitions(self.serve_partitions, self.partitions)
         return self
+
+    @property
+    def chosen_partitions(self) -> tuple[int, ...]:
+        """The partitions whose results stream this bridge reads (requests go to every partition, by job id)."""
+        return parse_partitions(self.serve_partitions, self.partitions)

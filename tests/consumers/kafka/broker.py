@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+STOP_GRACE_S = 3.0
+
 
 def tansu_binary() -> str | None:
     if found := shutil.which("tansu"):
@@ -66,8 +68,18 @@ def tansu(binary: str, log_dir: Path) -> Iterator[str]:
         wait_port(port, process, log)
         yield f"127.0.0.1:{port}"
     finally:
-        process.kill()
-        process.wait(10)
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``: Tansu may ignore SIGTERM, and a teardown must never hang."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 def docker_kafka() -> object | None:
