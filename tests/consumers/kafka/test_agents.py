@@ -65,6 +65,7 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     (orjson.dumps({"agent": "echo", "data": {}, "webhok": "x"}), b"bad-field", "unknown field"),
     (orjson.dumps({"agent": "echo", "data": {}, "id": "other"}), b"bad-id", "disagree"),
     (None, b"tombstone", "no value"),
+    (request(), b"1700000000000-0", "shape of a generated id"),  # reserved: the Producer would refuse the whole batch
 ])
 async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
