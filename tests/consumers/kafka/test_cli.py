@@ -48,6 +48,8 @@ def test_bad_settings_are_one_clear_line_each() -> None:
     assert "hunter2" not in done.stderr + done.stdout
     done = run_cli("kafka-bridge", "--requests-topic", "same", "--results-topic", "same")
     assert done.returncode == 2 and "must differ" in done.stderr
+    done = run_cli("kafka-bridge", "--partitions", "2-5", env={"STREAMCREW_PARTITIONS": "4"})
+    assert done.returncode == 2 and "outside 0-3" in done.stderr, done.stderr
 
 
 def test_an_unreachable_broker_is_one_clear_line_and_exit_4(redis_url: str, prefix: str) -> None:
