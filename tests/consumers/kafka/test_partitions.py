@@ -6,22 +6,19 @@ by job id and are XACKed in their own partition's stream; ``--partitions`` narro
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 import pytest
 
 from consumers.kafka_bridge.app import Bridge, build_bridge
-from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch
 from consumers.kafka_bridge.settings import KafkaBridgeSettings
-from streams.envelope import JobResult, Status
 from streams.keys import Keys, partition_of
 from streams.records import get_job
-from tests.support import wait_until
+from tests.consumers.kafka.results_path import Kafka, add_results, forward_with_runtime, group_state
 
 PARTITIONS = 4
 RESULTS = 200
@@ -46,67 +43,13 @@ async def made(redis: Any, redis_url: str, prefix: str) -> AsyncIterator[Callabl
         shutil.rmtree(bridge.datadir, ignore_errors=True)
 
 
-class Kafka:
-    """The results topic as the bridge sees it: every send acknowledged at once, remembered by key."""
-
-    def __init__(self) -> None:
-        self.sent: Counter[bytes] = Counter()
-        self.streams: dict[bytes, str] = {}
-
-    async def send(self, key: bytes, value: bytes) -> asyncio.Future[object]:
-        self.sent[key] += 1
-        assert orjson.loads(value)["id"] == key.decode()
-        acked: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        acked.set_result("ack")
-        return acked
-
-    def delivering(self, put: Callable[..., Awaitable[Any]]) -> Callable[[ResultBatch], Awaitable[Any]]:
-        """The reader's hand-off to the results agent, noting which partition's stream each record came from."""
-
-        async def deliver(batch: ResultBatch) -> Any:
-            for record in batch.records:
-                self.streams[record.key] = batch.stream
-            return await put(batch, wait=False)
-
-        return deliver
-
-
-async def add_results(redis: Any, keys: Keys, ids: list[str]) -> None:
-    """Each result event in the results stream of its job's partition, as workers write them."""
-    pipe = redis.pipeline(transaction=False)
-    for job_id in ids:
-        result = JobResult(id=job_id, agent="echo", status=Status.COMPLETED, result={"echo": job_id}, attempts=1)
-        pipe.xadd(keys.in_partition(partition_of(job_id, PARTITIONS)).results, result.to_fields())
-    await pipe.execute()
-
-
-async def group_state(redis: Any, stream: str) -> dict[str, Any] | None:
-    groups = await redis.xinfo_groups(stream)
-    return next((g for g in groups if g["name"] == KAFKA_BRIDGE_GROUP), None)
-
-
-async def forward_with_runtime(bridge: Bridge, kafka: Kafka, until: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Run the bridge's group runtime (the real read loop) into the results agent until ``until``, then drain."""
-    bridge.results_out.send = kafka.send
-    async with bridge.results_agent.test_context() as agent:
-        bridge.runtime.handler.deliver = kafka.delivering(agent.put)  # type: ignore[union-attr]
-        running = asyncio.create_task(bridge.runtime.run())
-        try:
-            await wait_until(until, timeout=20, what=what)
-        finally:
-            finished, handed_back = await bridge.runtime.drain(5)
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
-    assert handed_back == 0, f"{handed_back} result entries were still waiting for Kafka at the drain"
-
-
 @pytest.mark.usefixtures("needs_redis7")  # XINFO GROUPS entries-read and lag
 async def test_results_of_every_partition_are_produced_keyed_by_job_id_and_xacked_in_their_own_partition(
     made: Callable[[str], Bridge], redis: Any, keys: Keys,
 ) -> None:
     # Given results in all four partitions' streams
     ids = [f"job-{n}" for n in range(RESULTS)]
-    await add_results(redis, keys, ids)
+    await add_results(redis, keys, PARTITIONS, ids)
     per_partition = Counter(partition_of(i, PARTITIONS) for i in ids)
     assert sorted(per_partition) == list(range(PARTITIONS)), per_partition
     bridge = made("")
@@ -134,7 +77,7 @@ async def test_results_of_every_partition_are_produced_keyed_by_job_id_and_xacke
 async def test_partitions_narrow_the_results_a_bridge_reads(made: Callable[[str], Bridge], redis: Any, keys: Keys) -> None:
     # Given results in every partition, and a bridge that serves partitions 0-1 only
     ids = [f"job-{n}" for n in range(RESULTS)]
-    await add_results(redis, keys, ids)
+    await add_results(redis, keys, PARTITIONS, ids)
     mine = {i.encode() for i in ids if partition_of(i, PARTITIONS) in (0, 1)}
     bridge = made("0-1")
     assert [p.partition for p in bridge.partitions] == [0, 1]
