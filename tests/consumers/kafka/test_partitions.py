@@ -132,3 +132,22 @@ async def test_requests_land_in_their_crc32_partition_and_a_redelivery_meets_its
     bad = keys.in_partition(partition_of("bad-json", PARTITIONS))
     (letter,) = [f for _, f in await redis.xrange(bad.dead)]
     assert letter["id"] == "bad-json" and letter["reason"] == "invalid", "a dead letter lives in its job id's partition"
+
+
+@pytest.mark.usefixtures("needs_redis7")
+async def test_a_malformed_result_is_dead_lettered_in_its_own_partition(made: Callable[[str], Bridge], redis: Any, keys: Keys) -> None:
+    # Given a malformed entry in partition 2's results stream, beside a good result in the same stream
+    good = next(f"job-{n}" for n in range(100) if partition_of(f"job-{n}", PARTITIONS) == 2)
+    await redis.xadd(keys.in_partition(2).results, {"id": "broken", "junk": "1"})
+    await add_results(redis, keys, PARTITIONS, [good])
+    kafka = Kafka()
+
+    async def settled() -> bool:
+        state = await group_state(redis, keys.in_partition(2).results)
+        return state is not None and state["pending"] == 0 and state["lag"] == 0 and len(kafka.sent) == 1
+
+    await forward_with_runtime(made(""), kafka, settled, "the good result sent and the broken one settled")
+    assert set(kafka.sent) == {good.encode()}
+    (letter,) = [f for _, f in await redis.xrange(keys.in_partition(2).dead)]
+    assert letter["id"] == "broken" and letter["reason"] == "invalid" and letter["source_stream"] == keys.in_partition(2).results
+    assert [await redis.xlen(keys.in_partition(p).dead) for p in (0, 1, 3)] == [0, 0, 0]
