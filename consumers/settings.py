@@ -11,7 +11,22 @@ DEFAULT_WORKER_METRICS_PORT = 9101
 DEFAULT_NOTIFIER_METRICS_PORT = 9102
 
 
-class WorkerSettings(StreamSettings):
+class ServesPartitions(StreamSettings):
+    """A process that reads some or all partitions (contract §10): the worker and the notifier."""
+
+    serve_partitions: str = Field(default="", description="partitions this process reads, e.g. 0-3,5 (CLI --partitions); empty = all of STREAMCREW_PARTITIONS")
+
+    @model_validator(mode="after")
+    def _check_partitions(self) -> ServesPartitions:
+        parse_partitions(self.serve_partitions, self.partitions)
+        return self
+
+    @property
+    def chosen_partitions(self) -> tuple[int, ...]:
+        return parse_partitions(self.serve_partitions, self.partitions)
+
+
+class WorkerSettings(ServesPartitions):
     """``streamcrew worker``: every field is also a ``STREAMCREW_*`` variable."""
 
     concurrency: int = Field(default=100, ge=1, le=100_000, description="jobs run at once by one worker process")
@@ -21,16 +36,6 @@ class WorkerSettings(StreamSettings):
     grace_s: float = Field(default=30.0, ge=0, description="seconds a draining worker lets in-flight jobs finish before handing them back")
     log_level: str = Field(default="info", description="debug, info, warning or error")
     log_summary_s: float = Field(default=10.0, ge=0, description="seconds between INFO summary lines of jobs done (per-job lines are DEBUG); 0 = off")
-    serve_partitions: str = Field(default="", description="partitions this worker reads, e.g. 0-3,5 (CLI --partitions); empty = all of STREAMCREW_PARTITIONS")
-
-    @model_validator(mode="after")
-    def _check_partitions(self) -> WorkerSettings:
-        parse_partitions(self.serve_partitions, self.partitions)
-        return self
-
-    @property
-    def chosen_partitions(self) -> tuple[int, ...]:
-        return parse_partitions(self.serve_partitions, self.partitions)
 
     @field_validator("agents", "app", mode="before")
     @classmethod

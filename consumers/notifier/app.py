@@ -1,4 +1,4 @@
-"""The notifier process: the ``notifier`` group on the results and due streams, webhooks out; drains on SIGTERM."""
+"""The notifier process: the ``notifier`` group on every served partition's results and due streams, webhooks out; drains on SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
-from streams.connection import connect, require_version
+from streams.connection import connect_detected, require_version
 from streams.groups import ensure_groups, standard_groups
+from streams.jobs import serving_partitions
 from streams.keys import NOTIFIER_GROUP, Keys
 from streams.runtime import GroupRuntime
 
@@ -39,18 +40,25 @@ def build_deliverer(settings: NotifierSettings) -> Deliverer:
     )
 
 
+def notifier_streams(stores: list[Store]) -> list[str]:
+    """What the group reads, highest first: every partition's due retries, then every partition's results."""
+    return [store.due for store in stores] + [store.keys.results for store in stores]
+
+
 async def run_notifier(settings: NotifierSettings) -> int:
     """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
     keys = Keys(settings.prefix)
-    redis = connect(settings.effective_redis_url)
+    redis = await connect_detected(settings.effective_redis_url)
     await require_version(redis)
-    await ensure_groups(redis, standard_groups(keys))
-    store = Store(redis, keys)
+    partitions = serving_partitions(keys, settings, settings.chosen_partitions)
+    for partition in partitions:
+        await ensure_groups(redis, standard_groups(partition))
+    stores = [Store(redis, partition) for partition in partitions]
     name = consumer_name()
-    runtime = GroupRuntime(redis, streams=[store.due, keys.results], group=NOTIFIER_GROUP, consumer=name,
+    runtime = GroupRuntime(redis, streams=notifier_streams(stores), group=NOTIFIER_GROUP, consumer=name,
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
     deliverer = build_deliverer(settings)
-    handler = NotifierHandler(store, keys, settings, runtime, deliverer)
+    handler = NotifierHandler(stores, settings, runtime, deliverer)
     if not deliverer.signer.signs:
         log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks without a tenant or subscription secret go out unsigned")
     if settings.metrics_port:
@@ -60,9 +68,10 @@ async def run_notifier(settings: NotifierSettings) -> int:
     stop = stop_on_signals(f"notifier {name}", settings.grace_s)
 
     log.info("notifier %s ready: concurrency=%d per_endpoint=%d max_attempts=%d backoff=%ss lease=%ss "
-             "allow_private=%s subscriptions=%d prefix=%s", name, settings.concurrency, settings.per_endpoint_concurrency,
+             "allow_private=%s subscriptions=%d prefix=%s%s", name, settings.concurrency, settings.per_endpoint_concurrency,
              settings.max_attempts, settings.backoff_s, settings.lease_s, settings.allow_private,
-             len(settings.subscriptions), settings.prefix)
+             len(settings.subscriptions), settings.prefix,
+             f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "")
     finished, handed_back = await serve_until_stopped(runtime, handler.committer, stop, settings.grace_s)
     handler.summary()
     log.info("notifier %s stopped: %d entries finished, %d handed back", name, finished, handed_back)

@@ -6,6 +6,11 @@ attempt. Each delivery waits its turn in its endpoint's queue (``limiter.py``)
 while its entry stays pending, then ends delivered, parked in the delayed set
 (retry, or endpoint busy) or dead-lettered, and the entry is committed (XACK)
 once all of its deliveries have, in one atomic script.
+
+With partitions (contract §10) the runtime reads every served partition's due
+and results streams; each entry is committed, and its retries parked, in its
+own partition (the :class:`Store` of its stream), while its deliveries share
+the endpoint queues with those of every other partition.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import functools
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -28,7 +34,6 @@ from consumers.notifier.settings import NotifierSettings, Subscription
 from consumers.notifier.store import CommitOp, Pending, Store
 from streams.envelope import JobResult, now_ms
 from streams.errors import DecodeError
-from streams.keys import Keys
 from streams.runtime import Entry, GroupRuntime, Slot
 
 log = logging.getLogger("streamcrew.notifier")
@@ -85,15 +90,15 @@ def loggable(url: str) -> str:
 
 
 class NotifierHandler:
-    """Delivers what the runtime reads from ``[due stream, results]``; settles through the :class:`Committer`."""
+    """Delivers what the runtime reads from every partition's ``[due stream, results]``; settles through the :class:`Committer`."""
 
-    def __init__(self, store: Store, keys: Keys, settings: NotifierSettings, runtime: GroupRuntime, deliverer: Deliverer) -> None:
-        self.store = store
-        self.keys = keys
+    def __init__(self, stores: Sequence[Store], settings: NotifierSettings, runtime: GroupRuntime, deliverer: Deliverer) -> None:
+        self.stores = tuple(stores)
         self.settings = settings
         self.runtime = runtime
         self.deliverer = deliverer
-        self.committer = Committer(store, group=runtime.group, consumer=runtime.consumer, release=runtime.release)
+        self.committer = Committer(self.stores, group=runtime.group, consumer=runtime.consumer, release=runtime.release)
+        self._due_streams = frozenset(store.due for store in self.stores)
         self._work: dict[Slot, Work] = {}
         self._tally: dict[Kind, int] = {}
         self._tally_since = time.monotonic()
@@ -101,7 +106,7 @@ class NotifierHandler:
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         if reclaimed:
-            metrics.reclaimed("webhooks:due" if stream == self.store.due else "results").inc(len(entries))
+            metrics.reclaimed("webhooks:due" if stream in self._due_streams else "results").inc(len(entries))
         for entry_id, raw in entries:
             pending = self._plan(stream, entry_id, raw) if raw is not None else []
             if not pending:
@@ -112,7 +117,7 @@ class NotifierHandler:
             self.runtime.attach(stream, entry_id, asyncio.create_task(self._run(work)))
 
     def _plan(self, stream: str, entry_id: str, raw: dict[str, str]) -> list[Pending]:
-        if stream == self.store.due:
+        if stream in self._due_streams:
             one = Pending.from_fields(raw)
             return [one] if one.url else []
         urls = targets(raw, self.settings.subscriptions)
@@ -192,9 +197,11 @@ class NotifierHandler:
         self.committer.submit(op, written)
 
     async def tick(self) -> None:
-        """Move due deliveries to the due stream (any notifier may; the script is atomic); log the summary."""
+        """Move due deliveries to each partition's due stream (any notifier may; the script is atomic); log the summary."""
         self.deliverer.limiter.tick()
-        await self.store.promote(now_ms())
+        now = now_ms()
+        for store in self.stores:
+            await store.promote(now)
         if time.monotonic() - self._tally_since >= SUMMARY_S:
             self.summary()
 

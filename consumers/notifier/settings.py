@@ -13,7 +13,7 @@ from pydantic_settings import NoDecode
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
-from streams.config import StreamSettings
+from consumers.settings import ServesPartitions
 
 DEFAULT_NOTIFIER_METRICS_PORT = 9102
 
@@ -79,8 +79,8 @@ def _json_or_file(value: object, what: str, opening: str) -> object:
         raise ValueError(f"{what} are not JSON: {exc}") from None
 
 
-class NotifierSettings(StreamSettings):
-    """``streamcrew notifier``: every field is also a ``STREAMCREW_*`` variable."""
+class NotifierSettings(ServesPartitions):
+    """``streamcrew notifier``: every field is also a ``STREAMCREW_*`` variable (``--partitions`` narrows it like the worker)."""
 
     webhook_secret: SecretStr | None = Field(
         default=None, description="whsec_ secret(s), space-separated; every delivery is signed with each (rotation)"

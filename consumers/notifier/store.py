@@ -8,6 +8,9 @@ results stream, so a due retry has a lease and is reclaimed like any entry if
 its notifier dies. ``commit`` settles one entry atomically: schedule its
 retries, write its dead letters, XACK it, and XDEL it only from the due stream
 (the results stream belongs to every group that reads it: never deleted here).
+
+A ``Store`` serves one partition (contract §10): every script names all its
+keys in KEYS, all of that partition, so on Redis Cluster each runs in one slot.
 """
 
 from __future__ import annotations
