@@ -17,7 +17,7 @@ from tests.cluster.conftest import PARTITIONS
 from tests.cluster_support import LocalCluster
 from tests.consumers.notifier.conftest import NotifierFactory, make_secret
 from tests.consumers.notifier.receiver import Receiver
-from tests.support import wait_until
+from tests.support import WorkerFactory, wait_until
 
 ON_CLUSTER = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
 
@@ -56,7 +56,7 @@ async def notifier_pending(redis: Redis, keys: Keys) -> int:
 
 
 async def test_every_jobs_webhook_is_delivered_once_over_every_partition(
-    cluster_redis: Redis, cluster_prefix: str, cluster_workers, cluster_notifiers: NotifierFactory, receiver: Receiver,
+    cluster_redis: Redis, cluster_prefix: str, cluster_workers: WorkerFactory, cluster_notifiers: NotifierFactory, receiver: Receiver,
 ) -> None:
     keys = Keys(cluster_prefix)
     producer = Producer(cluster_redis, keys, partitions=PARTITIONS)

@@ -12,18 +12,18 @@ from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster.test_notifier import ON_CLUSTER, notifier_pending, wait_every_webhook, webhook_ids
+from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, notifier_pending, receiver, wait_every_webhook, webhook_ids  # noqa: F401 - fixtures
 from tests.cluster.test_zz_failover import publish_through
 from tests.cluster_support import LocalCluster
 from tests.consumers.notifier.conftest import NotifierFactory
 from tests.consumers.notifier.receiver import Receiver
-from tests.support import wait_until
+from tests.support import WorkerFactory, wait_until
 
 JOBS = 400
 
 
 async def test_notifier_carries_on_through_a_master_failover(
-    cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, cluster_workers,
+    cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, cluster_workers: WorkerFactory,
     cluster_notifiers: NotifierFactory, receiver: Receiver,
 ) -> None:
     keys = Keys(cluster_prefix)
@@ -46,6 +46,7 @@ async def test_notifier_carries_on_through_a_master_failover(
         # Then the same notifier process delivers every job's webhook: at least once, a few twice at most
         got = await wait_every_webhook(receiver, {r.id for r in requests if r.id}, timeout=60)
         assert notifier.alive(), notifier.log_text()[-2000:]
+        assert "Redis unavailable" in notifier.log_text() and "Redis is back" in notifier.log_text()  # it did see the outage
         duplicates = sum(n - 1 for n in got.values())
         print(f"notifier failover: {duplicates} duplicate webhooks (by webhook-id) for {JOBS} jobs")
         # A settle or commit acknowledged by the dead master in its last moments may be lost: a rerun or a resend, rarely

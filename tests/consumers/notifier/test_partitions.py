@@ -12,7 +12,7 @@ from streams.embedded import free_port
 from streams.keys import Keys, partition_keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, pending
 from tests.consumers.notifier.receiver import Receiver, Reply
-from tests.consumers.notifier.test_delivery import _eq, _true
+from tests.consumers.notifier.test_delivery import _true
 from tests.support import wait_until
 
 PARTITIONS = 4
@@ -59,8 +59,11 @@ async def test_every_partition_is_delivered_once_signed_and_settled_in_its_own_p
     for got in receiver.requests:
         assert Webhook(notifiers.secret).verify(got.body, got.headers)["id"] == got.headers["webhook-id"]
     # And each dead letter is in its own partition's webhooks:dead; the unpartitioned keys stay untouched
+    async def dead_letters_in_place() -> bool:
+        return [await redis.xlen(part.webhooks_dead) for part in parts] == [1] * PARTITIONS
+
+    await wait_until(dead_letters_in_place, timeout=10, what="one dead letter in each partition")
     for p, part in enumerate(parts):
-        await wait_until(lambda part=part: _eq(redis.xlen(part.webhooks_dead), 1), timeout=10, what=f"partition {p}'s dead letter")
         (letter,) = await list_webhook_dead(redis, part)
         assert (letter.id, letter.url, letter.attempts) == (f"p{p}-down", down, 2)
     assert not [k async for k in redis.scan_iter(match=f"{keys.prefix}:[^{{]*")]
