@@ -15,7 +15,7 @@ from streams.keys import NOTIFIER_GROUP, Keys, partition_keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster_support import LocalCluster
-from tests.consumers.notifier.conftest import NotifierFactory, make_secret
+from tests.consumers.notifier.conftest import NotifierFactory, make_secret, receiver  # noqa: F401 - the receiver fixture
 from tests.consumers.notifier.receiver import Receiver
 from tests.support import WorkerFactory, wait_until
 
@@ -28,13 +28,6 @@ def cluster_notifiers(cluster: LocalCluster, cluster_prefix: str, tmp_path: Path
     factory = NotifierFactory(cluster.url, cluster_prefix, tmp_path, make_secret())
     yield factory
     factory.close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver().start()
-    yield r
-    r.stop()
 
 
 def webhook_ids(receiver: Receiver) -> Counter[str]:
