@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import orjson
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
@@ -109,3 +110,22 @@ async def test_partition_ranges_split_the_deliveries(
     notifiers.start(*FAST, "--partitions", "2-3", env=PARTITIONED)
     await wait_until(lambda: _true(receiver.count() == 4), timeout=10, what="partitions 2-3 delivered")
     assert webhook_ids(receiver, "/hook") == Counter({f"p{p}": 1 for p in range(PARTITIONS)})
+
+
+async def test_a_retry_waits_in_its_own_partition(redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver) -> None:
+    parts = partition_keys(keys, PARTITIONS)
+    # Given one result per partition to an endpoint that fails, and a first retry 30 s off
+    receiver.script("/fails", [Reply(503)] * PARTITIONS)
+    for p, part in enumerate(parts):
+        await add_result(redis, part, f"p{p}", receiver.url("/fails"))
+    notifiers.start("--backoff", "30", env=PARTITIONED)
+
+    async def each_parked() -> bool:
+        return [await redis.zcard(part.webhooks_delayed) for part in parts] == [1] * PARTITIONS
+
+    # Then each retry waits in its own partition's delayed set, its results entry acknowledged there
+    await wait_until(each_parked, timeout=10, what="one retry parked in each partition")
+    for p, part in enumerate(parts):
+        (member,) = await redis.zrange(part.webhooks_delayed, 0, -1)
+        assert orjson.loads(member)["id"] == f"p{p}"
+        assert await pending(redis, part) == 0
