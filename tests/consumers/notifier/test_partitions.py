@@ -127,5 +127,5 @@ async def test_a_retry_waits_in_its_own_partition(redis: Redis, keys: Keys, noti
     await wait_until(each_parked, timeout=10, what="one retry parked in each partition")
     for p, part in enumerate(parts):
         (member,) = await redis.zrange(part.webhooks_delayed, 0, -1)
-        assert orjson.loads(member)["id"] == f"p{p}"
+        assert orjson.loads(str(member))["id"] == f"p{p}"
         assert await pending(redis, part) == 0
