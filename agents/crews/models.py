@@ -95,29 +95,24 @@ def _pick(own: type[BaseModel], value: Any) -> Any:
     return value
 
 
+def _picker(own: type[BaseModel]) -> Any:
+    """The before-validator of a request model below: the first design's shape, else ``own``."""
+    def shape(cls: type, value: Any) -> Any:
+        return _pick(own, value)
+    return model_validator(mode="before")(classmethod(shape))
+
+
 class OrderRequest(RootModel[DesignRequest | OrderInput]):
-    @model_validator(mode="before")
-    @classmethod
-    def _shape(cls, value: Any) -> Any:
-        return _pick(OrderInput, value)
+    _shape = _picker(OrderInput)
 
 
 class ReturnsRequest(RootModel[DesignRequest | ReturnsInput]):
-    @model_validator(mode="before")
-    @classmethod
-    def _shape(cls, value: Any) -> Any:
-        return _pick(ReturnsInput, value)
+    _shape = _picker(ReturnsInput)
 
 
 class ProductRequest(RootModel[DesignRequest | ProductInput]):
-    @model_validator(mode="before")
-    @classmethod
-    def _shape(cls, value: Any) -> Any:
-        return _pick(ProductInput, value)
+    _shape = _picker(ProductInput)
 
 
 class SupportRequest(RootModel[DesignRequest | SupportInput]):
-    @model_validator(mode="before")
-    @classmethod
-    def _shape(cls, value: Any) -> Any:
-        return _pick(SupportInput, value)
+    _shape = _picker(SupportInput)
