@@ -63,7 +63,6 @@ def notifier(
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 20]")] = None,
     webhook_secret: Annotated[str | None, typer.Option(help="whsec_ secret(s), space-separated (prefer the env variable) \\[env STREAMCREW_WEBHOOK_SECRET]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
-    partitions: Annotated[str | None, typer.Option("--partitions", help="partitions to read, e.g. 0-3,5 \\[env STREAMCREW_SERVE_PARTITIONS, default: all]")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -72,7 +71,7 @@ def notifier(
 
     settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff, webhook_secret=webhook_secret,
                      concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, grace_s=grace,
-                     log_level=log_level, redis_url=redis_url, prefix=prefix, serve_partitions=partitions)
+                     log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
     raise typer.Exit(run(run_notifier(settings)))
 
@@ -141,7 +140,7 @@ def submit(
     prefix: Prefix = None,
 ) -> None:
     """Publish one request; prints its job id (and with --wait its result; a workflow's steps as they progress)."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
     from consumers.progress import follow_workflow
 
     try:
@@ -155,20 +154,18 @@ def submit(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = Ops(settings)
-        try:
-            follow = wait and agent == WORKFLOW_AGENT
-            published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
-                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
-                                                 timeout_s=timeout_s, deadline=deadline)
-            if follow:
-                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
-                                               show=lambda line: err.print(line, markup=False, highlight=False))
-        except ValueError as exc:
-            err.print(f"[red]{exc}[/red]")
-            return Exit.USAGE
-        finally:
-            await ops.close()
+        async with opened(settings) as ops:
+            try:
+                follow = wait and agent == WORKFLOW_AGENT
+                published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
+                                                     id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
+                                                     timeout_s=timeout_s, deadline=deadline)
+                if follow:
+                    record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
+                                                   show=lambda line: err.print(line, markup=False, highlight=False))
+            except ValueError as exc:
+                err.print(f"[red]{exc}[/red]")
+                return Exit.USAGE
         if not wait:
             print(json.dumps({"job_id": published.job_id, "status": published.status, "created": published.created}))
             return Exit.OK
@@ -189,17 +186,14 @@ def watch(
     prefix: Prefix = None,
 ) -> None:
     """Follow the results stream, one JSON line per result."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             async for result in ops.watch(from_id="0" if from_start else "$", count=count):
                 print(json.dumps(result.to_json_dict()), flush=True)
-        finally:
-            await ops.close()
         return Exit.OK
 
     try:
@@ -219,17 +213,14 @@ def stats(
     prefix: Prefix = None,
 ) -> None:
     """Lane lengths, pending, lag, dead letters, consumers; outcomes, latency, tokens and cost of the latest results."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
     from consumers.views import stats_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> dict[str, Any]:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             return await ops.stats(window)
-        finally:
-            await ops.close()
 
     figures = run(go())
     if as_json:
@@ -248,16 +239,13 @@ def monitor(
 ) -> None:
     """The Queue Performance Report, refreshed in place (plain lines when not a terminal)."""
     from consumers.monitor import monitor as show
-    from consumers.ops import Ops
+    from consumers.ops import opened
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             await show(lambda: ops.stats(window), out, interval_s=interval, once=once)
-        finally:
-            await ops.close()
         return Exit.OK
 
     try:

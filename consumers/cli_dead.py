@@ -19,17 +19,14 @@ def dead_list(
     prefix: Prefix = None,
 ) -> None:
     """List dead letters."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
     from consumers.views import dead_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> list[Any]:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             return await ops.dead_list(count)
-        finally:
-            await ops.close()
 
     letters = run(go())
     if as_json:
@@ -41,14 +38,14 @@ def dead_list(
 
 @dead_app.command("replay")
 def dead_replay(
-    entry_ids: Annotated[list[str] | None, typer.Argument(help="dead-letter entry IDs")] = None,
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="dead letters' entry_id as dead list shows them (<entry ID>:<partition> with partitions)")] = None,
     replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter (with --reason: those with that reason)")] = False,
     reason: Annotated[str | None, typer.Option(help="with --all: only dead letters of this reason (invalid, rejected, exhausted, expired)")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
     """Send dead letters back to their lanes with a fresh attempt budget."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
 
     if not entry_ids and not replay_all:
         err.print("[red]name dead-letter entry IDs or pass --all[/red]")
@@ -59,11 +56,8 @@ def dead_replay(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> tuple[list[str], list[str]]:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
-        finally:
-            await ops.close()
 
     replayed, skipped = run(go())
     for reason in skipped:
@@ -80,7 +74,7 @@ def dead_purge(
     prefix: Prefix = None,
 ) -> None:
     """Delete every dead letter (or those of one reason)."""
-    from consumers.ops import Ops
+    from consumers.ops import opened
 
     what = f"every dead letter of reason {reason!r}" if reason else "every dead letter"
     if not yes and not typer.confirm(f"Delete {what}?"):
@@ -88,11 +82,8 @@ def dead_purge(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = Ops(settings)
-        try:
+        async with opened(settings) as ops:
             return await ops.dead_purge(reason=reason)
-        finally:
-            await ops.close()
 
     print(json.dumps({"purged": run(go())}))
 
@@ -149,10 +140,10 @@ def webhooks_dead_purge(
 
 async def _with_redis(settings: StreamSettings, call: Any) -> Any:
     """One short-lived client for a command that makes one call."""
-    from streams.connection import connect
+    from streams.connection import connect_detected
     from streams.keys import Keys
 
-    redis = connect(settings.effective_redis_url)
+    redis = await connect_detected(settings.effective_redis_url)
     try:
         return await call(redis, Keys(settings.prefix))
     finally:

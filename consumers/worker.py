@@ -106,7 +106,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
                              summary_every_s=settings.log_summary_s, partitions=partitions)
     if settings.metrics_port:
-        register_stream_gauges(settings.effective_redis_url, keys)
+        register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port)
 
     stop = stop_on_signals(f"worker {name}", settings.grace_s)

@@ -1,9 +1,13 @@
 """Stream and group gauges for /metrics, read from Redis at scrape time (contract §8).
 
 A Prometheus collector runs in the metrics server's thread, so it uses a
-synchronous client: two pipelined rounds per scrape (XLEN / XINFO / XPENDING,
-then the first undelivered entry of each group), cached for ``cache_s`` so
-several scrapers cost one round.
+synchronous client (a cluster client when the server is a Redis Cluster node):
+two pipelined rounds per scrape (XLEN / XINFO / XPENDING, then the first
+undelivered entry of each group), cached for ``cache_s`` so several scrapers
+cost one round.
+
+Every sample carries a ``partition`` label (contract §10; "0" for an
+unpartitioned prefix): sum over it for a prefix's totals, take the max for ages.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from typing import Any
 
 import redis as sync_redis
 from prometheus_client.core import GaugeMetricFamily
+from redis.exceptions import RedisClusterException
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +43,35 @@ def _next_id(entry_id: str) -> str:
 class StreamGauges(Collector):
     """``streamcrew_stream_length`` (lanes, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends."""
 
-    def __init__(self, redis_url: str, keys: Keys, *, cache_s: float = 1.0) -> None:
+    def __init__(self, redis_url: str, keys: Keys, *, partitions: int = 1, cache_s: float = 1.0) -> None:
         self.keys = keys
+        self.partitions = partition_keys(keys, partitions)
         self.cache_s = cache_s
-        self._redis = sync_redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+        self._url = redis_url
+        self._redis: sync_redis.Redis | sync_redis.RedisCluster | None = None
         self._lock = threading.Lock()
         self._cached: list[GaugeMetricFamily] = []
         self._at = 0.0
 
-    def streams(self) -> list[tuple[str, str, str]]:
-        """(label, key, group) of every stream with a group."""
-        return [(name, self.keys.lane(name), WORKERS_GROUP) for name in LANES] + [("results", self.keys.results, NOTIFIER_GROUP)]
+    def streams(self) -> list[tuple[str, str, str, str]]:
+        """(partition, label, key, group) of every stream with a group, in every partition."""
+        return [
+            (str(k.partition or 0), name, key, group)
+            for k in self.partitions
+            for name, key, group in [*((n, k.lane(n), WORKERS_GROUP) for n in LANES), ("results", k.results, NOTIFIER_GROUP)]
+        ]
+
+    def _client(self) -> sync_redis.Redis | sync_redis.RedisCluster:
+        """The client, made at the first scrape: a cluster client when the server says it is a cluster node."""
+        if self._redis is None:
+            options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
+            probe = sync_redis.Redis.from_url(self._url, **options)
+            try:
+                clustered = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+            finally:
+                probe.close()
+            self._redis = sync_redis.RedisCluster.from_url(self._url, **options) if clustered else sync_redis.Redis.from_url(self._url, **options)
+        return self._redis
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The names, without touching Redis (prometheus-client calls this at registration)."""
@@ -61,7 +84,7 @@ class StreamGauges(Collector):
             if time.monotonic() - self._at > self.cache_s:
                 try:
                     self._cached = self._read()
-                except sync_redis.RedisError as exc:
+                except (sync_redis.RedisError, RedisClusterException) as exc:
                     log.warning("stream gauges: Redis unavailable (%s); reporting none this scrape", exc)
                     self._cached = []
                 self._at = time.monotonic()
@@ -70,63 +93,67 @@ class StreamGauges(Collector):
     def _read(self) -> list[GaugeMetricFamily]:
         now_ms = int(time.time() * 1000)
         streams = self.streams()
-        pipe = self._redis.pipeline(transaction=False)
-        for _, key, group in streams:
+        redis = self._client()
+        pipe = redis.pipeline(transaction=False)
+        for _, _, key, group in streams:
             pipe.xlen(key)
             pipe.xinfo_groups(key)
             pipe.xpending(key, group)
             pipe.xinfo_consumers(key, group)
-        pipe.xlen(self.keys.dead)
-        pipe.xlen(self.keys.webhooks_dead)
+        for k in self.partitions:
+            pipe.xlen(k.dead)
+            pipe.xlen(k.webhooks_dead)
         replies: list[Any] = pipe.execute(raise_on_error=False)
 
-        length = GaugeMetricFamily("streamcrew_stream_length", "Entries in the stream", labels=["stream"])
-        pending = GaugeMetricFamily("streamcrew_group_pending", "Entries delivered and not yet acknowledged", labels=["stream", "group"])
-        lag = GaugeMetricFamily("streamcrew_group_lag", "Entries not yet delivered to the group (Redis >= 7)", labels=["stream", "group"])
-        oldest_pending = GaugeMetricFamily("streamcrew_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry", labels=["stream", "group"])
-        oldest_waiting = GaugeMetricFamily("streamcrew_oldest_undelivered_age_seconds", "Age of the oldest entry not yet delivered", labels=["stream", "group"])
-        consumers = GaugeMetricFamily("streamcrew_group_consumers", "Consumers in the group", labels=["stream", "group"])
-        idle = GaugeMetricFamily("streamcrew_consumer_idle_seconds", "Seconds since the consumer last read", labels=["stream", "group", "consumer"])
+        length = GaugeMetricFamily("streamcrew_stream_length", "Entries in the stream", labels=["stream", "partition"])
+        pending = GaugeMetricFamily("streamcrew_group_pending", "Entries delivered and not yet acknowledged", labels=["stream", "group", "partition"])
+        lag = GaugeMetricFamily("streamcrew_group_lag", "Entries not yet delivered to the group (Redis >= 7)", labels=["stream", "group", "partition"])
+        oldest_pending = GaugeMetricFamily("streamcrew_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry", labels=["stream", "group", "partition"])
+        oldest_waiting = GaugeMetricFamily("streamcrew_oldest_undelivered_age_seconds", "Age of the oldest entry not yet delivered", labels=["stream", "group", "partition"])
+        consumers = GaugeMetricFamily("streamcrew_group_consumers", "Consumers in the group", labels=["stream", "group", "partition"])
+        idle = GaugeMetricFamily("streamcrew_consumer_idle_seconds", "Seconds since the consumer last read", labels=["stream", "group", "consumer", "partition"])
 
-        lookups: list[tuple[str, str]] = []
-        for i, (name, _key, group) in enumerate(streams):
+        lookups: list[tuple[int, str]] = []
+        for i, (part, name, _key, group) in enumerate(streams):
             xlen, groups, summary, members = replies[4 * i : 4 * i + 4]
-            length.add_metric([name], 0 if isinstance(xlen, Exception) else int(xlen))
+            length.add_metric([name, part], 0 if isinstance(xlen, Exception) else int(xlen))
             info = next((g for g in groups if g.get("name") == group), None) if isinstance(groups, list) else None
             if info is None:
                 continue
-            pending.add_metric([name, group], int(info["pending"]))
+            labels = [name, group, part]
+            pending.add_metric(labels, int(info["pending"]))
             if info.get("lag") is not None:
-                lag.add_metric([name, group], int(info["lag"]))
+                lag.add_metric(labels, int(info["lag"]))
             first = _ms(summary.get("min")) if isinstance(summary, dict) else None
-            oldest_pending.add_metric([name, group], max(0.0, (now_ms - first) / 1000) if first else 0.0)
+            oldest_pending.add_metric(labels, max(0.0, (now_ms - first) / 1000) if first else 0.0)
             member_list = members if isinstance(members, list) else []
-            consumers.add_metric([name, group], len(member_list))
+            consumers.add_metric(labels, len(member_list))
             for c in member_list:
-                idle.add_metric([name, group, c["name"]], int(c["idle"]) / 1000)
-            lookups.append((name, str(info.get("last-delivered-id") or "0-0")))
+                idle.add_metric([name, group, c["name"], part], int(c["idle"]) / 1000)
+            lookups.append((i, str(info.get("last-delivered-id") or "0-0")))
 
-        key_of = {name: (key, group) for name, key, group in streams}
-        pipe = self._redis.pipeline(transaction=False)
-        for name, last in lookups:
-            pipe.xrange(key_of[name][0], min=_next_id(last), count=1)
-        for (name, _), first_waiting in zip(lookups, pipe.execute(raise_on_error=False) if lookups else [], strict=True):
-            group = key_of[name][1]
+        pipe = redis.pipeline(transaction=False)
+        for i, last in lookups:
+            pipe.xrange(streams[i][2], min=_next_id(last), count=1)
+        for (i, _), first_waiting in zip(lookups, pipe.execute(raise_on_error=False) if lookups else [], strict=True):
+            part, name, _key, group = streams[i]
             first = _ms(first_waiting[0][0]) if isinstance(first_waiting, list) and first_waiting else None
-            oldest_waiting.add_metric([name, group], max(0.0, (now_ms - first) / 1000) if first else 0.0)
+            oldest_waiting.add_metric([name, group, part], max(0.0, (now_ms - first) / 1000) if first else 0.0)
 
-        dead_len, webhooks_dead_len = replies[-2:]
-        length.add_metric(["dead"], 0 if isinstance(dead_len, Exception) else int(dead_len))
-        length.add_metric(["webhooks_dead"], 0 if isinstance(webhooks_dead_len, Exception) else int(webhooks_dead_len))
+        tail = replies[4 * len(streams):]
+        for j, k in enumerate(self.partitions):
+            part = str(k.partition or 0)
+            for name, n in (("dead", tail[2 * j]), ("webhooks_dead", tail[2 * j + 1])):
+                length.add_metric([name, part], 0 if isinstance(n, Exception) else int(n))
         return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle]
 
 
 _registered: set[tuple[str, str]] = set()
 
 
-def register_stream_gauges(redis_url: str, keys: Keys, registry: CollectorRegistry = REGISTRY) -> None:
-    """Add the gauges to ``registry`` once per (Redis, prefix) in this process."""
+def register_stream_gauges(redis_url: str, keys: Keys, registry: CollectorRegistry = REGISTRY, *, partitions: int = 1) -> None:
+    """Add the gauges of every partition to ``registry`` once per (Redis, prefix) in this process."""
     if (redis_url, keys.prefix) in _registered:
         return
-    registry.register(StreamGauges(redis_url, keys))
+    registry.register(StreamGauges(redis_url, keys, partitions=partitions))
     _registered.add((redis_url, keys.prefix))

@@ -266,7 +266,7 @@ class JobProcessor:
             if raw.get(name):
                 fields[name] = raw[name]
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
-        alt = "" if raw.get("id") else f"{lane}:{entry_id}"
+        alt = "" if raw.get("id") else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
         op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"))
         op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)

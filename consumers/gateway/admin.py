@@ -10,18 +10,19 @@ from starlette.responses import Response
 
 from consumers.gateway.auth import Caller, require_operator
 from consumers.gateway.errors import ApiError
-from consumers.gateway.models import ENTRY_ID_PATTERN, DeadLetterPage, QueueStats, Replayed
+from consumers.gateway.models import DeadLetterPage, QueueStats, Replayed
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, json_response
 from consumers.gateway.state import GatewayState, gateway_state
 from streams import dead
-from streams.errors import StreamcrewError
+from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.partition_stats import partitioned_queue_stats
 from streams.window import DEFAULT_WINDOW, MAX_WINDOW
 
 router = APIRouter(tags=["operations"])
 State = Annotated[GatewayState, Depends(gateway_state)]
 Operator = Annotated[Caller, Depends(require_operator)]
-EntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="dead-letter stream entry ID, e.g. 1700000000000-0")]
+EntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
+                              description="dead letter's entry_id: its entry ID, e.g. 1700000000000-0, then :<partition> with partitions")]
 
 
 @router.get("/queue/stats", response_model=QueueStats, summary="Queue figures", responses=errors(403, *AUTH_ERRORS))
@@ -40,10 +41,10 @@ async def get_queue_stats(
 async def list_dead_letters(
     state: State, _: Operator,
     count: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
-    after: Annotated[str | None, Query(pattern=ENTRY_ID_PATTERN, description="entry ID the previous page ended with")] = None,
+    after: Annotated[str | None, Query(pattern=dead.DEAD_ENTRY_PATTERN, description="entry_id the previous page ended with")] = None,
 ) -> Response:
-    """Dead letters, oldest first, a page at a time."""
-    letters = await dead.list_dead(state.redis, state.keys, count=count, start=f"({after}" if after else "-")
+    """Dead letters, oldest first, a page at a time (of every partition, merged)."""
+    letters = await dead.list_dead(state.redis, state.keys, count=count, after=after, partitions=state.settings.partitions)
     page = [letter.model_dump(mode="json") for letter in letters]
     next_after = letters[-1].entry_id if len(letters) == count else None
     return json_response(200, {"dead_letters": page, "next_after": next_after})
@@ -55,10 +56,10 @@ async def list_dead_letters(
 )
 async def replay_dead_letter(entry_id: EntryId, state: State, _: Operator) -> Response:
     """Send the dead letter's job back to its lane with a fresh attempt budget (the job keeps its id)."""
-    if not await state.redis.xrange(state.keys.dead, min=entry_id, max=entry_id):
-        raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry_id}")
     try:
-        job_id = await dead.replay(state.redis, state.keys, entry_id)
+        job_id = await dead.replay(state.redis, state.keys, entry_id, partitions=state.settings.partitions)
+    except DeadLetterNotFound:
+        raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry_id}") from None
     except (StreamcrewError, ValidationError) as exc:
         raise ApiError(409, "cannot_replay", str(exc).splitlines()[0]) from None
     return json_response(202, {"entry_id": entry_id, "job_id": job_id, "status": "queued", "links": job_links(job_id)})

@@ -33,7 +33,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = redis if redis is not None else await connect_detected(settings.effective_redis_url)
         app.state.gateway = GatewayState.build(settings, client)
-        register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix))
+        register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix), partitions=settings.partitions)
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,
                  "on" if settings.api_keys else "off",
                  f"{settings.rate_limit_per_s}/s burst {settings.effective_burst}" if settings.rate_limit_per_s else "off")

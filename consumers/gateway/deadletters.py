@@ -27,7 +27,7 @@ WebhookEntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="webh
 @router.delete("/dead", response_model=Purged, summary="Purge dead letters", responses=errors(403, *AUTH_ERRORS))
 async def purge_dead_letters(state: State, _: Operator, reason: Reason = None) -> Response:
     """Delete every dead letter, or those of one ``reason``; answers how many went."""
-    return json_response(200, {"purged": await dead.purge(state.redis, state.keys, reason=reason)})
+    return json_response(200, {"purged": await dead.purge(state.redis, state.keys, reason=reason, partitions=state.settings.partitions)})
 
 
 @router.post("/dead/replay", status_code=202, response_model=BulkReplayed, summary="Replay dead letters",
@@ -35,7 +35,7 @@ async def purge_dead_letters(state: State, _: Operator, reason: Reason = None) -
 async def replay_dead_letters(state: State, _: Operator, reason: Reason = None) -> Response:
     """Send every dead letter present now (or those of one ``reason``) back to its lane with a fresh attempt
     budget; a letter that cannot go back (not from a lane, replayed elsewhere) is skipped with why."""
-    replayed, skipped = await dead.replay_all(state.redis, state.keys, reason=reason)
+    replayed, skipped = await dead.replay_all(state.redis, state.keys, reason=reason, partitions=state.settings.partitions)
     return json_response(202, {"replayed": replayed, "skipped": skipped})
 
 

@@ -2,8 +2,9 @@
 -- KEYS[1] lane stream; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
 --   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none), explicit ('1' when the
 --   request named its id)], all strings.
--- An id-less request's job id is its entry ID; if a record of that id belongs to another entry (the
--- same entry ID on another lane), the job is named '<lane>:<entry ID>' instead: never a false duplicate.
+-- An id-less request's job id is its entry ID (in a partitioned prefix '<entry ID>:<p>'); if a record of
+-- that id belongs to another entry (the same entry ID on another lane), the job is named '<lane>:<that id>'
+-- instead ('<lane>:<entry ID>[:<p>]', so it still names its partition): never a false duplicate.
 -- started_at is the job's first start (kept across retries and hand-backs); attempt_started_at is this attempt's.
 -- Returns per entry {decision, attempts, used, job_id, started_at ('' unless run)} where decision is
 --   run: record now running, attempts counted; dup: another entry owns this job or it ended;
@@ -18,7 +19,7 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   local me = lane_name .. '/' .. eid
   local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
   if explicit ~= '1' and rec[2] and rec[2] ~= me then
-    jid = lane_name .. ':' .. eid
+    jid = lane_name .. ':' .. jid
     key = job_prefix .. jid
     rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
   end

@@ -49,6 +49,6 @@ async def test_metrics_match_the_jobs_run(redis, keys: Keys, producer, workers) 
     assert m[("streamcrew_queue_wait_seconds_count", (("agent", "echo"), ("lane", "high")))] == 30
     assert m[("streamcrew_jobs_in_flight", (("agent", "echo"),))] == 0
     # And the stream gauges are read from Redis at scrape time
-    assert m[("streamcrew_stream_length", (("stream", "dead"),))] == 5
-    assert m[("streamcrew_stream_length", (("stream", "results"),))] == 40
-    assert m[("streamcrew_group_pending", (("group", "workers"), ("stream", "high")))] == 0
+    assert m[("streamcrew_stream_length", (("partition", "0"), ("stream", "dead")))] == 5
+    assert m[("streamcrew_stream_length", (("partition", "0"), ("stream", "results")))] == 40
+    assert m[("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "high")))] == 0

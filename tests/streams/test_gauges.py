@@ -25,11 +25,11 @@ async def test_gauges_show_backlog_pending_and_dead(redis, redis_url: str, keys:
     registry = CollectorRegistry()
     registry.register(StreamGauges(redis_url, keys, cache_s=0))
     v = _values(registry)
-    lane = (("group", "workers"), ("stream", "normal"))
-    assert v[("streamcrew_stream_length", (("stream", "normal"),))] == 5
+    lane = (("group", "workers"), ("partition", "0"), ("stream", "normal"))
+    assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "normal")))] == 5
     assert v[("streamcrew_group_pending", lane)] == 2
     assert v[("streamcrew_group_consumers", lane)] == 1
-    assert v[("streamcrew_stream_length", (("stream", "dead"),))] == 1
+    assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "dead")))] == 1
     assert v[("streamcrew_oldest_undelivered_age_seconds", lane)] >= 0
     assert ("streamcrew_consumer_idle_seconds", (("consumer", "w1"), *lane)) in v
     if redis_version >= (7, 0, 0):

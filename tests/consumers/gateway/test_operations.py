@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.ops import Ops
+from consumers.ops import opened
 from streams.config import StreamSettings
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
@@ -69,11 +69,8 @@ async def test_queue_stats_are_the_cli_figures(gateways: GatewayFactory, setting
         for lane in ("high", "low", "low"):
             assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "priority": lane})).status_code == 202
         figures = (await client.get("/queue/stats")).json()
-    ops = Ops(settings)
-    try:
+    async with opened(settings) as ops:
         cli = await ops.stats()
-    finally:
-        await ops.close()
     assert figures["lanes"]["high"]["length"] == 1 and figures["lanes"]["low"]["length"] == 2
     assert figures.keys() == cli.keys() and figures["lanes"].keys() == cli["lanes"].keys()
     for lane in ("high", "normal", "low"):
@@ -95,8 +92,8 @@ async def test_metrics_count_requests_by_route_and_show_stream_gauges(gateways: 
     assert samples[("streamcrew_http_requests_total", (("method", "POST"), ("route", "/jobs"), ("status", "202")))] == 3
     assert samples[("streamcrew_http_requests_total", (("method", "GET"), ("route", "/jobs/{job_id}"), ("status", "404")))] == 2
     assert samples[("streamcrew_http_request_duration_seconds_count", (("method", "POST"), ("route", "/jobs")))] == 3
-    assert samples[("streamcrew_stream_length", (("stream", "normal"),))] == 3
-    assert ("streamcrew_group_pending", (("group", "workers"), ("stream", "normal"))) in samples
+    assert samples[("streamcrew_stream_length", (("partition", "0"), ("stream", "normal")))] == 3
+    assert ("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "normal"))) in samples
 
 
 async def test_a_dead_letter_of_a_live_job_is_not_replayed(gateways: GatewayFactory, redis, keys: Keys, producer) -> None:  # type: ignore[no-untyped-def]
