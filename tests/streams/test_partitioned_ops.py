@@ -1,0 +1,105 @@
+"""Operator views of a partitioned prefix on one Redis (contract §10): gauges labelled by partition,
+dead letters named and merged across partitions, lane-renamed id-less ids that keep their partition."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from streams import dead
+from streams.errors import DeadLetterNotFound, StreamcrewError
+from streams.gauges import StreamGauges
+from streams.groups import ensure_groups, standard_groups
+from streams.keys import Keys, partition_keys
+from streams.records import get_job
+from tests.streams.test_gauges import _values
+from tests.support import WorkerFactory, wait_until
+
+N = 4
+
+
+def _dead_fields(job_id: str, keys: Keys, reason: str = "exhausted") -> dict[str, str]:
+    return {"id": job_id, "agent": "echo", "reason": reason, "error": "boom", "source_stream": keys.lane("normal"),
+            "source_id": "1-0", "attempts": "1", "dead_at": "1700000000000", "request": '{"agent": "echo", "data": "{}"}'}
+
+
+async def test_gauges_carry_a_partition_label(redis, redis_url: str, keys: Keys) -> None:
+    # Given 4 partitions with their groups, 3 jobs in partition 1 (one delivered) and a dead letter in partition 3
+    for k in partition_keys(keys, N):
+        await ensure_groups(redis, standard_groups(k))
+    one, three = keys.in_partition(1), keys.in_partition(3)
+    for i in range(3):
+        await redis.xadd(one.lane("high"), {"agent": "echo", "data": "{}", "id": f"g{i}"})
+    await redis.xreadgroup("workers", "w1", {one.lane("high"): ">"}, count=1)
+    await redis.xadd(three.dead, _dead_fields("d", three))
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, partitions=N, cache_s=0))
+    v = _values(registry)
+
+    def length(stream: str, p: int) -> float:
+        return v[("streamcrew_stream_length", (("partition", str(p)), ("stream", stream)))]
+
+    # Then every stream is reported once per partition, with the figures of that partition
+    assert [length("high", p) for p in range(N)] == [0, 3, 0, 0]
+    assert [length("dead", p) for p in range(N)] == [0, 0, 0, 1]
+    assert [length("webhooks_dead", p) for p in range(N)] == [0] * N
+    high = lambda p: (("group", "workers"), ("partition", str(p)), ("stream", "high"))  # noqa: E731
+    assert [v[("streamcrew_group_pending", high(p))] for p in range(N)] == [0, 1, 0, 0]
+    assert [v[("streamcrew_group_consumers", high(p))] for p in range(N)] == [0, 1, 0, 0]
+    assert ("streamcrew_consumer_idle_seconds", (("consumer", "w1"), *high(1))) in v
+    assert v[("streamcrew_oldest_undelivered_age_seconds", high(1))] >= 0
+
+
+async def test_dead_letters_are_named_by_partition_and_listed_merged(redis, keys: Keys) -> None:
+    # Given dead letters in three partitions, two of them with the same entry ID
+    parts = partition_keys(keys, N)
+    for p, entry_id in ((2, "1700000000005-0"), (0, "1700000000005-0"), (3, "1700000000001-0"), (0, "1700000000009-0")):
+        await redis.xadd(parts[p].dead, _dead_fields(f"j{p}-{entry_id[-3]}", parts[p], "expired" if p == 3 else "exhausted"), id=entry_id)
+    # Then the listing is oldest first, each named <entry ID>:<partition>, and pages cover every one exactly once
+    names = [d.entry_id for d in await dead.list_dead(redis, keys, partitions=N)]
+    assert names == ["1700000000001-0:3", "1700000000005-0:0", "1700000000005-0:2", "1700000000009-0:0"]
+    paged, after = [], None
+    while page := await dead.list_dead(redis, keys, count=1, after=after, partitions=N):
+        paged += [d.entry_id for d in page]
+        after = page[-1].entry_id
+    assert paged == names
+    assert await dead.count_dead(redis, keys, partitions=N) == 4
+    # And a bare entry ID found in one partition replays; found in two it is ambiguous; unknown is not found
+    assert await dead.replay(redis, keys, "1700000000001-0", partitions=N) == "j3-1"
+    with pytest.raises(StreamcrewError, match="1700000000005-0:0, 1700000000005-0:2"):
+        await dead.replay(redis, keys, "1700000000005-0", partitions=N)
+    with pytest.raises(DeadLetterNotFound):
+        await dead.replay(redis, keys, "1700000000005-0:1", partitions=N)
+    assert await dead.replay(redis, keys, "1700000000005-0:2", partitions=N) == "j2-5"
+    assert await redis.xlen(parts[3].lane("normal")) == 1 and await redis.xlen(parts[2].lane("normal")) == 1
+    # And purge empties every partition
+    assert await dead.purge(redis, keys, partitions=N) == 2
+    assert await dead.list_dead(redis, keys, partitions=N) == []
+
+
+async def test_lane_renamed_id_less_jobs_keep_their_partition(redis, redis_url: str, prefix: str, tmp_path) -> None:
+    # Given id-less raw XADDs with the same entry ID on two lanes of partition 2 (one pair malformed)
+    keys = Keys(prefix)
+    two = keys.in_partition(2)
+    await redis.xadd(two.lane("high"), {"agent": "echo", "data": '{"n": 1}'}, id="1700000000000-0")
+    await redis.xadd(two.lane("normal"), {"agent": "echo", "data": '{"n": 2}'}, id="1700000000000-0")
+    await redis.xadd(two.lane("high"), {"agent": "echo", "data": "oops"}, id="1700000000001-0")
+    await redis.xadd(two.lane("low"), {"agent": "echo", "data": "oops"}, id="1700000000001-0")
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        workers.start()
+
+        async def four() -> bool:
+            return int(await redis.xlen(two.results)) >= 4
+
+        await wait_until(four, timeout=30, what="4 results in partition 2")
+    finally:
+        workers.close()
+    # Then the renamed ids name their lane and still their partition, and each is found by its id alone
+    got = {f["id"]: f["status"] for _, f in await redis.xrange(two.results)}
+    assert got == {"1700000000000-0:2": "completed", "normal:1700000000000-0:2": "completed",
+                   "1700000000001-0:2": "rejected", "low:1700000000001-0:2": "rejected"}
+    for job_id, status in got.items():
+        record = await get_job(redis, keys, job_id, partitions=N)
+        assert record is not None and record.status == status, job_id
+
