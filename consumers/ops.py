@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any
 
 from redis.asyncio import Redis
 
 from streams import dead as dead_letters
 from streams.config import StreamSettings
-from streams.connection import BLOCK_MS, connect_detected
+from streams.connection import connect_detected
 from streams.envelope import DeadLetter, JobResult
 from streams.keys import Keys, partition_keys
 from streams.partition_stats import partitioned_queue_stats
@@ -22,7 +22,7 @@ from streams.producer import Producer, Published
 from streams.records import JobRecord, wait_for_terminal
 from streams.window import DEFAULT_WINDOW
 
-WATCH_BUFFER = 1000
+WATCH_BLOCK_MS = 200  # how long a round waits for a result when the last one found none
 
 
 class Ops:
@@ -46,43 +46,34 @@ class Ops:
         return published, record
 
     async def watch(self, *, from_id: str = "$", count: int | None = None) -> AsyncIterator[JobResult]:
-        """Follow every partition's results stream with XREAD BLOCK (no group: watching never steals results).
+        """Follow every partition's results stream with XREAD (no group: watching never steals results).
 
-        One reader per partition (on a cluster they live on different shards) feeds one queue.
+        Each round reads every partition at once (on a cluster they live on different shards); it blocks,
+        briefly, only when the previous round found nothing. No read is left in flight between rounds, so
+        stopping never has to cancel one.
         """
-        queue: asyncio.Queue[JobResult | BaseException] = asyncio.Queue(WATCH_BUFFER)
-        readers = [asyncio.create_task(self._follow(k.results, from_id, queue)) for k in partition_keys(self.keys, self.partitions)]
-        try:
-            seen = 0
-            while count is None or seen < count:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                seen += 1
-                yield item
-        finally:
-            for reader in readers:
-                reader.cancel()
-            for reader in readers:
-                with suppress(asyncio.CancelledError):
-                    await reader
-
-    async def _follow(self, stream: str, from_id: str, queue: asyncio.Queue[JobResult | BaseException]) -> None:
-        try:
-            last = from_id
-            if last == "$":  # pin "now" once, so results landing between two reads are not skipped
-                newest = await self.redis.xrevrange(stream, count=1)
-                last = newest[0][0] if newest else "0-0"
-            while True:
-                reply = await self.redis.xread({stream: last}, block=BLOCK_MS, count=100)
+        streams = [k.results for k in partition_keys(self.keys, self.partitions)]
+        last = [await self._start_id(stream, from_id) for stream in streams]
+        block: int | None = WATCH_BLOCK_MS
+        seen = 0
+        while count is None or seen < count:
+            replies = await asyncio.gather(*(self.redis.xread({s: last[i]}, block=block, count=100) for i, s in enumerate(streams)))
+            block = WATCH_BLOCK_MS
+            for i, reply in enumerate(replies):
                 for _, entries in reply or []:
                     for eid, fields in entries:
-                        last = eid
-                        await queue.put(JobResult.from_fields(fields))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to the consumer of the queue, which raises it
-            await queue.put(exc)
+                        last[i], block = eid, None
+                        seen += 1
+                        yield JobResult.from_fields(fields)
+                        if count is not None and seen >= count:
+                            return
+
+    async def _start_id(self, stream: str, from_id: str) -> str:
+        """``$`` pinned once to the stream's newest entry, so results landing between two rounds are not skipped."""
+        if from_id != "$":
+            return from_id
+        newest = await self.redis.xrevrange(stream, count=1)
+        return str(newest[0][0]) if newest else "0-0"
 
     async def stats(self, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
         return await partitioned_queue_stats(self.redis, self.keys, self.partitions, window=window)

@@ -70,7 +70,11 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
     The cluster client speaks the commands streamcrew uses with the same signatures, so it is typed as ``Redis``.
     """
     if await cluster_enabled(url):
-        return connect_cluster(url, max_connections=max_connections)  # type: ignore[return-value]
+        client = connect_cluster(url, max_connections=max_connections)
+        # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
+        # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
+        await client.initialize()
+        return client  # type: ignore[return-value]
     return connect(url, max_connections=max_connections)
 
 
