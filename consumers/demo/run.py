@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from rich.console import Console
 from rich.live import Live
 
@@ -26,10 +27,10 @@ from consumers.demo.traffic import Malformed, Planned, plan
 from consumers.demo.view import live_view, print_report
 from consumers.processes import Child, streamcrew_cmd
 from streams.config import StreamSettings
-from streams.connection import connect
+from streams.connection import connect_detected
 from streams.embedded import embedded_redis, free_port
 from streams.envelope import JobRequest
-from streams.keys import Keys
+from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
 
 RESULTS_TIMEOUT_S = 180.0
@@ -57,10 +58,13 @@ def _catalogue_ids() -> tuple[list[str], list[str]]:
 
 
 class Demo:
-    def __init__(self, url: str, prefix: str, options: DemoOptions, log_dir: Path) -> None:
+    """The demo's processes and traffic over ``redis`` (one Redis or a cluster), with ``partitions`` partitions."""
+
+    def __init__(self, url: str, redis: Redis, prefix: str, partitions: int, options: DemoOptions, log_dir: Path) -> None:
         self.url, self.prefix, self.options, self.log_dir = url, prefix, options, log_dir
         self.keys = Keys(prefix)
-        self.redis = connect(url)
+        self.partitions = partitions
+        self.redis = redis
         self.secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
         self.receiver = Receiver(self.secret).start()
         self.gateway_port = free_port()
@@ -69,7 +73,8 @@ class Demo:
         self.workers: list[Child] = []
         self.events: list[str] = []
         self.env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_LEASE_S": "3",
-                    "STREAMCREW_RETRY_BACKOFF_S": "0.2", "STREAMCREW_WEBHOOK_SECRET": self.secret, "STREAMCREW_LOG_LEVEL": "warning"}
+                    "STREAMCREW_RETRY_BACKOFF_S": "0.2", "STREAMCREW_WEBHOOK_SECRET": self.secret, "STREAMCREW_LOG_LEVEL": "warning",
+                    "STREAMCREW_PARTITIONS": str(partitions)}
 
     def _spawn(self, name: str, *args: str, port: int | None = None) -> Child:
         env = {**self.env, "STREAMCREW_METRICS_PORT": str(port or 0)}
@@ -105,7 +110,7 @@ class Demo:
 
     async def send(self, http: httpx.AsyncClient, good: list[Planned], bad: list[Malformed]) -> None:
         """Send at ``rate`` per second: web traffic through the gateway, the rest through the Python API."""
-        producer = Producer(self.redis, self.keys)
+        producer = Producer(self.redis, self.keys, partitions=self.partitions)
         per_tick = max(1, int(self.options.rate * 0.1)) if self.options.rate > 0 else len(good) + len(bad)
         items: list[Planned | Malformed] = [*good, *bad]
         items.sort(key=lambda x: x.job_id)
@@ -116,7 +121,8 @@ class Demo:
             posts = []
             for item in chunk:
                 if isinstance(item, Malformed):
-                    await self.redis.xadd(self.keys.lane("normal"), {**item.fields, "webhook": self.receiver.url})
+                    lane = keys_for_job(self.keys, self.partitions, item.job_id).lane("normal")  # where a producer would put it
+                    await self.redis.xadd(lane, {**item.fields, "webhook": self.receiver.url})
                 elif item.via_gateway:
                     body = {"agent": item.agent, "data": item.data, "id": item.job_id, "priority": item.priority, "webhook": self.receiver.url}
                     posts.append(http.post(f"{self.gateway_url}/jobs", json=body, timeout=30))
@@ -148,7 +154,7 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
     orders, products = _catalogue_ids()
     good, bad = plan(demo.options.requests, orders=orders, products=products)
     total = len(good) + len(bad)
-    tally = Tally(demo.redis, demo.keys, [f"http://127.0.0.1:{p}/metrics" for p in demo.worker_ports])
+    tally = Tally(demo.redis, demo.keys, [f"http://127.0.0.1:{p}/metrics" for p in demo.worker_ports], partitions=demo.partitions)
     show = not demo.options.as_json and console.is_terminal
     demo.start()
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as http:
@@ -218,7 +224,7 @@ async def run_demo(settings: StreamSettings, options: DemoOptions) -> dict[str, 
             where = f"embedded Redis ({server.binary}) at {url}"
         if not options.as_json:
             err.print(f"[dim]{where}; logs in {tmp}[/dim]")
-        demo = Demo(url, prefix, options, Path(tmp))
+        demo = Demo(url, await connect_detected(url), prefix, settings.partitions, options, Path(tmp))
         try:
             report = await play(demo, err)
             report["ok"] = (report["lost"] == 0 and report["duplicated"] == 0 and report["results"] == report["requests"]

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from streams.envelope import JobResult
-from streams.keys import Keys
-from streams.stats import queue_stats
+from streams.keys import Keys, partition_keys
+from streams.partition_stats import partitioned_queue_stats
 
 SAMPLE_AGENTS = ("support", "order", "returns", "product")
 
@@ -34,6 +34,7 @@ class Tally:
     redis: Redis
     keys: Keys
     metrics_urls: list[str]
+    partitions: int = 1
     ids: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
     waits_ms: list[float] = field(default_factory=list)
@@ -49,7 +50,7 @@ class Tally:
     reclaims: int = 0
     workflows: Counter[str] = field(default_factory=Counter)
     step_ids: Counter[str] = field(default_factory=Counter)
-    _last_id: str = "0"
+    _last_ids: dict[str, str] = field(default_factory=dict)  # results stream -> last entry read
     _scraped: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -57,14 +58,16 @@ class Tally:
         return sum(self.ids.values())
 
     async def poll(self, http: httpx.AsyncClient) -> None:
-        while True:
-            reply = await self.redis.xread({self.keys.results: self._last_id}, count=1000)
-            if not reply:
-                break
-            for eid, fields in reply[0][1]:
-                self._last_id = eid
-                self._add(JobResult.from_fields(fields))
-        stats = await queue_stats(self.redis, self.keys, window=None)  # the tally reads every result itself
+        for results in (k.results for k in partition_keys(self.keys, self.partitions)):
+            while True:
+                reply = await self.redis.xread({results: self._last_ids.get(results, "0")}, count=1000)
+                if not reply:
+                    break
+                for eid, fields in reply[0][1]:
+                    self._last_ids[results] = eid
+                    self._add(JobResult.from_fields(fields))
+        # the tally reads every result itself, so no window figures
+        stats = await partitioned_queue_stats(self.redis, self.keys, self.partitions, window=None)
         self.backlog = {name: int(lane["lag"] if lane["lag"] is not None else lane["length"]) for name, lane in stats["lanes"].items()}
         self.in_flight = sum(int(lane["pending"]) for lane in stats["lanes"].values())
         self.dead_letters = int(stats["dead_letters"])
