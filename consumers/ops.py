@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -60,7 +60,7 @@ class Ops:
             replies = await asyncio.gather(*(self.redis.xread({s: last[i]}, block=block, count=100) for i, s in enumerate(streams)))
             block = WATCH_BLOCK_MS
             for i, reply in enumerate(replies):
-                for _, entries in reply or []:
+                for _, entries in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or []):
                     for eid, fields in entries:
                         last[i], block = eid, None
                         seen += 1

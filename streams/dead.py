@@ -53,7 +53,7 @@ async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, after: str | 
         return f"({cursor}" if p <= last_p else cursor  # order is (entry ID, partition)
 
     every = partition_keys(keys, partitions)
-    pages = await asyncio.gather(*(redis.xrange(k.dead, min=low(p), max="+", count=count) for p, k in enumerate(every)))
+    pages = cast(list[Entries], await asyncio.gather(*(redis.xrange(k.dead, min=low(p), max="+", count=count) for p, k in enumerate(every))))
     merged = sorted(((_order(eid), p, eid, fields) for p, page in enumerate(pages) for eid, fields in page), key=lambda e: e[:2])
     return [DeadLetter.from_entry(f"{eid}:{p}", fields) for _, p, eid, fields in merged[:count]]
 
