@@ -1,6 +1,7 @@
 """Operator commands and endpoints on a real Redis Cluster with 6 partitions (contract §10): retries end in
 dead letters of several partitions, which `streamcrew dead` and the gateway list, replay and count;
-`stats`, `watch` and `submit --wait` cover every partition; SIGTERM drains a worker of every partition."""
+`stats`, `watch` and `submit --wait` cover every partition; SIGTERM drains a worker of every partition;
+the scraped gauges read every partition through a cluster client."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from consumers.processes import streamcrew_cmd
 from streams.dead import count_dead
 from streams.envelope import JobRequest
+from streams.gauges import StreamGauges
 from streams.keys import Keys, partition_keys
 from streams.producer import Producer
 from streams.records import get_job
@@ -23,6 +26,7 @@ from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import all_results, keys_of, wait_all_results
 from tests.cluster_support import LocalCluster
 from tests.consumers.gateway.support import GatewayFactory
+from tests.streams.test_gauges import _values
 from tests.support import wait_until
 
 ENV = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
@@ -94,7 +98,9 @@ async def test_dead_letters_of_every_partition_replay_by_cli_and_http(
     assert waited["status"] == "completed" and waited["result"] == {"echo": {"q": 1}}
 
 
-async def test_sigterm_drains_a_worker_of_every_partition(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
+async def test_sigterm_drains_a_worker_of_every_partition(
+    cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, cluster_workers,
+) -> None:
     keys = Keys(cluster_prefix)
     producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
     short, long = [f"short-{i}" for i in range(12)], [f"long-{i}" for i in range(12)]
@@ -123,3 +129,12 @@ async def test_sigterm_drains_a_worker_of_every_partition(cluster_redis: Redis, 
         assert record is not None and record.status == "queued", (job_id, record)
     pending = [int((await cluster_redis.xpending(k.lane("normal"), "workers"))["pending"]) for k in partition_keys(keys, PARTITIONS)]
     assert pending == [0] * PARTITIONS
+    # And the scraped gauges (a sync cluster client) report each partition: the sums match
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(cluster.url, keys, partitions=PARTITIONS, cache_s=0))
+    values = _values(registry)
+    results = {labels: v for (name, labels), v in values.items() if name == "streamcrew_stream_length" and ("stream", "results") in labels}
+    assert sorted(dict(labels)["partition"] for labels in results) == [str(p) for p in range(PARTITIONS)]
+    assert sum(results.values()) == len(short)
+    assert sum(v for (name, labels), v in values.items()
+               if name == "streamcrew_group_pending" and ("stream", "normal") in labels) == 0
