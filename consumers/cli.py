@@ -140,7 +140,7 @@ def submit(
     prefix: Prefix = None,
 ) -> None:
     """Publish one request; prints its job id (and with --wait its result; a workflow's steps as they progress)."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
     from consumers.progress import follow_workflow
 
     try:
@@ -154,18 +154,20 @@ def submit(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        async with opened(settings) as ops:
-            try:
-                follow = wait and agent == WORKFLOW_AGENT
-                published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
-                                                     id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
-                                                     timeout_s=timeout_s, deadline=deadline)
-                if follow:
-                    record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
-                                                   show=lambda line: err.print(line, markup=False, highlight=False))
-            except ValueError as exc:
-                err.print(f"[red]{exc}[/red]")
-                return Exit.USAGE
+        ops = await open_ops(settings)
+        try:
+            follow = wait and agent == WORKFLOW_AGENT
+            published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
+                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
+                                                 timeout_s=timeout_s, deadline=deadline)
+            if follow:
+                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout,
+                                               show=lambda line: err.print(line, markup=False, highlight=False))
+        except ValueError as exc:
+            err.print(f"[red]{exc}[/red]")
+            return Exit.USAGE
+        finally:
+            await ops.close()
         if not wait:
             print(json.dumps({"job_id": published.job_id, "status": published.status, "created": published.created}))
             return Exit.OK
@@ -186,14 +188,17 @@ def watch(
     prefix: Prefix = None,
 ) -> None:
     """Follow the results stream, one JSON line per result."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             async for result in ops.watch(from_id="0" if from_start else "$", count=count):
                 print(json.dumps(result.to_json_dict()), flush=True)
+        finally:
+            await ops.close()
         return Exit.OK
 
     try:
@@ -213,14 +218,17 @@ def stats(
     prefix: Prefix = None,
 ) -> None:
     """Lane lengths, pending, lag, dead letters, consumers; outcomes, latency, tokens and cost of the latest results."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
     from consumers.views import stats_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> dict[str, Any]:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             return await ops.stats(window)
+        finally:
+            await ops.close()
 
     figures = run(go())
     if as_json:
@@ -239,13 +247,16 @@ def monitor(
 ) -> None:
     """The Queue Performance Report, refreshed in place (plain lines when not a terminal)."""
     from consumers.monitor import monitor as show
-    from consumers.ops import opened
+    from consumers.ops import open_ops
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             await show(lambda: ops.stats(window), out, interval_s=interval, once=once)
+        finally:
+            await ops.close()
         return Exit.OK
 
     try:

@@ -19,14 +19,17 @@ def dead_list(
     prefix: Prefix = None,
 ) -> None:
     """List dead letters."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
     from consumers.views import dead_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> list[Any]:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             return await ops.dead_list(count)
+        finally:
+            await ops.close()
 
     letters = run(go())
     if as_json:
@@ -45,7 +48,7 @@ def dead_replay(
     prefix: Prefix = None,
 ) -> None:
     """Send dead letters back to their lanes with a fresh attempt budget."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
 
     if not entry_ids and not replay_all:
         err.print("[red]name dead-letter entry IDs or pass --all[/red]")
@@ -56,8 +59,11 @@ def dead_replay(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> tuple[list[str], list[str]]:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
+        finally:
+            await ops.close()
 
     replayed, skipped = run(go())
     for reason in skipped:
@@ -74,7 +80,7 @@ def dead_purge(
     prefix: Prefix = None,
 ) -> None:
     """Delete every dead letter (or those of one reason)."""
-    from consumers.ops import opened
+    from consumers.ops import open_ops
 
     what = f"every dead letter of reason {reason!r}" if reason else "every dead letter"
     if not yes and not typer.confirm(f"Delete {what}?"):
@@ -82,8 +88,11 @@ def dead_purge(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        async with opened(settings) as ops:
+        ops = await open_ops(settings)
+        try:
             return await ops.dead_purge(reason=reason)
+        finally:
+            await ops.close()
 
     print(json.dumps({"purged": run(go())}))
 

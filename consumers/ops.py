@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -96,11 +95,6 @@ class Ops:
         return await dead_letters.purge(self.redis, self.keys, reason=reason, partitions=self.partitions)
 
 
-@asynccontextmanager
-async def opened(settings: StreamSettings) -> AsyncIterator[Ops]:
-    """:class:`Ops` on a client for ``settings``' Redis (a cluster client when the server is a cluster node), closed after."""
-    ops = Ops(settings, await connect_detected(settings.effective_redis_url))
-    try:
-        yield ops
-    finally:
-        await ops.close()
+async def open_ops(settings: StreamSettings) -> Ops:
+    """:class:`Ops` on a client for ``settings``' Redis: a cluster client when the server is a cluster node."""
+    return Ops(settings, await connect_detected(settings.effective_redis_url))

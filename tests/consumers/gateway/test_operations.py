@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.ops import opened
+from consumers.ops import open_ops
 from streams.config import StreamSettings
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
@@ -69,8 +69,11 @@ async def test_queue_stats_are_the_cli_figures(gateways: GatewayFactory, setting
         for lane in ("high", "low", "low"):
             assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "priority": lane})).status_code == 202
         figures = (await client.get("/queue/stats")).json()
-    async with opened(settings) as ops:
+    ops = await open_ops(settings)
+    try:
         cli = await ops.stats()
+    finally:
+        await ops.close()
     assert figures["lanes"]["high"]["length"] == 1 and figures["lanes"]["low"]["length"] == 2
     assert figures.keys() == cli.keys() and figures["lanes"].keys() == cli["lanes"].keys()
     for lane in ("high", "normal", "low"):
