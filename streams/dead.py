@@ -14,7 +14,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import DeadLetter, entry_ms
+from streams.envelope import DeadLetter, entry_ms, entry_order
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, Keys, partition_keys
 from streams.scripts import Scripts
@@ -25,11 +25,6 @@ REASONS = ("invalid", "rejected", "exhausted", "expired")
 # A dead letter's name: its entry ID, then ``:<partition>`` in a partitioned prefix.
 DEAD_ENTRY_PATTERN = r"^\d{1,19}-\d{1,19}(?::\d{1,5})?$"
 _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")
-
-
-def _order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _named(entry: str, partitions: int) -> tuple[str, int | None]:
@@ -54,7 +49,7 @@ async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, after: str | 
 
     every = partition_keys(keys, partitions)
     pages = cast(list[Entries], await asyncio.gather(*(redis.xrange(k.dead, min=low(p), max="+", count=count) for p, k in enumerate(every))))
-    merged = sorted(((_order(eid), p, eid, fields) for p, page in enumerate(pages) for eid, fields in page), key=lambda e: e[:2])
+    merged = sorted(((entry_order(eid), p, eid, fields) for p, page in enumerate(pages) for eid, fields in page), key=lambda e: e[:2])
     return [DeadLetter.from_entry(f"{eid}:{p}", fields) for _, p, eid, fields in merged[:count]]
 
 

@@ -101,6 +101,12 @@ def entry_ms(entry_id: str) -> int:
         return now_ms()
 
 
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """``(ms, seq)`` of a stream entry ID: how entries of several streams (partitions) are put in one order."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def lane_for_priority(priority: int | str | None) -> str:
     """Map a lane name or a 0-10 priority to a lane: 7-10 high, 4-6 normal, 0-3 low."""
     if priority is None:

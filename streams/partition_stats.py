@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from streams.keys import LANES, Keys, partition_keys
 from streams.stats import queue_stats
-from streams.window import DEFAULT_WINDOW
+from streams.window import DEFAULT_WINDOW, window_figures
 
 SUMMED = ("length", "pending", "lag")
 
@@ -32,11 +32,12 @@ async def partitioned_queue_stats(
 ) -> dict[str, Any]:
     """:func:`~streams.stats.queue_stats` for N = 1; for N > 1 the sums, plus ``partitions``: each one's figures.
 
-    The monitor's window figures are not merged over partitions yet: for N > 1 they are left out.
+    The monitor's window figures cover the latest ``window`` results of all partitions together.
     """
     if partitions <= 1:
         return await queue_stats(redis, keys, window=window)
-    each = [await queue_stats(redis, k, window=None) for k in partition_keys(keys, partitions)]
+    every = partition_keys(keys, partitions)
+    each = [await queue_stats(redis, k, window=None) for k in every]
     total: dict[str, Any] = {
         "prefix": keys.prefix,
         "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each]) for lane in LANES},
@@ -46,4 +47,6 @@ async def partitioned_queue_stats(
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }
+    if window is not None:
+        total.update(await window_figures(redis, every, window))
     return total

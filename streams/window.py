@@ -20,7 +20,7 @@ from typing import Any, TypedDict, cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import JobResult, Status
+from streams.envelope import JobResult, Status, entry_order
 from streams.errors import DecodeError
 from streams.keys import Keys
 
@@ -128,12 +128,21 @@ def _rounded(spend: Spend) -> Spend:
     return {**spend, "cost_usd": None if cost is None else round(cost, 9)}
 
 
-async def recent_results(redis: Redis, keys: Keys, window: int = DEFAULT_WINDOW) -> list[JobResult]:
-    """The last ``window`` result events, newest first; entries that do not decode are skipped."""
+async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int = DEFAULT_WINDOW) -> list[JobResult]:
+    """The last ``window`` result events, newest first; entries that do not decode are skipped.
+
+    Given several partitions' keys, the last ``window`` of them all, in entry-ID order (contract §10).
+    """
     if not 1 <= window <= MAX_WINDOW:
         raise ValueError(f"window must be 1-{MAX_WINDOW}, got {window}")
+    partitions = [keys] if isinstance(keys, Keys) else list(keys)
+    entries: list[tuple[str, dict[str, str]]] = []
+    for k in partitions:
+        entries += cast(list[tuple[str, dict[str, str]]], await redis.xrevrange(k.results, count=window))
+    if len(partitions) > 1:
+        entries = sorted(entries, key=lambda e: entry_order(e[0]), reverse=True)[:window]
     out: list[JobResult] = []
-    for _, fields in cast(list[tuple[str, dict[str, str]]], await redis.xrevrange(keys.results, count=window)):
+    for _, fields in entries:
         try:
             out.append(JobResult.from_fields(fields))
         except DecodeError:
@@ -141,6 +150,6 @@ async def recent_results(redis: Redis, keys: Keys, window: int = DEFAULT_WINDOW)
     return out
 
 
-async def window_figures(redis: Redis, keys: Keys, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
-    """:func:`summarize` over the results stream's last ``window`` entries."""
+async def window_figures(redis: Redis, keys: Keys | Sequence[Keys], window: int = DEFAULT_WINDOW) -> dict[str, Any]:
+    """:func:`summarize` over the results stream's (or the partitions' results streams') last ``window`` entries."""
     return summarize(await recent_results(redis, keys, window), window=window)

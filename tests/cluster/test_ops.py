@@ -61,6 +61,7 @@ async def test_dead_letters_of_every_partition_replay_by_cli_and_http(
     assert len({d["entry_id"].rsplit(":", 1)[1] for d in letters}) >= 4
     figures = json.loads(cli(cluster, cluster_prefix, "stats", "--json").stdout)
     assert figures["dead_letters"] == 12 and figures["results"]["length"] == 24
+    assert (figures["window"]["results"], figures["completed"], figures["failed"]) == (24, 12, 12)
     assert len(figures["partitions"]) == PARTITIONS
 
     # When two are replayed by the CLI, one by HTTP by name, and the rest by HTTP in bulk

@@ -1,5 +1,6 @@
 """Operator views of a partitioned prefix on one Redis (contract §10): gauges labelled by partition,
-dead letters named and merged across partitions, lane-renamed id-less ids that keep their partition."""
+dead letters named and merged across partitions, lane-renamed id-less ids that keep their partition,
+the stats window over every partition's results."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.gauges import StreamGauges
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys
+from streams.partition_stats import partitioned_queue_stats
 from streams.records import get_job
 from tests.streams.test_gauges import _values
 from tests.support import WorkerFactory, wait_until
@@ -103,3 +105,19 @@ async def test_lane_renamed_id_less_jobs_keep_their_partition(redis, redis_url: 
         record = await get_job(redis, keys, job_id, partitions=N)
         assert record is not None and record.status == status, job_id
 
+
+
+async def test_stats_window_covers_the_latest_results_of_every_partition(redis, keys: Keys) -> None:
+    # Given results in three partitions, interleaved in time (entry IDs), one of them failed
+    parts = partition_keys(keys, N)
+    for n, p in enumerate([0, 2, 3, 0, 2]):
+        status = "failed" if n == 3 else "completed"
+        await redis.xadd(parts[p].results, {"id": f"r{n}", "agent": "echo", "status": status, "attempts": "1",
+                                            "submitted_at": "1700000000000", "started_at": "1700000000010",
+                                            "finished_at": str(1700000000100 + n)}, id=f"1700000001{n:03d}-0")
+    # When stats are asked over a window of 4 results
+    figures = await partitioned_queue_stats(redis, keys, N, window=4)
+    # Then the window holds the 4 newest of all partitions, and the sums cover all 5
+    assert figures["window"]["results"] == 4 and figures["results"]["length"] == 5
+    assert (figures["completed"], figures["failed"]) == (3, 1)
+    assert figures["window"]["oldest_finished_at"] == 1700000000101
