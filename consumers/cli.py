@@ -161,7 +161,7 @@ def submit(
                                                  id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
                                                  timeout_s=timeout_s, deadline=deadline)
             if follow:
-                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout,
+                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
                                                show=lambda line: err.print(line, markup=False, highlight=False))
         except ValueError as exc:
             err.print(f"[red]{exc}[/red]")
