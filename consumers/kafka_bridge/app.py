@@ -191,7 +191,7 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     for partition in bridge.partitions:
         await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)
     if settings.metrics_port:
-        register_stream_gauges(settings.effective_redis_url, keys)
+        register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port)
     stop = stop_on_signals(f"kafka-bridge {bridge.runtime.consumer}", settings.grace_s)
     broker = _broker_for_logs(settings.kafka_broker)

@@ -62,7 +62,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
     if not deliverer.signer.signs:
         log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks without a tenant or subscription secret go out unsigned")
     if settings.metrics_port:
-        register_stream_gauges(settings.effective_redis_url, keys)
+        register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port)
 
     stop = stop_on_signals(f"notifier {name}", settings.grace_s)
