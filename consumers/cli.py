@@ -63,6 +63,7 @@ def notifier(
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 20]")] = None,
     webhook_secret: Annotated[str | None, typer.Option(help="whsec_ secret(s), space-separated (prefer the env variable) \\[env STREAMCREW_WEBHOOK_SECRET]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
+    partitions: Annotated[str | None, typer.Option("--partitions", help="partitions to read, e.g. 0-3,5 \\[env STREAMCREW_SERVE_PARTITIONS, default: all]")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -71,7 +72,7 @@ def notifier(
 
     settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff, webhook_secret=webhook_secret,
                      concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, grace_s=grace,
-                     log_level=log_level, redis_url=redis_url, prefix=prefix)
+                     log_level=log_level, redis_url=redis_url, prefix=prefix, serve_partitions=partitions)
     setup_logging(settings.log_level)
     raise typer.Exit(run(run_notifier(settings)))
 
