@@ -1,7 +1,7 @@
 """Webhook deliveries through one notifier process, to aiohttp receivers with a realistic pace.
 
     . .venv/bin/activate && python bench/bench_notifier.py [--case all|baseline|paced|hung|many]
-        [--results 10000] [--backlog 5000] [--concurrency 200] [--per-endpoint 10] [--partitions 1] [--redis-url redis://...]
+        [--results 10000] [--backlog 5000] [--pace 5x4,20x10,50x10] [--ceiling RATE] [--concurrency 200] [--per-endpoint 10] [--partitions 1] [--redis-url redis://...]
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
 free loopback port. Each case XADDs a backlog of result events to a fresh results stream, starts
@@ -57,6 +57,7 @@ class Run:
     busy: int
     out_of_order: int
     cpu_s: float  # the notifier process's CPU time (user + system) from its ready line to the last delivery
+    connections: int  # client connections the receiver saw (keep-alive reuse keeps this near the per-endpoint limit)
 
     @property
     def cpu_us(self) -> float:
@@ -73,7 +74,10 @@ class Bench:
     async def measured_ceiling(self) -> float:
         """The baseline rate (measured once per run): what this machine lets one notifier push right now."""
         if self.ceiling is None:
-            await baseline(self)
+            if self.args.ceiling:
+                self.ceiling = self.args.ceiling
+            else:
+                await baseline(self)
         assert self.ceiling is not None
         return self.ceiling
 
@@ -83,6 +87,7 @@ class Bench:
         redis = connect(self.redis_url)
         notifier = None
         receiver.arrivals.clear()
+        receiver.peers.clear()
         try:
             parts = partition_keys(keys, self.args.partitions)
             for part in parts:
@@ -118,7 +123,8 @@ class Bench:
             cpu = psutil.Process(notifier.pid).cpu_times()
             notifier.stop()
             busy = sum(int(n) for n in re.findall(r" busy=(\d+)", notifier.log_text()))
-            return Run(seconds, len(got), busy, displacement([a.webhook_id for a in got], order), cpu.user + cpu.system - ready_cpu.user - ready_cpu.system)
+            return Run(seconds, len(got), busy, displacement([a.webhook_id for a in got], order),
+                       cpu.user + cpu.system - ready_cpu.user - ready_cpu.system, receiver.connections)
         finally:
             if notifier is not None and notifier.alive():
                 notifier.kill()
@@ -135,7 +141,7 @@ async def baseline(bench: Bench) -> bool:
     rate = (r.delivered - 1) / r.seconds
     bench.ceiling = rate
     print(f"baseline: {r.delivered} deliveries to one receiver answering at once in {r.seconds:.2f}s = {rate:,.0f}/s "
-          f"(target >= 2,000/s); busy parks {r.busy}; notifier CPU {r.cpu_us:.0f} us per delivery")
+          f"(target >= 2,000/s); busy parks {r.busy}; notifier CPU {r.cpu_us:.0f} us per delivery; {r.connections} connections")
     return rate >= 2000
 
 
@@ -143,7 +149,7 @@ async def paced(bench: Bench) -> bool:
     ok = True
     n = bench.args.backlog
     ceiling = await bench.measured_ceiling()
-    for latency_s, limit in ((0.005, 4), (0.020, 10), (0.050, 10)):
+    for latency_s, limit in bench.args.pace:
         receiver = await PacedReceiver(latency_s=latency_s, limit=limit).start()
         try:
             r = await bench.run(receiver, [receiver.url()] * n)
@@ -158,7 +164,7 @@ async def paced(bench: Bench) -> bool:
         print(f"paced {latency_s * 1000:.0f} ms x {limit} workers (C = {capacity:,.0f}/s): {n} in {r.seconds:.2f}s, "
               f"ratio to {n}/C {ratio:.2f}, to {n}/min(C, baseline {ceiling:,.0f}/s) {r.seconds / bound:.2f} (target <= 1.25); "
               f"busy parks {per_1000:.1f} per 1,000; "
-              f"furthest out of order {r.out_of_order}; notifier CPU {r.cpu_us:.0f} us per delivery")
+              f"furthest out of order {r.out_of_order}; notifier CPU {r.cpu_us:.0f} us per delivery; {r.connections} connections")
     return ok
 
 
@@ -212,8 +218,13 @@ async def many(bench: Bench) -> bool:
     rate = (r.delivered - 1) / r.seconds
     print(f"many: {r.delivered} deliveries to {len(hosts)} endpoints (5 ms) in {r.seconds:.2f}s = {rate:,.0f}/s "
           f"(target >= 2,000/s), {rate / ceiling:.2f} x the baseline's {ceiling:,.0f}/s; busy parks {r.busy}; "
-          f"notifier CPU {r.cpu_us:.0f} us per delivery")
+          f"notifier CPU {r.cpu_us:.0f} us per delivery; {r.connections} connections")
     return rate >= 2000
+
+
+def paces(text: str) -> list[tuple[float, int]]:
+    """``5x4,50x10`` -> [(0.005, 4), (0.05, 10)]: each paced endpoint's latency (ms) and workers."""
+    return [(float(ms) / 1000, int(workers)) for ms, workers in (part.split("x") for part in text.split(","))]
 
 
 CASES = {"baseline": baseline, "paced": paced, "hung": hung, "shared": shared, "many": many}
@@ -228,6 +239,9 @@ async def main() -> int:
     parser.add_argument("--per-endpoint", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=1, help="results spread over this many partitions (STREAMCREW_PARTITIONS)")
     parser.add_argument("--fast-workers", type=int, default=2, help="hung case: the 5 ms endpoint's workers (capacity 200/s each)")
+    parser.add_argument("--pace", type=paces, default=paces("5x4,20x10,50x10"),
+                        help="paced case: endpoints as LATENCY_MSxWORKERS, comma-separated (default 5x4,20x10,50x10)")
+    parser.add_argument("--ceiling", type=float, default=0.0, help="paced and many cases: this baseline rate instead of measuring it first")
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--log-level", default="", help="the notifier's (default: its own, info)")
     parser.add_argument("--redis-url", default=os.environ.get("STREAMCREW_REDIS_URL"))

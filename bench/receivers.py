@@ -7,7 +7,8 @@ Each path family behaves like a kind of customer endpoint:
   ``limit / latency_s`` a second;
 - ``/hang...`` never answers (the notifier's timeout ends the request).
 
-Every answered request is recorded in arrival order with its ``webhook-id``;
+Every answered request is recorded in arrival order with its ``webhook-id``,
+and every connection a request came on is counted (keep-alive reuse);
 one receiver can listen on many loopback addresses (127.0.x.y, one port), so
 each address is a distinct endpoint for the notifier.
 """
@@ -39,6 +40,7 @@ class PacedReceiver:
     hung_total: int = 0
     most_hanging: int = 0  # the most /hang requests open at once
     port: int = 0
+    peers: set[tuple[str, int]] = field(default_factory=set)  # (address, port) of each client connection seen
     _runner: web.AppRunner | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _released: asyncio.Event = field(default_factory=asyncio.Event)
@@ -66,6 +68,8 @@ class PacedReceiver:
 
     async def _handle(self, request: web.Request) -> web.Response:
         await request.read()
+        if request.transport is not None and (peer := request.transport.get_extra_info("peername")):
+            self.peers.add((peer[0], peer[1]))
         if request.path.startswith("/hang"):
             self.hanging += 1
             self.hung_total += 1
@@ -83,6 +87,11 @@ class PacedReceiver:
                                      time.perf_counter()))
         self._changed.set()
         return web.Response(status=200)
+
+    @property
+    def connections(self) -> int:
+        """How many client connections requests came on (fewer than requests: connections were reused)."""
+        return len(self.peers)
 
     def ids(self, prefix: str = "") -> list[str]:
         return [a.webhook_id for a in self.arrivals if a.path.startswith(prefix)]

@@ -111,7 +111,12 @@ class GroupRuntime:
         tick_s: float = 0.25,
         block_ms: int = BLOCK_MS,
         forget_idle_s: float = 3600.0,
+        refill: int = 1,
+        refill_wait_s: float = 0.0,
     ) -> None:
+        """``refill``: while fewer slots than this are free (work fills the pool), the read waits up to
+        ``refill_wait_s`` for that many, so one read takes several entries instead of one read per slot
+        freed; with more free (an idle pool) it reads at once. The default 1 reads as soon as one is free."""
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.redis = redis
@@ -123,6 +128,8 @@ class GroupRuntime:
         self.tick_s = tick_s
         self.block_ms = block_ms
         self.forget_idle_s = forget_idle_s
+        self.refill = max(1, min(refill, concurrency))
+        self.refill_wait_s = refill_wait_s
         self.handler: EntryHandler | None = None
         self._scripts = Scripts(redis)
         self._slots: dict[Slot, asyncio.Task[None] | None] = {}
@@ -146,6 +153,11 @@ class GroupRuntime:
     @property
     def in_flight(self) -> int:
         return len(self._slots)
+
+    @property
+    def accepting(self) -> bool:
+        """False once :meth:`stop_accepting` was called (the drain)."""
+        return self._accepting
 
     def _hold(self, stream: str, entry_id: str) -> bool:
         slot = (stream, entry_id)
@@ -210,6 +222,9 @@ class GroupRuntime:
                 self._freed.clear()
                 await self._freed.wait()
                 continue
+            if free < self.refill:
+                await self._await_refill()
+                free = self.free_slots()
             try:
                 got = await self._read_strict(free)
                 if not got:
@@ -226,6 +241,16 @@ class GroupRuntime:
                 else:
                     log.exception("%s: Redis refused a read", self.group)
                     await backoff.failed(exc)
+
+    async def _await_refill(self) -> None:
+        """Wait up to ``refill_wait_s`` until ``refill`` slots are free."""
+        try:
+            async with asyncio.timeout(self.refill_wait_s):
+                while self.free_slots() < self.refill:
+                    self._freed.clear()
+                    await self._freed.wait()
+        except TimeoutError:
+            pass
 
     async def _recreate_groups(self, backoff: Backoff) -> None:
         try:

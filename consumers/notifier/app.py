@@ -25,6 +25,12 @@ from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.notifier")
 
+# A pool full of work (an endpoint's backlog waiting its turn) is refilled once a tenth of it is free, or after
+# REFILL_WAIT_S; settled entries are held for half that (committer.py), so one read and one commit serve
+# several deliveries instead of one each. An idle pool reads, and commits, at once.
+REFILL_FRACTION = 10
+REFILL_WAIT_S = 0.1
+
 
 def consumer_name() -> str:
     return f"notifier-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -56,7 +62,8 @@ async def run_notifier(settings: NotifierSettings) -> int:
     stores = [Store(redis, partition) for partition in partitions]
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=notifier_streams(stores), group=NOTIFIER_GROUP, consumer=name,
-                           concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
+                           concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s,
+                           refill=settings.concurrency // REFILL_FRACTION, refill_wait_s=REFILL_WAIT_S)
     deliverer = build_deliverer(settings)
     handler = NotifierHandler(stores, settings, runtime, deliverer)
     if not deliverer.signer.signs:

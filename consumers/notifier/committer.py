@@ -3,6 +3,12 @@
 Each partition has its own :class:`~streams.batch.BatchWriter`, so a commit
 script only ever names keys of one hash slot (contract §10), and a partition
 whose Redis master is failing over holds back only its own commits.
+
+When an endpoint is the bottleneck, its deliveries end one at a time; written
+at once, each would cost a commit and (its slot freed) a read of its own.
+While ``hold`` says the freed slots would not let the read go yet, settled
+entries wait up to ``hold_s`` and go in one batch; their entries stay pending
+meanwhile, so a crash only re-sends them (same ``webhook-id``).
 """
 
 from __future__ import annotations
@@ -26,10 +32,15 @@ Item = tuple[CommitOp, Written | None]
 class Committer:
     """Queues :class:`CommitOp` s on their partition's writer, then frees each entry's runtime slot."""
 
-    def __init__(self, stores: Sequence[Store], *, group: str, consumer: str, release: Callable[[str, str], None]) -> None:
+    def __init__(self, stores: Sequence[Store], *, group: str, consumer: str, release: Callable[[str, str], None],
+                 hold: Callable[[int], bool] | None = None, hold_s: float = 0.0) -> None:
         self.group = group
         self.consumer = consumer
         self._release = release
+        self._hold = hold if hold_s > 0 else None
+        self._hold_s = hold_s
+        self._held: list[Item] = []
+        self._timer: asyncio.TimerHandle | None = None
         self._writers: list[BatchWriter[Item]] = []
         self._route: dict[str, BatchWriter[Item]] = {}
         for store in stores:
@@ -40,7 +51,23 @@ class Committer:
         self._tasks: list[asyncio.Task[None]] = []
 
     def submit(self, op: CommitOp, on_written: Written | None = None) -> None:
-        self._route[op.stream].submit((op, on_written))
+        if self._hold is None:
+            self._route[op.stream].submit((op, on_written))
+            return
+        self._held.append((op, on_written))
+        if not self._hold(len(self._held)):
+            self._let_go()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._hold_s, self._let_go)
+
+    def _let_go(self) -> None:
+        """Queue every held commit on its partition's writer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held, self._held = self._held, []
+        for item in held:
+            self._route[item[0].stream].submit(item)
 
     async def run(self) -> None:
         self._tasks = [asyncio.create_task(writer.run()) for writer in self._writers]
@@ -48,10 +75,12 @@ class Committer:
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written, in every partition."""
+        self._let_go()
         await asyncio.gather(*(writer.flush() for writer in self._writers))
 
     async def close(self, task: asyncio.Task[None]) -> None:
         """Write what is queued in every partition, then end ``task`` (the one running :meth:`run`)."""
+        self._let_go()
         for writer, writing in zip(self._writers, self._tasks, strict=True):
             await writer.close(writing)
         await task

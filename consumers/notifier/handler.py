@@ -97,12 +97,17 @@ class NotifierHandler:
         self.settings = settings
         self.runtime = runtime
         self.deliverer = deliverer
-        self.committer = Committer(self.stores, group=runtime.group, consumer=runtime.consumer, release=runtime.release)
+        self.committer = Committer(self.stores, group=runtime.group, consumer=runtime.consumer, release=runtime.release,
+                                   hold=self._hold_commits, hold_s=runtime.refill_wait_s / 2)
         self._due_streams = frozenset(store.due for store in self.stores)
         self._work: dict[Slot, Work] = {}
         self._tally: dict[Kind, int] = {}
         self._tally_since = time.monotonic()
         runtime.handler = self
+
+    def _hold_commits(self, held: int) -> bool:
+        """Hold settled entries back while freeing their slots would not let the read go yet (see ``committer.py``)."""
+        return self.runtime.accepting and self.runtime.free_slots() + held < self.runtime.refill
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         if reclaimed:
@@ -128,7 +133,10 @@ class NotifierHandler:
         return [Pending(job_id, url, event) for url in urls]
 
     async def _run(self, work: Work) -> None:
-        await asyncio.gather(*(self._one(work, i) for i in range(len(work.pending))))
+        if len(work.pending) == 1:  # the common case: no task of its own for the one delivery
+            await self._one(work, 0)
+        else:
+            await asyncio.gather(*(self._one(work, i) for i in range(len(work.pending))))
         self._submit(work, work.decisions)
 
     async def _one(self, work: Work, i: int) -> None:
