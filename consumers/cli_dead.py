@@ -103,18 +103,18 @@ def webhooks_dead_list(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """List webhook deliveries that exhausted their retries (JSON lines)."""
+    """List webhook deliveries that exhausted their retries, every partition's merged (JSON lines)."""
     from consumers.notifier import list_webhook_dead
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
-    for letter in run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count))):
+    for letter in run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count, partitions=settings.partitions))):
         print(letter.model_dump_json())
 
 
 @webhooks_dead_app.command("replay")
 def webhooks_dead_replay(
-    entry_ids: Annotated[list[str] | None, typer.Argument(help="webhook dead-letter entry IDs")] = None,
-    replay_all: Annotated[bool, typer.Option("--all", help="replay every webhook dead letter")] = False,
+    entry_ids: Annotated[list[str] | None, typer.Argument(help="webhook dead letters' entry_id as list shows them (<entry ID>:<partition> with partitions)")] = None,
+    replay_all: Annotated[bool, typer.Option("--all", help="replay every webhook dead letter (of every partition)")] = False,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -125,7 +125,8 @@ def webhooks_dead_replay(
         err.print("[red]name webhook dead-letter entry IDs or pass --all[/red]")
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
-    replayed, skipped = run(_with_redis(settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids)))
+    replayed, skipped = run(_with_redis(
+        settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids, partitions=settings.partitions)))
     for reason in skipped:
         err.print(f"[yellow]skipped: {reason}[/yellow]")
     print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
@@ -138,13 +139,13 @@ def webhooks_dead_purge(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Delete every webhook dead letter."""
+    """Delete every webhook dead letter (of every partition)."""
     from consumers.notifier import purge_webhook_dead
 
     if not yes and not typer.confirm("Delete every webhook dead letter?"):
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
-    print(json.dumps({"purged": run(_with_redis(settings, purge_webhook_dead))}))
+    print(json.dumps({"purged": run(_with_redis(settings, lambda r, k: purge_webhook_dead(r, k, partitions=settings.partitions)))}))
 
 
 async def _with_redis(settings: StreamSettings, call: Any) -> Any:

@@ -3,13 +3,15 @@
 With partitions (contract §10) each partition has its own dead stream; an entry ID is only unique within
 one, so a dead letter of a partitioned prefix is named ``<entry ID>:<p>`` (as an id-less job id names its
 partition). Listing merges the partitions oldest first; replay and purge reach every partition.
+The naming, merging and locating helpers take the dead stream as a parameter: the notifier's webhook
+dead letters (``webhooks:dead``) follow the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 from redis.asyncio import Redis
@@ -20,6 +22,7 @@ from streams.keys import LANES, Keys, partition_keys
 from streams.scripts import Scripts
 
 Entries = list[tuple[str, dict[str, str]]]
+StreamOf = Callable[[Keys], str]  # which dead stream of a prefix's (or a partition's) keys
 PAGE = 500
 REASONS = ("invalid", "rejected", "exhausted", "expired")
 # A dead letter's name: its entry ID, then ``:<partition>`` in a partitioned prefix.
@@ -34,11 +37,26 @@ def _named(entry: str, partitions: int) -> tuple[str, int | None]:
     return entry, None
 
 
+def _job_dead(keys: Keys) -> str:
+    return keys.dead
+
+
+def dead_name(keys: Keys, entry_id: str) -> str:
+    """The name of entry ``entry_id`` of a dead stream of ``keys``: the entry ID, then ``:<p>`` in a partition."""
+    return entry_id if keys.partition is None else f"{entry_id}:{keys.partition}"
+
+
 async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, after: str | None = None, partitions: int = 1) -> list[DeadLetter]:
     """Oldest first, ``count`` at most, those after the dead letter named ``after`` (a page's last ``entry_id``)."""
+    entries = await merged_entries(redis, keys, _job_dead, count=count, after=after, partitions=partitions)
+    return [DeadLetter.from_entry(name, fields) for name, fields in entries]
+
+
+async def merged_entries(redis: Redis, keys: Keys, stream: StreamOf, *, count: int, after: str | None, partitions: int) -> Entries:
+    """``(name, fields)`` of the entries of every partition's ``stream``, oldest first, ``count`` at most,
+    those after the entry named ``after``; each partition is read from there, so pages are exact."""
     if partitions <= 1:
-        entries = cast(Entries, await redis.xrange(keys.dead, min=f"({after}" if after else "-", max="+", count=count))
-        return [DeadLetter.from_entry(eid, fields) for eid, fields in entries]
+        return cast(Entries, await redis.xrange(stream(keys), min=f"({after}" if after else "-", max="+", count=count))
     cursor, cursor_p = _named(after, partitions) if after else ("", None)
     last_p = partitions if cursor_p is None else cursor_p  # a bare entry ID: after it in every partition
 
@@ -48,17 +66,19 @@ async def list_dead(redis: Redis, keys: Keys, *, count: int = 100, after: str | 
         return f"({cursor}" if p <= last_p else cursor  # order is (entry ID, partition)
 
     every = partition_keys(keys, partitions)
-    pages = cast(list[Entries], await asyncio.gather(*(redis.xrange(k.dead, min=low(p), max="+", count=count) for p, k in enumerate(every))))
+    pages = cast(list[Entries], await asyncio.gather(*(redis.xrange(stream(k), min=low(p), max="+", count=count) for p, k in enumerate(every))))
     merged = sorted(((entry_order(eid), p, eid, fields) for p, page in enumerate(pages) for eid, fields in page), key=lambda e: e[:2])
-    return [DeadLetter.from_entry(f"{eid}:{p}", fields) for _, p, eid, fields in merged[:count]]
+    return [(dead_name(every[p], eid), fields) for _, p, eid, fields in merged[:count]]
 
 
-async def count_dead(redis: Redis, keys: Keys, *, partitions: int = 1) -> int:
-    return sum([int(await redis.xlen(k.dead)) for k in partition_keys(keys, partitions)])
+async def count_dead(redis: Redis, keys: Keys, *, partitions: int = 1, stream: StreamOf = _job_dead) -> int:
+    return sum([int(await redis.xlen(stream(k))) for k in partition_keys(keys, partitions)])
 
 
-async def _locate(redis: Redis, keys: Keys, entry: str, partitions: int) -> tuple[Keys, str]:
-    """The partition's keys and the entry ID of the dead letter named ``entry``.
+async def locate(
+    redis: Redis, keys: Keys, entry: str, partitions: int, *, stream: StreamOf = _job_dead, what: str = "dead letter",
+) -> tuple[Keys, str]:
+    """The partition's keys and the entry ID of the entry of ``stream`` named ``entry``.
 
     A bare entry ID in a partitioned prefix is looked for in every partition; found in several, it is ambiguous.
     """
@@ -67,21 +87,21 @@ async def _locate(redis: Redis, keys: Keys, entry: str, partitions: int) -> tupl
     entry_id, p = _named(entry, partitions)
     if p is not None:
         if p >= partitions:
-            raise DeadLetterNotFound(f"no dead letter {entry}: partition {p} is outside 0-{partitions - 1}")
+            raise DeadLetterNotFound(f"no {what} {entry}: partition {p} is outside 0-{partitions - 1}")
         return keys.in_partition(p), entry_id
     every = partition_keys(keys, partitions)
-    found = [k for k in every if await redis.xrange(k.dead, min=entry_id, max=entry_id)]
+    found = [k for k in every if await redis.xrange(stream(k), min=entry_id, max=entry_id)]
     if not found:
-        raise DeadLetterNotFound(f"no dead letter {entry}")
+        raise DeadLetterNotFound(f"no {what} {entry}")
     if len(found) > 1:
-        names = ", ".join(f"{entry_id}:{k.partition}" for k in found)
-        raise StreamcrewError(f"dead letter {entry} is in {len(found)} partitions; name one of {names}")
+        names = ", ".join(dead_name(k, entry_id) for k in found)
+        raise StreamcrewError(f"{what} {entry} is in {len(found)} partitions; name one of {names}")
     return found[0], entry_id
 
 
 async def replay(redis: Redis, keys: Keys, entry: str, *, partitions: int = 1) -> str:
     """Send the dead letter named ``entry`` back to its lane with a fresh attempt budget; returns the job id."""
-    where, entry_id = await _locate(redis, keys, entry, partitions)
+    where, entry_id = await locate(redis, keys, entry, partitions)
     return await _replay_one(redis, where, entry_id)
 
 
@@ -109,14 +129,14 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     return letter.id
 
 
-async def _present(redis: Redis, keys: Keys, reason: str | None) -> AsyncIterator[list[str]]:
-    """Pages of the entry IDs of dead letters present now (with ``reason``, when given)."""
-    last = cast(Entries, await redis.xrevrange(keys.dead, count=1))
+async def present(redis: Redis, stream: str, reason: str | None = None) -> AsyncIterator[list[str]]:
+    """Pages of the entry IDs of the dead letters in ``stream`` now (with ``reason``, when given), not later ones."""
+    last = cast(Entries, await redis.xrevrange(stream, count=1))
     if not last:
         return
     end, start = last[0][0], "-"
     while True:
-        entries = cast(Entries, await redis.xrange(keys.dead, min=start, max=end, count=PAGE))
+        entries = cast(Entries, await redis.xrange(stream, min=start, max=end, count=PAGE))
         if not entries:
             return
         yield [eid for eid, fields in entries if reason is None or fields.get("reason") == reason]
@@ -131,7 +151,7 @@ async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, par
     replayed: list[str] = []
     skipped: list[str] = []
     for where in partition_keys(keys, partitions):
-        async for page in _present(redis, where, reason):
+        async for page in present(redis, where.dead, reason):
             for eid in page:
                 try:
                     replayed.append(await _replay_one(redis, where, eid))
@@ -140,18 +160,18 @@ async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, par
     return replayed, skipped
 
 
-async def purge(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> int:
-    """Delete every dead letter of every partition, or those with ``reason``; returns how many went."""
+async def purge(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1, stream: StreamOf = _job_dead) -> int:
+    """Delete every dead letter of every partition's ``stream``, or those with ``reason``; returns how many went."""
     deleted = 0
     for where in partition_keys(keys, partitions):
         if reason is None:
             async with redis.pipeline(transaction=True) as pipe:
-                pipe.xlen(where.dead)
-                pipe.delete(where.dead)
+                pipe.xlen(stream(where))
+                pipe.delete(stream(where))
                 n, _ = await pipe.execute()
             deleted += int(n)
             continue
-        async for page in _present(redis, where, reason):
+        async for page in present(redis, stream(where), reason):
             if page:
-                deleted += int(await redis.xdel(where.dead, *page))
+                deleted += int(await redis.xdel(stream(where), *page))
     return deleted

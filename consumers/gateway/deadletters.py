@@ -13,15 +13,17 @@ from starlette.responses import Response
 
 from consumers.gateway.admin import Operator, State
 from consumers.gateway.errors import ApiError
-from consumers.gateway.models import ENTRY_ID_PATTERN, BulkReplayed, Purged, WebhookDeadLetterPage, WebhookReplayed
+from consumers.gateway.models import BulkReplayed, Purged, WebhookDeadLetterPage, WebhookReplayed
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
-from consumers.notifier.dead import list_webhook_dead, replay_webhook_dead
+from consumers.notifier.dead import list_webhook_dead, replay_one_webhook_dead, replay_webhook_dead
 from streams import dead
+from streams.errors import DeadLetterNotFound, StreamcrewError
 
 router = APIRouter(tags=["operations"])
 Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired"] | None,
                    Query(description="only dead letters of this reason (default: all)")]
-WebhookEntryId = Annotated[str, Path(pattern=ENTRY_ID_PATTERN, description="webhook dead-letter entry ID")]
+WebhookEntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
+                                     description="webhook dead letter's entry_id: its entry ID, then :<partition> with partitions")]
 
 
 @router.delete("/dead", response_model=Purged, summary="Purge dead letters", responses=errors(403, *AUTH_ERRORS))
@@ -44,10 +46,11 @@ async def replay_dead_letters(state: State, _: Operator, reason: Reason = None) 
 async def list_webhook_dead_letters(
     state: State, _: Operator,
     count: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
-    after: Annotated[str | None, Query(pattern=ENTRY_ID_PATTERN, description="entry ID the previous page ended with")] = None,
+    after: Annotated[str | None, Query(pattern=dead.DEAD_ENTRY_PATTERN, description="entry_id the previous page ended with")] = None,
 ) -> Response:
-    """Webhook deliveries that exhausted their attempts, got 410 Gone or were refused, oldest first."""
-    letters = await list_webhook_dead(state.redis, state.keys, count, start=f"({after}" if after else "-")
+    """Webhook deliveries that exhausted their attempts, got 410 Gone or were refused, oldest first
+    (of every partition, merged)."""
+    letters = await list_webhook_dead(state.redis, state.keys, count, after=after, partitions=state.settings.partitions)
     page = [letter.model_dump(mode="json") for letter in letters]
     next_after = letters[-1].entry_id if len(letters) == count else None
     return json_response(200, {"dead_letters": page, "next_after": next_after})
@@ -56,17 +59,21 @@ async def list_webhook_dead_letters(
 @router.post("/webhooks/dead/replay", status_code=202, response_model=WebhookReplayed, summary="Replay all webhook dead letters",
              responses=errors(403, *AUTH_ERRORS))
 async def replay_all_webhook_dead_letters(state: State, _: Operator) -> Response:
-    """Queue every webhook dead letter present now for delivery again (a running notifier delivers them)."""
-    replayed, skipped = await replay_webhook_dead(state.redis, state.keys, None)
+    """Queue every webhook dead letter present now (of every partition) for delivery again (a running notifier delivers them)."""
+    replayed, skipped = await replay_webhook_dead(state.redis, state.keys, None, partitions=state.settings.partitions)
     return json_response(202, {"replayed": replayed, "skipped": skipped})
 
 
 @router.post("/webhooks/dead/{entry_id}/replay", status_code=202, response_model=WebhookReplayed,
-             summary="Replay a webhook dead letter", responses=errors(403, 404, *AUTH_ERRORS))
+             summary="Replay a webhook dead letter", responses=errors(403, 404, 409, *AUTH_ERRORS))
 async def replay_webhook_dead_letter(entry_id: WebhookEntryId, state: State, _: Operator) -> Response:
-    """Queue one webhook dead letter for delivery again, with a fresh attempt budget."""
-    replayed, _skipped = await replay_webhook_dead(state.redis, state.keys, [entry_id])
-    if not replayed:
-        raise ApiError(404, "dead_letter_not_found", f"no webhook dead letter {entry_id}")
-    return json_response(202, {"replayed": replayed, "skipped": []})
+    """Queue one webhook dead letter for delivery again (in its partition), with a fresh attempt budget;
+    ``409`` for a bare entry ID that more than one partition has."""
+    try:
+        name = await replay_one_webhook_dead(state.redis, state.keys, entry_id, partitions=state.settings.partitions)
+    except DeadLetterNotFound:
+        raise ApiError(404, "dead_letter_not_found", f"no webhook dead letter {entry_id}") from None
+    except StreamcrewError as exc:
+        raise ApiError(409, "cannot_replay", str(exc)) from None
+    return json_response(202, {"replayed": [name], "skipped": []})
 

@@ -3,21 +3,27 @@
 Replay re-queues a dead letter on the due stream with a fresh attempt budget
 and removes it, atomically; a running notifier delivers it (checked by the
 SSRF guard again, signed with the current secrets).
+
+With partitions (contract §10) each partition has its own ``webhooks:dead``; the
+names, merging, paging and locating are those of job dead letters
+(:mod:`streams.dead`): ``<entry ID>:<p>``, oldest first across partitions, a
+bare entry ID when only one partition has it. A replayed letter goes back to
+its own partition's due stream.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from consumers.notifier.store import Store
-from streams.keys import Keys
-
-REPLAY_PAGE = 500
+from streams import dead
+from streams.errors import DeadLetterNotFound, StreamcrewError
+from streams.keys import Keys, partition_keys
 
 
 class WebhookDeadLetter(BaseModel):
@@ -46,49 +52,60 @@ class WebhookDeadLetter(BaseModel):
         return cls.model_validate(values)
 
 
-async def list_webhook_dead(redis: Redis, keys: Keys, count: int = 100, *, start: str = "-") -> list[WebhookDeadLetter]:
-    """Oldest first, at most ``count``, from entry ID ``start`` (XRANGE)."""
-    entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(keys.webhooks_dead, min=start, max="+", count=count))
-    return [WebhookDeadLetter.from_entry(eid, fields) for eid, fields in entries]
+def _webhooks_dead(keys: Keys) -> str:
+    return keys.webhooks_dead
 
 
-async def count_webhook_dead(redis: Redis, keys: Keys) -> int:
-    return int(await redis.xlen(keys.webhooks_dead))
+async def list_webhook_dead(
+    redis: Redis, keys: Keys, count: int = 100, *, after: str | None = None, partitions: int = 1,
+) -> list[WebhookDeadLetter]:
+    """Oldest first (of every partition, merged), at most ``count``, those after the one named ``after``."""
+    entries = await dead.merged_entries(redis, keys, _webhooks_dead, count=count, after=after, partitions=partitions)
+    return [WebhookDeadLetter.from_entry(name, fields) for name, fields in entries]
 
 
-async def replay_webhook_dead(redis: Redis, keys: Keys, entry_ids: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
-    """Re-deliver the named dead letters, or all present now when ``entry_ids`` is None.
+async def count_webhook_dead(redis: Redis, keys: Keys, *, partitions: int = 1) -> int:
+    return await dead.count_dead(redis, keys, partitions=partitions, stream=_webhooks_dead)
 
-    Returns ``(replayed entry IDs, skipped with reasons)``.
+
+async def replay_one_webhook_dead(redis: Redis, keys: Keys, entry: str, *, partitions: int = 1) -> str:
+    """Re-deliver the webhook dead letter named ``entry`` (via its partition's due stream); returns its name.
+
+    Raises :class:`DeadLetterNotFound`, or :class:`StreamcrewError` for a bare entry ID found in several partitions.
     """
-    store = Store(redis, keys)
-    ids = list(entry_ids) if entry_ids is not None else await _all_ids(redis, keys)
+    where, entry_id = await dead.locate(redis, keys, entry, partitions, stream=_webhooks_dead, what="webhook dead letter")
+    if not await Store(redis, where).replay(entry_id):
+        raise DeadLetterNotFound(f"no webhook dead letter {entry} (already replayed or purged?)")
+    return dead.dead_name(where, entry_id)
+
+
+async def replay_webhook_dead(
+    redis: Redis, keys: Keys, entry_ids: Sequence[str] | None = None, *, partitions: int = 1,
+) -> tuple[list[str], list[str]]:
+    """Re-deliver the named dead letters, or all present now (in every partition) when ``entry_ids`` is None.
+
+    Returns ``(replayed names, skipped with reasons)``.
+    """
     replayed: list[str] = []
     skipped: list[str] = []
-    for entry_id in ids:
-        if await store.replay(entry_id):
-            replayed.append(entry_id)
-        else:
-            skipped.append(f"no webhook dead letter {entry_id} (already replayed or purged?)")
+    if entry_ids is not None:
+        for entry in entry_ids:
+            try:
+                replayed.append(await replay_one_webhook_dead(redis, keys, entry, partitions=partitions))
+            except StreamcrewError as exc:
+                skipped.append(str(exc))
+        return replayed, skipped
+    for where in partition_keys(keys, partitions):
+        store = Store(redis, where)
+        async for page in dead.present(redis, where.webhooks_dead):
+            for entry_id in page:
+                if await store.replay(entry_id):
+                    replayed.append(dead.dead_name(where, entry_id))
+                else:
+                    skipped.append(f"no webhook dead letter {dead.dead_name(where, entry_id)} (already replayed or purged?)")
     return replayed, skipped
 
 
-async def _all_ids(redis: Redis, keys: Keys) -> list[str]:
-    """Every entry ID present now, not those that land while the replay runs."""
-    ids: list[str] = []
-    start = "-"
-    while True:
-        entries = cast(list[tuple[str, dict[str, str]]], await redis.xrange(keys.webhooks_dead, min=start, max="+", count=REPLAY_PAGE))
-        if not entries:
-            return ids
-        ids += [eid for eid, _ in entries]
-        start = "(" + entries[-1][0]
-
-
-async def purge_webhook_dead(redis: Redis, keys: Keys) -> int:
-    """Delete every webhook dead letter; returns how many there were."""
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.xlen(keys.webhooks_dead)
-        pipe.delete(keys.webhooks_dead)
-        n, _ = await pipe.execute()
-    return int(n)
+async def purge_webhook_dead(redis: Redis, keys: Keys, *, partitions: int = 1) -> int:
+    """Delete every webhook dead letter of every partition; returns how many there were."""
+    return await dead.purge(redis, keys, partitions=partitions, stream=_webhooks_dead)
