@@ -1,5 +1,5 @@
 """Webhook dead letters with ``STREAMCREW_PARTITIONS=4`` on one real Redis (contract §10): named ``<entry ID>:<p>``,
-listed merged oldest first by the CLI and over HTTP, paged exactly, replayed into their own partition, purged."""
+listed merged oldest first by the CLI and over HTTP, paged exactly, summed by stats, replayed into their own partition, purged."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from consumers.notifier.dead import count_webhook_dead
 from consumers.processes import streamcrew_cmd
 from streams.envelope import entry_order
 from streams.keys import Keys, partition_keys
+from streams.partition_stats import partitioned_queue_stats
 from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.notifier.conftest import NotifierFactory, add_result
 from tests.consumers.notifier.receiver import Receiver, Reply
@@ -55,6 +56,7 @@ async def test_webhook_dead_letters_across_partitions(
     await wait_until(each_dead, timeout=15, what="two webhook dead letters in each partition")
     notifier.stop()
     assert await count_webhook_dead(redis, keys, partitions=PARTITIONS) == 10
+    assert (await partitioned_queue_stats(redis, keys, PARTITIONS, window=None))["webhooks"]["dead_letters"] == 10
     gateways = GatewayFactory(redis_url, prefix, tmp_path)
     try:
         gateway = await gateways.start(PARTITIONED)
