@@ -56,6 +56,8 @@ async def merged_entries(redis: Redis, keys: Keys, stream: StreamOf, *, count: i
     """``(name, fields)`` of the entries of every partition's ``stream``, oldest first, ``count`` at most,
     those after the entry named ``after``; each partition is read from there, so pages are exact."""
     if partitions <= 1:
+        if after and (named := _NAMED.match(after)):  # a partitioned name where there are none: its entry ID
+            after = named.group(1)
         return cast(Entries, await redis.xrange(stream(keys), min=f"({after}" if after else "-", max="+", count=count))
     cursor, cursor_p = _named(after, partitions) if after else ("", None)
     last_p = partitions if cursor_p is None else cursor_p  # a bare entry ID: after it in every partition
@@ -83,6 +85,8 @@ async def locate(
     A bare entry ID in a partitioned prefix is looked for in every partition; found in several, it is ambiguous.
     """
     if partitions <= 1:
+        if _NAMED.match(entry):  # a partition's name where there are none: nothing has that name
+            raise DeadLetterNotFound(f"no {what} {entry}: there are no partitions")
         return keys, entry
     entry_id, p = _named(entry, partitions)
     if p is not None:

@@ -96,3 +96,19 @@ async def test_deadline_and_timeout_through_post_jobs(gateways: GatewayFactory, 
         assert slow_result is not None and slow_result["status"] == "failed" and "timed out after 0.2s" in slow_result["error"]
         bad = await client.post("/jobs", json={"agent": "echo", "data": {}, "deadline": "tomorrow"})
         assert bad.status_code == 422
+
+
+async def test_partition_names_without_partitions_are_not_found(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given one partition (names `<entry ID>:<p>` exist only with several) and dead letters of both kinds
+    await _dead(redis, keys, ["invalid"])
+    (webhook_id,) = await _webhook_dead(redis, keys, 1)
+    gateway = await gateways.start(KEYS)
+    async with gateway.client("k-operator") as client:
+        # Then a partitioned name is an unknown letter, never a Redis error (found by schemathesis as a 500)
+        for path in ("/dead/1-0:3/replay", f"/webhooks/dead/{webhook_id}:0/replay"):
+            answer = await client.post(path)
+            assert answer.status_code == 404 and answer.json()["error"]["code"] == "dead_letter_not_found", (path, answer.text)
+        for path in ("/dead", "/webhooks/dead"):
+            page = await client.get(path, params={"after": "0-1:2"})
+            assert page.status_code == 200, (path, page.text)
+            assert len(page.json()["dead_letters"]) == 1
