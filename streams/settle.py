@@ -14,12 +14,12 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
 from streams import metrics
 from streams.batch import BatchWriter
 from streams.envelope import flat
 from streams.keys import Keys
+from streams.replicated import Rerouted, call_and_wait
 from streams.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -109,20 +109,24 @@ class Settler:
 
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()
-        reply = await self._scripts.settle(keys=self._script_keys[p], args=[*self._heads[p], ops])
-        if self._replica_acks:
-            await self._wait_replicas(self._script_keys[p][0])
+        keys, args = self._script_keys[p], [*self._heads[p], ops]
+        if not self._replica_acks:
+            reply = await self._scripts.settle(keys=keys, args=args)
+        else:
+            reply = await self._write_replicated(keys, args)
         return [_wrote(x) for x in reply]
 
-    async def _wait_replicas(self, key: str) -> None:
-        """WAIT until ``replica_acks`` replicas of ``key``'s master hold the batch (a failover then keeps it)."""
-        if isinstance(self._redis, RedisCluster):
-            node = self._redis.get_node_from_key(key)
-            acked = await self._redis.execute_command("WAIT", self._replica_acks, WAIT_TIMEOUT_MS, target_nodes=node)
-        else:
-            acked = await self._redis.wait(self._replica_acks, WAIT_TIMEOUT_MS)
-        if int(acked) < self._replica_acks:
+    async def _write_replicated(self, keys: list[str], args: list[Any]) -> Any:
+        """The settle and a WAIT for ``replica_acks`` replicas of its master, on one connection (a failover then keeps it)."""
+        try:
+            reply, acked = await call_and_wait(self._redis, self._scripts.settle, keys, args, self._replica_acks, WAIT_TIMEOUT_MS)
+        except Rerouted as exc:
+            # The master moved or is unreachable: the client's own routing finds the new one (a fresh master, no replica yet)
+            log.warning("settle batch written through the cluster's rerouting without waiting for replicas (%s)", exc)
+            return await self._scripts.settle(keys=keys, args=args)
+        if acked < self._replica_acks:
             log.warning("settle batch acknowledged by %s of %d replicas within %d ms", acked, self._replica_acks, WAIT_TIMEOUT_MS)
+        return reply
 
     def _done(self, op: SettleOp, wrote: bool) -> None:
         self._release(op.stream, op.entry_id)
