@@ -181,6 +181,20 @@ class LocalCluster:
                     return int(master[1])
         return -1
 
+    def online_replica_of(self, master: int) -> int:
+        """The port of ``master``'s replica once it has synced (a new or revived node's first sync takes seconds)."""
+        found: list[int] = []
+
+        def online() -> bool:
+            with self.client(master) as c:
+                replica = c.info("replication").get("slave0")
+            if isinstance(replica, dict) and replica.get("state") == "online":
+                found.append(int(replica["port"]))
+            return bool(found)
+
+        self._wait(f"the replica of {master} to be online", online)
+        return found[-1]
+
     def wait_calls(self, port: int) -> int:
         """How many WAIT commands node ``port`` has served (INFO commandstats)."""
         with self.client(port) as c:

@@ -2,7 +2,8 @@
 
 ApiError                 raised by routes and dependencies; carries status, code, message, headers
 handlers for             FastAPI's RequestValidationError (422), Starlette's HTTPException (404, 405, ...),
-                         Redis connection errors (503) and anything else (500, logged)
+                         Redis connection errors and a cluster's failover answers (503) and anything
+                         else (500, logged)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
+from redis.exceptions import ClusterDownError, ClusterError, ReadOnlyError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -24,6 +27,12 @@ from starlette.responses import Response
 log = logging.getLogger("streamcrew.gateway")
 
 MAX_DETAILS = 20
+
+# Redis is there but cannot serve the call for a few seconds: unreachable, or a Cluster in a failover
+# (CLUSTERDOWN, TRYAGAIN, redirections past redis-py's limit, a write that reached a demoted master).
+# Each is answered 503 with Retry-After, never 500.
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ClusterError, ReadOnlyError)
 
 
 class ErrorBody(BaseModel):
@@ -110,6 +119,13 @@ async def _redis_down(_: Request, exc: Exception) -> Response:
                           headers={"Retry-After": "1"})
 
 
+async def _cluster_client_error(request: Request, exc: Exception) -> Response:
+    """The cluster client's own errors: 503 when it found no node to ask or no master for a slot, else 500."""
+    if isinstance(exc.__cause__, REDIS_UNAVAILABLE) or isinstance(exc, SlotNotCoveredError):
+        return await _redis_down(request, exc)
+    return await _unexpected(request, exc)
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal_error", "internal server error")
@@ -120,6 +136,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RedisConnectionError, _redis_down)
-    app.add_exception_handler(RedisTimeoutError, _redis_down)
+    for unavailable in REDIS_UNAVAILABLE:
+        app.add_exception_handler(unavailable, _redis_down)
+    app.add_exception_handler(RedisClusterException, _cluster_client_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -22,22 +22,6 @@ from tests.cluster.conftest import PARTITIONS
 from tests.cluster_support import LocalCluster
 
 
-def online_replica_of(cluster: LocalCluster, master: int) -> int:
-    """The port of ``master``'s replica, once it has synced (a new cluster's first sync takes seconds)."""
-    found: list[int] = []
-
-    def online() -> bool:
-        with cluster.client(master) as c:
-            replica = c.info("replication").get("slave0")
-        if not isinstance(replica, dict) or replica.get("state") != "online":
-            return False
-        found.append(int(replica["port"]))
-        return True
-
-    cluster._wait(f"the replica of {master} to be online", online)
-    return found[-1]
-
-
 async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, caplog,
 ) -> None:
@@ -45,7 +29,7 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     settler = Settler(cluster_redis, partitions, group="workers", results_maxlen=100, job_ttl_s=60,
                       release=lambda s, e: None, replica_acks=1)
     p0 = partitions[0]
-    replica = cluster.nodes[online_replica_of(cluster, cluster.master_of_slot(key_slot(p0.results.encode())))]
+    replica = cluster.nodes[cluster.online_replica_of(cluster.master_of_slot(key_slot(p0.results.encode())))]
     # Given the partition master's pool holding several connections (as a busy worker's does)
     await asyncio.gather(*(cluster_redis.xlen(p0.results) for _ in range(4)))
     # And a master that does not know the settle script (NOSCRIPT: loaded, then the pipeline sent again)
