@@ -13,7 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import AskError, ClusterDownError, NoScriptError, ReadOnlyError, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, NoScriptError, ReadOnlyError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -50,16 +50,24 @@ async def call_and_wait(redis: Redis, script: AsyncScript, keys: list[str], args
 
 
 async def _pipelined(redis: Redis, *commands: tuple[Any, ...]) -> list[Any]:
-    """The commands pipelined (no MULTI) on one pooled connection; the first error raised."""
+    """The commands pipelined (no MULTI) on one pooled connection; the first error raised as Redis sent it."""
     async with redis.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.execute_command(*command)
-        return await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)  # raised by redis-py, an error would quote the batch's data
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies)
 
 
 async def _on_master(cluster: RedisCluster, key: str, *commands: tuple[Any, ...]) -> list[Any]:
     """The commands pipelined on one connection of ``key``'s master (a ClusterPipeline may split them on a retry)."""
-    node = cluster.get_node_from_key(key)
+    try:
+        await cluster.initialize()  # a no-op once the client knows the slots
+        node = cluster.get_node_from_key(key)
+    except (RedisClusterException, *UNREACHABLE) as exc:
+        raise Rerouted(f"no master known for {key}: {exc}") from exc
     if node is None:
         raise Rerouted(f"no master known for {key}")
     queued = [PipelineCommand(i, *command) for i, command in enumerate(commands)]

@@ -51,14 +51,16 @@ class ResultTail:
         self.redis = redis
         self.streams = [p.results for p in partition_keys(keys, PARTITIONS)]
         self.seen: list[str] = []
+        self.errors: Counter[str] = Counter()
 
     async def _follow(self, stream: str) -> None:
         last = "0"
         while True:
             try:
                 reply = await self.redis.xread({stream: last}, count=500, block=200)
-            except (RedisError, OSError):
-                await asyncio.sleep(0.1)  # the partition's master is down: the failover takes a few seconds
+            except Exception as exc:  # noqa: BLE001 - the master is down for seconds; redis-py may fail oddly meanwhile
+                self.errors[type(exc).__name__] += 1
+                await asyncio.sleep(0.1)
                 continue
             for _, entries in reply or []:
                 for entry_id, fields in entries:
@@ -169,7 +171,10 @@ async def test_master_failover_loses_no_job(
             async def tail_saw_all() -> bool:
                 return set(tail.seen) >= set(counts)
 
-            await wait_until(tail_saw_all, timeout=30, what="the reader following the results streams to see every job")
+            try:
+                await wait_until(tail_saw_all, timeout=30, what="the reader following the results streams to see every job")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: it saw {len(set(tail.seen))} of {len(counts)}; errors: {dict(tail.errors)}") from exc
             duplicates, seen_twice = sum(n - 1 for n in counts.values()), tail.duplicates()
             print(f"failover with STREAMCREW_REPLICA_ACKS={replica_acks}: {JOBS} jobs, {duplicates} duplicate result events"
                   f" in the surviving streams, {seen_twice} job ids seen twice by a reader following the streams")
