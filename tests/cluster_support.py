@@ -78,6 +78,7 @@ class LocalCluster:
             [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir), "--daemonize", "no",
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
+             "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after Redis' default 5 s
              "--logfile", str(node_dir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -212,6 +213,13 @@ class LocalCluster:
         self._start_node(port)
         self._wait(f"node {port} to rejoin", lambda: self._knows_all(port))
         self.wait_ok()
+        # synced with its master, so the next failover test finds a replica that can take over
+        self._wait(f"node {port} to sync as a replica", lambda: self._synced(port))
+
+    def _synced(self, port: int) -> bool:
+        with self.client(port) as c:
+            info = c.info("replication")
+        return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
     def _knows_all(self, port: int) -> bool:
         with self.client(port) as c:
