@@ -1,5 +1,8 @@
 """A master SIGKILLed mid-run: its replica is promoted, workers carry on, no job is lost.
 
+A reader following every results stream counts the job ids it sees twice (a lost settle's rerun),
+and a gateway asked for a job of the dead master's partition answers 503 meanwhile, never 500.
+
 Last in the directory (it changes which nodes are masters); the killed node is revived as a replica.
 """
 
