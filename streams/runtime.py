@@ -18,8 +18,8 @@ from typing import Protocol, TypeVar, cast
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ClusterError, ReadOnlyError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.connection import BLOCK_MS
@@ -80,7 +80,10 @@ class Backoff:
         self.delay_s = 0.0
 
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+# Redis (or the shard of a key) cannot answer now but will: back off and try again, losing nothing.
+# On a cluster a failover answers CLUSTERDOWN / TRYAGAIN / READONLY for a few seconds; those are outages too,
+# not refusals of the call (a refused settle batch would wait for its entries' lease to run out).
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError)
 
 
 async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]]) -> T:
