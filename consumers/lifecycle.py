@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -20,6 +21,22 @@ class BatchWriterLike(Protocol):
     def run(self) -> Awaitable[None]: ...
 
     def close(self, task: asyncio.Task[None]) -> Awaitable[None]: ...
+
+
+# Collect the young generation only once this many more objects live than died (CPython's default is 700).
+# A busy process holds every in-flight job's objects: at 700 they were scanned, promoted and scanned again
+# in older generations, ~7 µs of a no-op job's ~45 µs of CPU (measured on bench_core's worker, 200k jobs,
+# 8,994 collections, 1.5 s). Cycles still get collected, just in bigger, rarer passes; RSS stayed the same.
+GEN0_THRESHOLD = 50_000
+
+
+def settle_heap() -> None:
+    """Call once start-up is done: what was imported lives as long as the process (CrewAI alone brings ~10^6
+    objects), so keep it out of every collection (``gc.freeze``), and collect the young generation rarely."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, older, oldest)
 
 
 def stop_on_signals(what: str, grace_s: float) -> asyncio.Event:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib
 import logging
 import os
@@ -18,7 +17,7 @@ from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
 from agents.builtin import CREWAI_EXTRA, builtin_registry, missing_crewai
 from agents.llm import LLMSettings
-from consumers.lifecycle import serve_until_stopped, stop_on_signals
+from consumers.lifecycle import serve_until_stopped, settle_heap, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
 from streams.connection import connect_detected, require_version
@@ -111,10 +110,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
 
     stop = stop_on_signals(f"worker {name}", settings.grace_s)
 
-    # Everything imported so far (CrewAI alone brings ~10^6 objects) lives as long as the process:
-    # keep it out of the collector's full passes, which otherwise tax every job.
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     llm_settings = agents_llm.runtime.settings()
     if needs_crewai := missing_crewai(registry):
         log.warning("agents %s need CrewAI, which is not installed: %s (until then their jobs end rejected)",

@@ -7,7 +7,7 @@ import os
 import secrets
 import socket
 
-from consumers.lifecycle import serve_until_stopped, stop_on_signals
+from consumers.lifecycle import serve_until_stopped, settle_heap, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.notifier.delivery import Deliverer
 from consumers.notifier.dns import Resolver
@@ -73,6 +73,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
         serve_metrics(settings.metrics_port)
 
     stop = stop_on_signals(f"notifier {name}", settings.grace_s)
+    settle_heap()
 
     log.info("notifier %s ready: concurrency=%d per_endpoint=%d max_attempts=%d backoff=%ss lease=%ss "
              "allow_private=%s subscriptions=%d prefix=%s%s", name, settings.concurrency, settings.per_endpoint_concurrency,
