@@ -298,6 +298,9 @@ def demo(
 
 
 def main() -> None:
+    from consumers.processes import die_with_parent
+
+    die_with_parent()
     app()
 
 

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+
+PARENT_PID_ENV = "_STREAMCREW_PARENT_PID"  # internal: set by Child, read once by the child's CLI
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a process a :class:`Child` started: get SIGTERM (and drain) when that parent dies, even by SIGKILL.
+
+    Children run in their own session (so a Ctrl-C reaches the demo, which stops them in order); without this,
+    a demo or test killed outright would leave its workers, notifier and gateway running forever.
+    """
+    parent = os.environ.pop(PARENT_PID_ENV, None)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(parent):  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def streamcrew_cmd(*args: str) -> list[str]:
@@ -23,7 +42,7 @@ class Child:
         self.args = list(args)
         self.log_path = log_path
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in wait()
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
         if repo_on_path:  # False runs an installed streamcrew (another venv's) as it is
             root = str(Path(__file__).resolve().parent.parent)
             full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH", "")) if p)
