@@ -86,7 +86,7 @@ def run_side(
     asyncio.run(publish(url, prefix, n, partitions))
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0",
            "STREAMCREW_PARTITIONS": str(partitions), "STREAMCREW_REPLICA_ACKS": str(replica_acks)}
-    child = Child(streamcrew_cmd("worker", "--log-level", "warning", "--concurrency", str(concurrency)), env=env,
+    child = Child(streamcrew_cmd("worker", "--concurrency", str(concurrency)), env=env,
                   log_path=log_dir / f"{prefix}.log")
     client, results = results_counter(url, prefix, partitions)
     try:
@@ -151,6 +151,8 @@ def main() -> None:
         print(f"single instance + a replica {fed:8.2f} s ({per_job_us(fed, args.jobs):.1f} µs/job; "
               f"all cluster masters are {every / fed:.2f}x this)")
     print(f"busiest master / single     {busiest / one:8.2f}     (target <= 0.45)")
+    if replicated_cpu:
+        print(f"busiest master / single + a replica {busiest / replicated_cpu[single_port]:.2f} (the same replication on both sides)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
     print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")
     print(f"  with STREAMCREW_REPLICA_ACKS=1 {acked_rate:5,.0f} jobs/s (ratio {acked_rate / cluster_rate:.2f} to no WAIT)")
