@@ -155,20 +155,18 @@ def submit(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = await open_ops(settings)
-        try:
-            follow = wait and agent == WORKFLOW_AGENT
-            published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
-                                                 id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
-                                                 timeout_s=timeout_s, deadline=deadline)
-            if follow:
-                record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
-                                               show=lambda line: err.print(line, markup=False, highlight=False))
-        except ValueError as exc:
-            err.print(f"[red]{exc}[/red]")
-            return Exit.USAGE
-        finally:
-            await ops.close()
+        async with open_ops(settings) as ops:
+            try:
+                follow = wait and agent == WORKFLOW_AGENT
+                published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
+                                                     id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
+                                                     timeout_s=timeout_s, deadline=deadline)
+                if follow:
+                    record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
+                                                   show=lambda line: err.print(line, markup=False, highlight=False))
+            except ValueError as exc:
+                err.print(f"[red]{exc}[/red]")
+                return Exit.USAGE
         if not wait:
             print(json.dumps({"job_id": published.job_id, "status": published.status, "created": published.created}))
             return Exit.OK
@@ -194,12 +192,9 @@ def watch(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             async for result in ops.watch(from_id="0" if from_start else "$", count=count):
                 print(json.dumps(result.to_json_dict()), flush=True)
-        finally:
-            await ops.close()
         return Exit.OK
 
     try:
@@ -225,11 +220,8 @@ def stats(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> dict[str, Any]:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             return await ops.stats(window)
-        finally:
-            await ops.close()
 
     figures = run(go())
     if as_json:
@@ -253,11 +245,8 @@ def monitor(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             await show(lambda: ops.stats(window), out, interval_s=interval, once=once)
-        finally:
-            await ops.close()
         return Exit.OK
 
     try:

@@ -25,11 +25,8 @@ def dead_list(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> list[Any]:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             return await ops.dead_list(count)
-        finally:
-            await ops.close()
 
     letters = run(go())
     if as_json:
@@ -59,11 +56,8 @@ def dead_replay(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> tuple[list[str], list[str]]:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
-        finally:
-            await ops.close()
 
     replayed, skipped = run(go())
     for reason in skipped:
@@ -88,11 +82,8 @@ def dead_purge(
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
-        ops = await open_ops(settings)
-        try:
+        async with open_ops(settings) as ops:
             return await ops.dead_purge(reason=reason)
-        finally:
-            await ops.close()
 
     print(json.dumps({"purged": run(go())}))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -95,6 +96,11 @@ class Ops:
         return await dead_letters.purge(self.redis, self.keys, reason=reason, partitions=self.partitions)
 
 
-async def open_ops(settings: StreamSettings) -> Ops:
-    """:class:`Ops` on a client for ``settings``' Redis: a cluster client when the server is a cluster node."""
-    return Ops(settings, await connect_detected(settings.effective_redis_url))
+@asynccontextmanager
+async def open_ops(settings: StreamSettings) -> AsyncIterator[Ops]:
+    """:class:`Ops` on a client for ``settings``' Redis (a cluster client when the server is a cluster node), closed after."""
+    ops = Ops(settings, await connect_detected(settings.effective_redis_url))
+    try:
+        yield ops
+    finally:
+        await ops.close()

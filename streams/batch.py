@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 from redis.exceptions import ResponseError
 
-from streams.runtime import REDIS_DOWN, Backoff
+from streams.outage import REDIS_DOWN, Backoff
 
 log = logging.getLogger(__name__)
 

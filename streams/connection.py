@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -16,23 +18,26 @@ CONNECT_TIMEOUT_S = 5.0
 MIN_REDIS = (6, 2, 0)
 
 
+def _client_options() -> dict[str, Any]:
+    """What every client gets, single-node or cluster: replies as ``str``, explicit timeouts, retries on connection errors."""
+    return {
+        "decode_responses": True,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+    }
+
+
 def connect(url: str, *, max_connections: int | None = None) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
     redis-py 8's default socket timeout costs pipelined loops dearly, so every
     timeout is set explicitly.
     """
-    return Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_keepalive=True,
-        health_check_interval=30,
-        max_connections=max_connections,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-    )
+    return Redis.from_url(url, max_connections=max_connections, **_client_options())
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
@@ -41,17 +46,7 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
     backoff covers the seconds a failover takes.
     """
-    return RedisCluster.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=SOCKET_TIMEOUT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_keepalive=True,
-        health_check_interval=30,
-        max_connections=max_connections or 100,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError],
-    )
+    return RedisCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
 
 
 async def cluster_enabled(url: str) -> bool:

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar, cast
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ClusterError, ReadOnlyError, RedisError, ResponseError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
 
 from streams.connection import BLOCK_MS
 from streams.groups import ensure_group
+from streams.outage import REDIS_DOWN, Backoff
 from streams.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -31,10 +29,7 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, dict[str, str] | None]
 ReadReply = list[tuple[str, list[Entry]]] | None
 Slot = tuple[str, str]
-T = TypeVar("T")
 
-BACKOFF_FIRST_S = 0.1
-BACKOFF_MAX_S = 5.0
 RECLAIM_BATCH = 100
 # One read takes at most this many entries, so a large pool fills in a few batches whose
 # start, run and settle overlap instead of moving through the pipeline in lockstep.
@@ -56,47 +51,6 @@ class EntryHandler(Protocol):
 
 def is_nogroup(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
-
-
-class Backoff:
-    """Capped exponential backoff for Redis outages, with one log line per outage."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.delay_s = 0.0
-        self.since: float | None = None
-
-    async def failed(self, exc: BaseException) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning("%s: Redis unavailable (%s: %s); retrying with backoff", self.what, type(exc).__name__, exc)
-        self.delay_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self.delay_s * 2))
-        await asyncio.sleep(self.delay_s)
-
-    def ok(self) -> None:
-        if self.since is not None:
-            log.warning("%s: Redis is back after %.1fs", self.what, time.monotonic() - self.since)
-        self.since = None
-        self.delay_s = 0.0
-
-
-# Redis (or the shard of a key) cannot answer now but will: back off and try again, losing nothing.
-# On a cluster a failover answers CLUSTERDOWN / TRYAGAIN / READONLY for a few seconds; those are outages too,
-# not refusals of the call (a refused settle batch would wait for its entries' lease to run out).
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError)
-
-
-async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """``await call()`` again and again, with :class:`Backoff`, until Redis answers it (a write that must land)."""
-    backoff = Backoff(what)
-    while True:
-        try:
-            answer = await call()
-        except REDIS_DOWN as exc:
-            await backoff.failed(exc)
-        else:
-            backoff.ok()
-            return answer
 
 
 class GroupRuntime:

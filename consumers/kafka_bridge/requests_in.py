@@ -20,7 +20,7 @@ from streams.envelope import JobRequest
 from streams.errors import RequestTooLarge
 from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
-from streams.runtime import REDIS_DOWN, Backoff
+from streams.outage import REDIS_DOWN, Backoff
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 

@@ -24,7 +24,8 @@ from streams import metrics as stream_metrics
 from streams.envelope import DeadLetter, now_ms
 from streams.errors import DecodeError
 from streams.keys import Keys
-from streams.runtime import Entry, Slot, until_redis_answers
+from streams.outage import until_redis_answers
+from streams.runtime import Entry, Slot
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 

@@ -69,11 +69,8 @@ async def test_queue_stats_are_the_cli_figures(gateways: GatewayFactory, setting
         for lane in ("high", "low", "low"):
             assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "priority": lane})).status_code == 202
         figures = (await client.get("/queue/stats")).json()
-    ops = await open_ops(settings)
-    try:
+    async with open_ops(settings) as ops:
         cli = await ops.stats()
-    finally:
-        await ops.close()
     assert figures["lanes"]["high"]["length"] == 1 and figures["lanes"]["low"]["length"] == 2
     assert figures.keys() == cli.keys() and figures["lanes"].keys() == cli["lanes"].keys()
     for lane in ("high", "normal", "low"):
