@@ -20,14 +20,21 @@ async def follow_workflow(
     """Wait for the workflow to end, calling ``show`` with one line per step status change (found by its id alone)."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
+    shown = ""  # the settled-steps count of the last line shown
     record = await get_job(redis, keys, job_id, partitions=partitions)
     while True:
+        count = f"{record.steps_done or 0}/{record.steps_total or '?'}" if record else ""
         for step in (record.steps or []) if record else []:
             if seen.get(step["id"]) != step["status"]:
                 seen[step["id"]] = step["status"]
                 detail = f" ({step['error'][:120]})" if step.get("error") else ""
-                show(f"{record.steps_done or 0}/{record.steps_total or '?'}  {step['id']:<24} {step['agent']:<12} {step['status']}{detail}")  # type: ignore[union-attr]
-        if (record is not None and record.terminal) or time.monotonic() >= deadline:
+                show(f"{count}  {step['id']:<24} {step['agent']:<12} {step['status']}{detail}")
+                shown = count
+        if record is not None and record.terminal:
+            if count != shown:  # the last steps were read settled before the count caught up with them
+                show(f"{count}  {'(workflow)':<24} {'':<12} {record.status}")
+            return record
+        if time.monotonic() >= deadline:
             return record
         await asyncio.sleep(POLL_S)
         record = await get_job(redis, keys, job_id, partitions=partitions)
