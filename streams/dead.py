@@ -124,7 +124,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, len(fields)]
     for k, v in fields.items():
         args += [k, v]
-    new_id = await Scripts(redis).replay(keys=[keys.dead], args=args)
+    new_id = await Scripts(redis).replay(keys=[keys.dead, keys.slot_guard], args=args)
     if isinstance(new_id, list):
         raise JobIsLive(f"job {letter.id!r} of dead letter {entry_id} is {new_id[1]} again (submitted anew since it died); "
                         "replaying would take over that run: let it end first, or purge this dead letter")

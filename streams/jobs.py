@@ -155,7 +155,7 @@ class JobProcessor:
             for c in claimed
         ]
         args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
-        reply = await self._scripts.start(keys=[stream], args=args)
+        reply = await self._scripts.start(keys=[stream, self._keys_of[stream].slot_guard], args=args)
         for c, (decision, attempts, used, job_id, first_started) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
@@ -297,7 +297,7 @@ class JobProcessor:
             await self.workflows.expire_due(keys)
             while True:
                 moved = await self._scripts.promote(
-                    keys=[keys.delayed], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
+                    keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
                 )
                 if int(moved) < PROMOTE_BATCH:
                     break

@@ -120,6 +120,17 @@ class Keys:
         """Last entry ID the producers issued: one clock for the three lanes keeps id-less job ids unique."""
         return f"{self.prefix}:clock"
 
+    @property
+    def slot_guard(self) -> str:
+        """A key never written, declared (last) by every script that reaches keys it does not declare.
+
+        Job records, workflow state and lanes named inside the scripts share the partition's hash slot but
+        are not in KEYS, so Redis cannot check them while that slot moves to another master (a reshard):
+        a script would see a record already moved as absent. This missing declared key makes Redis answer
+        TRYAGAIN instead, for as long as the slot is migrating, and the caller's backoff tries again.
+        """
+        return f"{self.prefix}:slot-guard"
+
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
 

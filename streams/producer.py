@@ -156,7 +156,7 @@ class Producer:
             extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args = [keys.job_prefix, lane_name, orjson.dumps(jobs).decode(), keys.generated_id("")]
-        reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock], args=args)
+        reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock, keys.slot_guard], args=args)
         published = [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
         metrics.submitted(lane_name).inc(sum(p.created for p in published))
         return published

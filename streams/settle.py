@@ -83,7 +83,7 @@ class Settler:
         self._partition_of = {lane: i for i, k in enumerate(partitions) for lane in k.lanes}
         self._heads: list[list[str | int]] = [
             [k.job_prefix, group, results_maxlen, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
-        self._script_keys = [[k.results, k.dead, k.delayed] for k in partitions]
+        self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)
         self.submit = self._writer.submit

@@ -96,7 +96,7 @@ class WorkflowStarter:
     async def _start_chunk(self, keys: Keys, stream: str, lane: str, batch: list[ClaimedWorkflow], plans: list[list[Any]]) -> None:
         args: list[str | int] = [keys.job_prefix, f"{keys.prefix}:requests:", lane, self.group, self.worker,
                                  self.settings.job_ttl_s, self.settings.results_maxlen, orjson.dumps(plans).decode()]
-        reply = await self._scripts.wf_start(keys=[stream, keys.results, keys.dead, keys.workflow_timeouts], args=args)
+        reply = await self._scripts.wf_start(keys=[stream, keys.results, keys.dead, keys.workflow_timeouts, keys.slot_guard], args=args)
         for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
             self.release(stream, c.entry_id)
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
@@ -122,7 +122,7 @@ class WorkflowStarter:
         """End every workflow of the partition ``keys`` whose ``timeout_s`` has passed (any worker may; the status
         fences repeats)."""
         reply = await self._scripts.wf_expire(
-            keys=[keys.workflow_timeouts, keys.results, keys.dead],
+            keys=[keys.workflow_timeouts, keys.results, keys.dead, keys.slot_guard],
             args=[keys.job_prefix, f"{keys.prefix}:requests:", self.settings.results_maxlen,
                   self.settings.job_ttl_s, now_ms(), EXPIRE_BATCH, self.worker],
         )

@@ -175,6 +175,36 @@ class LocalCluster:
             for p in self.alive_ports() for i, t in enumerate(tags)))
         self.wait_ok()
 
+    def migrate_slot(self, slot: int, target: int, *, keys_per_move: int = 10, between: Callable[[], None] = lambda: None) -> int:
+        """Move ``slot`` and its keys to master ``target`` while clients use it: a live reshard, done the way
+        ``redis-cli --cluster reshard`` does it (IMPORTING, MIGRATING, MIGRATE a few keys at a time, SETSLOT NODE).
+
+        ``between`` runs after each MIGRATE, so a test can keep the slot half-moved while work goes on.
+        Returns how many keys moved.
+        """
+        source = self.master_of_slot(slot)
+        if source == target:
+            return 0
+        ids = {}
+        for port in (source, target):
+            with self.client(port) as c:
+                ids[port] = c.execute_command("CLUSTER", "MYID")
+        with self.client(target) as t, self.client(source) as s:
+            t.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+            s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+            moved = 0
+            while keys := s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_move):
+                s.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                between()
+        masters = sorted(self.masters())
+        for port in [target, source, *(p for p in masters if p not in (target, source))]:
+            with self.client(port) as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        self._wait(f"slot {slot} to be seen on {target} by every node",
+                   lambda: all(self._owner_seen_by(p, slot) == target for p in self.alive_ports()))
+        return moved
+
     def _owner_seen_by(self, port: int, slot: int) -> int:
         with self.client(port) as c:
             for start, end, master, *_ in c.execute_command("CLUSTER", "SLOTS"):

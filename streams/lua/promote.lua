@@ -1,5 +1,5 @@
 -- Move due retries from the delayed set back to their lanes, atomically (any worker may run it).
--- KEYS[1] delayed; ARGV: now_ms, limit, job_prefix, lane_prefix. Member: JSON {lane, id, fields}.
+-- KEYS[1] delayed, KEYS[2] the slot guard; ARGV: now_ms, limit, job_prefix, lane_prefix. Member: JSON {lane, id, fields}.
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, member in ipairs(due) do
   local ok, item = pcall(cjson.decode, member)

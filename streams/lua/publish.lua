@@ -1,5 +1,5 @@
 -- Publish a batch of requests to one lane, idempotent on the job id.
--- KEYS[1] lane stream, KEYS[2] the prefix's ID clock; ARGV: job_prefix, lane_name, jobs as one JSON
+-- KEYS[1] lane stream, KEYS[2] the prefix's ID clock, KEYS[3] the slot guard (see below); ARGV: job_prefix, lane_name, jobs as one JSON
 -- array (all strings) of
 --   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...],
 --    [record field, value, ...] (tenant, webhook, traceparent: known to status readers from the start)]
@@ -11,6 +11,8 @@
 -- XADDs can get there.
 -- ARGV[4] (optional) is appended to an id-less job's entry ID to make its id (':<p>' names a partition).
 -- Returns per job {job_id, status, created (1|0)}.
+-- The slot guard (Keys.slot_guard) is a key never written: declaring it makes Redis answer TRYAGAIN while the
+-- partition's slot migrates, since the job records and lanes this script names itself are not declared.
 local lane, clock = KEYS[1], KEYS[2]
 local job_prefix, lane_name, id_suffix = ARGV[1], ARGV[2], ARGV[4] or ''
 

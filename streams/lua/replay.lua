@@ -1,5 +1,5 @@
 -- Replay one dead letter: the job goes back to its lane with a fresh attempt budget.
--- KEYS[1] dead stream; ARGV: entry_id, job_prefix, lane_prefix, job_id, lane_name, nf, [k v]*
+-- KEYS[1] dead stream, KEYS[2] the slot guard; ARGV: entry_id, job_prefix, lane_prefix, job_id, lane_name, nf, [k v]*
 -- Returns the new entry ID, false when the dead letter is gone, or {'live', status} when the job of that
 -- id is live again (queued, running, retrying: submitted anew since): a replay must not take it over.
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return false end

@@ -1,5 +1,5 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
--- KEYS: results, dead, delayed; ARGV: job_prefix, group, results_maxlen (unused), job_ttl_s, lane_prefix, ops
+-- KEYS: results, dead, delayed, the slot guard; ARGV: job_prefix, group, results_maxlen (unused), job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;

@@ -1,5 +1,5 @@
 -- Start a batch of claimed entries of one lane: decide for each whether it runs.
--- KEYS[1] lane stream; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
+-- KEYS[1] lane stream, KEYS[2] the slot guard; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
 --   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none), explicit ('1' when the
 --   request named its id)], all strings.
 -- An id-less request's job id is its entry ID (in a partitioned prefix '<entry ID>:<p>'); if a record of
