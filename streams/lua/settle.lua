@@ -16,12 +16,33 @@ local terminal = {completed = true, failed = true, rejected = true, expired = tr
 local out = {}
 local acks = {}  -- lane -> entry ids, acked together at the end (the script is atomic either way)
 local C = wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
--- Returns whether the op is fenced, and whether the record holds an earlier attempt's error.
+local function fenced_by(rec, src)
+  return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
+end
+-- Whether the op is fenced.
 local function fenced(jid, src)
-  local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'error')
-  if rec[1] and terminal[rec[1]] then return true end
-  if rec[2] and rec[2] ~= src then return true end
-  return false, rec[3]
+  return fenced_by(redis.call('HMGET', job_prefix .. jid, 'status', 'source'), src)
+end
+-- The record's status, source and error, then its values of the result's fields (in their order);
+-- and whether the result carries an error of its own.
+local function record_of(key, res)
+  local names, has_error = {'status', 'source', 'error'}, false
+  for i = 1, #res, 2 do
+    names[#names + 1] = res[i]
+    if res[i] == 'error' then has_error = true end
+  end
+  return redis.call('HMGET', key, unpack(names)), has_error
+end
+-- The record fields the result changes: a replica is sent every field written, so the ones the record
+-- already holds (agent, submitted_at, started_at, worker, ...) are not written again. The id is the key's.
+local function changed_fields(rec, res, src)
+  local out = {}
+  if rec[2] ~= src then out[1] = 'source'; out[2] = src end
+  for i = 1, #res, 2 do
+    local name, value = res[i], res[i + 1]
+    if name ~= 'id' and rec[3 + (i + 1) / 2] ~= value then out[#out + 1] = name; out[#out + 1] = value end
+  end
+  return out
 end
 for _, op in ipairs(cjson.decode(ARGV[6])) do
   local kind, lane, eid = op[1], op[2], op[3]
@@ -37,14 +58,15 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
         for i = 1, #dl, 2 do if dl[i] == 'id' then dl[i + 1] = jid end end
       end
     end
-    local stop, stale_error = fenced(jid, op[4])
-    if stop then
+    local key = job_prefix .. jid
+    local rec, has_error = record_of(key, res)
+    if fenced_by(rec, op[4]) then
       out[#out + 1] = 0
     else
       redis.call('XADD', results, '*', unpack(res))  -- no MAXLEN: trim_results.lua keeps what groups need
-      local key = job_prefix .. jid
-      if stale_error then redis.call('HDEL', key, 'error') end
-      redis.call('HSET', key, 'source', op[4], unpack(res))
+      if rec[3] and not has_error then redis.call('HDEL', key, 'error') end  -- an earlier attempt's error
+      local changed = changed_fields(rec, res, op[4])
+      if #changed > 0 then redis.call('HSET', key, unpack(changed)) end
       redis.call('EXPIRE', key, ttl)
       local dead_id = false
       if #dl > 0 then dead_id = redis.call('XADD', dead, '*', unpack(dl)) end

@@ -34,12 +34,13 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   else
     att = att + 1
     local started = rec[5] or now  -- the first start is kept; one HSET writes it with the rest
+    local first = rec[5] and {} or {'started_at', now}  -- not re-written (a replica is sent every field written)
     if src == me then  -- published by a producer: agent, submitted_at and lane are there already
       redis.call('HSET', key, 'status', 'running', 'attempts', att, 'attempt_started_at', now, 'worker', worker,
-        'started_at', started)
+        unpack(first))
     else
       redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'attempt_started_at', now,
-        'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name, 'started_at', started)
+        'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name, unpack(first))
     end
     out[#out + 1] = {'run', att, att - base, jid, started}
   end
