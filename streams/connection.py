@@ -6,6 +6,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,13 +32,46 @@ def _client_options() -> dict[str, Any]:
     }
 
 
+class _WriteRaceGuard:
+    """A write on a connection another task closed meanwhile raises ``ConnectionError``, as any lost connection does.
+
+    redis-py 8.1 lets the transport's own error through instead (``'NoneType' object has no attribute
+    'writelines'`` or ``... is not callable``: redis-py issues #3546 and #4287, fixed upstream by #4288, not
+    released yet). That error is in no retry list, so during a cluster failover it ended a worker's loop
+    instead of being retried. Mixed into whatever connection class the URL chose (TCP, TLS, unix socket).
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except (AttributeError, TypeError) as exc:
+            if "NoneType" not in str(exc):
+                raise
+            raise RedisConnectionError("Connection closed by another task while writing a command") from exc
+
+
+_GUARDED: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def guarded(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``connection_class`` with :class:`_WriteRaceGuard` mixed in (one class per base, so pools stay homogeneous)."""
+    if issubclass(connection_class, _WriteRaceGuard):
+        return connection_class
+    if connection_class not in _GUARDED:
+        _GUARDED[connection_class] = type(f"Guarded{connection_class.__name__}", (_WriteRaceGuard, connection_class), {})
+    return _GUARDED[connection_class]
+
+
 def connect(url: str, *, max_connections: int | None = None) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
     redis-py 8's default socket timeout costs pipelined loops dearly, so every
     timeout is set explicitly.
     """
-    return Redis.from_url(url, max_connections=max_connections, **_client_options())
+    client = Redis.from_url(url, max_connections=max_connections, **_client_options())
+    pool = client.connection_pool
+    pool.connection_class = guarded(pool.connection_class)
+    return client
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
@@ -46,7 +80,12 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
     backoff covers the seconds a failover takes.
     """
-    return RedisCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
+    client = RedisCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
+    # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
+    client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = client.connection_kwargs["connection_class"]
+    return client
 
 
 async def cluster_enabled(url: str) -> bool:
