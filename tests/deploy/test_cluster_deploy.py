@@ -155,7 +155,11 @@ def compose_nodes(tmp_path: Path) -> Iterator[list[int]]:
         for proc in procs:
             proc.terminate()
         for proc in procs:
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:  # a master waits up to shutdown-timeout (10 s) for replicas already gone
+                proc.kill()
+                proc.wait(5)
 
 
 def wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
