@@ -74,13 +74,34 @@ def connect(url: str, *, max_connections: int | None = None) -> Redis:
     return client
 
 
+class StreamsCluster(RedisCluster):
+    """redis-py's cluster client, placing XREAD / XREADGROUP by their stream keys without asking the server.
+
+    Their keys follow ``STREAMS`` (a "movablekeys" command), so redis-py 8.1 sends ``COMMAND GETKEYS``
+    to a node before every read to learn them: two round trips per read, and a worker reads a lane of
+    every partition in turn. Keys and ids after ``STREAMS`` come in two equal halves; anything else
+    goes to redis-py as before.
+    """
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if str(command).upper() in ("XREAD", "XREADGROUP"):
+            words = [a.upper() if isinstance(a, (str, bytes)) else a for a in args]
+            at = next((i for i, w in enumerate(words) if w in ("STREAMS", b"STREAMS")), None)
+            if at is not None:
+                rest = args[at + 1 :]
+                slots = {self.keyslot(k) for k in rest[: len(rest) // 2]}
+                if len(rest) % 2 == 0 and len(slots) == 1:
+                    return slots.pop()
+        return await super()._determine_slot(command, *args)
+
+
 def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
     """A Redis Cluster client for ``url`` (any one node), with the timeouts of :func:`connect`.
 
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
     backoff covers the seconds a failover takes.
     """
-    client = RedisCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
+    client = StreamsCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from streams.connection import cluster_enabled, connect, connect_detected
@@ -12,6 +13,7 @@ from streams.envelope import JobRequest
 from streams.keys import Keys, partition_of
 from streams.producer import Producer
 from streams.records import get_job
+
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster_support import LocalCluster
 
@@ -21,7 +23,7 @@ async def test_cluster_mode_is_detected_from_the_server(cluster: LocalCluster, r
     assert not await cluster_enabled(redis_url)
     client = await connect_detected(cluster.url)
     try:
-        assert type(client).__name__ == "RedisCluster"
+        assert isinstance(client, RedisCluster)
     finally:
         await client.aclose()
 
