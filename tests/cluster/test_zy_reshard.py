@@ -1,9 +1,10 @@
-"""Resharding under load: a partition's slot moves to another master, key by key, while workers run its jobs.
+"""Resharding under load: a partition's slot moves to another master, key by key, while workers run its jobs
+and a notifier delivers their webhooks.
 
 While the slot is half-moved, its keys sit on two masters: Redis answers ASK, TRYAGAIN, or (for a key a
 script names itself, such as a job record) "Script attempted to access a non local key". Producers and
 workers must treat all of those as "try again shortly": no job lost, none run to two results, no worker
-restarted. Named ``zy`` so it runs after the other cluster tests and before the failover ones; it moves
+restarted, no webhook lost or sent twice. Named ``zy`` so it runs after the other cluster tests and before the failover ones; it moves
 the slot back at the end, so the layout of ``place()`` holds again.
 """
 
@@ -22,8 +23,11 @@ from streams.keys import Keys, partition_keys, partition_of
 from streams.outage import REDIS_DOWN
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
+from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, wait_every_webhook  # noqa: F401 - a fixture
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster
+from tests.consumers.notifier.conftest import NotifierFactory, receiver  # noqa: F401 - a fixture
+from tests.consumers.notifier.receiver import Receiver
 
 JOBS = 1200
 CHUNK = 40
@@ -55,19 +59,21 @@ async def publish_through_the_move(producer: Producer, jobs: list[JobRequest]) -
 
 async def test_jobs_survive_a_live_reshard_of_their_partition(
     cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, cluster_workers,
+    cluster_notifiers: NotifierFactory, receiver: Receiver,
 ) -> None:
     keys = Keys(cluster_prefix)
     slot = key_slot(b"{0}")
     home = cluster.master_of_slot(slot)
     elsewhere = next(p for p in sorted(cluster.masters()) if p != home)
     producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
-    jobs = [JobRequest(agent="echo", data={"i": i}, id=f"move-{i}") for i in range(JOBS)]
+    jobs = [JobRequest(agent="echo", data={"i": i}, id=f"move-{i}", webhook=receiver.url("/hook")) for i in range(JOBS)]
     assert sum(partition_of(j.id, PARTITIONS) == 0 for j in jobs) > JOBS // 10, "too few jobs in the moving partition"
     filler = cluster_redis.pipeline(transaction=False)
     for i in range(FILLER_KEYS):
         filler.set(f"{cluster_prefix}:{{0}}:filler:{i}", "x", ex=600)
     await filler.execute()
     workers = [cluster_workers.start("--concurrency", "50") for _ in range(2)]
+    notifier = cluster_notifiers.start(env=ON_CLUSTER)
     # Some work is queued and running before the move starts
     await producer.publish_many(jobs[:CHUNK])
 
@@ -93,8 +99,11 @@ async def test_jobs_survive_a_live_reshard_of_their_partition(
     dead = sum([int(await cluster_redis.xlen(p.dead)) for p in partition_keys(keys, PARTITIONS)])
     assert dead == 0, f"{dead} dead letters"
     assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers if not w.alive()]
+    webhooks = await wait_every_webhook(receiver, {j.id for j in jobs if j.id}, timeout=60)
+    assert notifier.alive(), notifier.log_text()[-2000:]
+    assert max(webhooks.values()) == 1, [i for i, n in webhooks.items() if n > 1][:10]
     print(f"reshard: {moved} keys moved under load ({during} results meanwhile), "
-          f"{retries} publish retries, {JOBS} jobs, 0 lost, 0 duplicated")
+          f"{retries} publish retries, {JOBS} jobs and webhooks, 0 lost, 0 duplicated")
 
     # The slot goes home again (an idle move), so later tests find the placed layout
     await asyncio.to_thread(cluster.migrate_slot, slot, home)
