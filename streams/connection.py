@@ -84,9 +84,11 @@ class StreamsCluster(RedisCluster):
     """
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
-        if str(command).upper() in ("XREAD", "XREADGROUP"):
+        name = str(command).upper()
+        if name in ("XREAD", "XREADGROUP"):
+            skip = 3 if name == "XREADGROUP" else 0  # GROUP <group> <consumer>: names that could read "streams"
             words = [a.upper() if isinstance(a, (str, bytes)) else a for a in args]
-            at = next((i for i, w in enumerate(words) if w in ("STREAMS", b"STREAMS")), None)
+            at = next((i for i in range(skip, len(words)) if words[i] in ("STREAMS", b"STREAMS")), None)
             if at is not None:
                 rest = args[at + 1 :]
                 slots = {self.keyslot(k) for k in rest[: len(rest) // 2]}

@@ -31,6 +31,9 @@ async def test_stream_reads_ask_no_node_for_their_keys(cluster: LocalCluster, cl
     one = await cluster_redis.xreadgroup("workers", "c1", {lanes[0]: ">"}, count=5)
     both = await cluster_redis.xreadgroup("workers", "c1", {lane: ">" for lane in lanes}, count=5, block=10)
     seen = await cluster_redis.xread({lanes[1]: "0"}, count=5)
+    await cluster_redis.xgroup_create(lanes[1], "streams", id="0")  # a group named like the keyword
+    named = await cluster_redis.xreadgroup("streams", "streams", {lanes[1]: ">"}, count=5)
+    assert len(named[0][1]) == 1
     assert not one  # the high lane is empty
     assert [stream for stream, _ in both] == [lanes[1]] and len(both[0][1]) == 1
     assert len(seen[0][1]) == 1
