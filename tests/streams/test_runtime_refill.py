@@ -58,13 +58,20 @@ async def running(redis: Redis, stream: str, *, refill_wait_s: float) -> AsyncIt
         await runtime.stop_helpers()
 
 
+@contextlib.asynccontextmanager
+async def full_pool(redis: Redis, stream: str, *, refill_wait_s: float) -> AsyncIterator[Holding]:
+    """A backlog of 30 entries and a running runtime whose 10 slots it has filled."""
+    for n in range(30):
+        await redis.xadd(stream, {"n": str(n)})
+    async with running(redis, stream, refill_wait_s=refill_wait_s) as handler:
+        await wait_until(lambda: holds(len(handler.held) == CONCURRENCY), timeout=10, what="the pool to fill")
+        yield handler
+
+
 async def test_a_full_pool_is_read_again_once_refill_slots_are_free(redis: Redis, keys: Keys) -> None:
     # Given a backlog of 30 entries and a runtime of 10 slots that refills at 5 (waiting up to a minute for them)
     stream = f"{keys.prefix}:refill"
-    for n in range(30):
-        await redis.xadd(stream, {"n": str(n)})
-    async with running(redis, stream, refill_wait_s=60.0) as handler:
-        await wait_until(lambda: holds(len(handler.held) == CONCURRENCY), timeout=10, what="the pool to fill")
+    async with full_pool(redis, stream, refill_wait_s=60.0) as handler:
         # When its slots are freed one by one
         for eid in handler.held[:REFILL]:
             handler.runtime.release(stream, eid)
@@ -77,10 +84,7 @@ async def test_a_full_pool_is_read_again_once_refill_slots_are_free(redis: Redis
 async def test_a_full_pool_is_read_again_after_refill_wait_with_fewer_free(redis: Redis, keys: Keys) -> None:
     # Given the same backlog and a runtime that waits at most 0.2 s for 5 free slots
     stream = f"{keys.prefix}:refill"
-    for n in range(30):
-        await redis.xadd(stream, {"n": str(n)})
-    async with running(redis, stream, refill_wait_s=0.2) as handler:
-        await wait_until(lambda: holds(len(handler.held) == CONCURRENCY), timeout=10, what="the pool to fill")
+    async with full_pool(redis, stream, refill_wait_s=0.2) as handler:
         # When one slot is freed
         handler.runtime.release(stream, handler.held[0])
         # Then it is read again within the wait, for the one
