@@ -33,21 +33,27 @@ def _client_options() -> dict[str, Any]:
 
 
 class _WriteRaceGuard:
-    """A write on a connection another task closed meanwhile raises ``ConnectionError``, as any lost connection does.
+    """A write on a connection closed meanwhile raises ``ConnectionError``, as any lost connection does.
 
-    redis-py 8.1 lets the transport's own error through instead (``'NoneType' object has no attribute
-    'writelines'`` or ``... is not callable``: redis-py issues #3546 and #4287, fixed upstream by #4288, not
-    released yet). That error is in no retry list, so during a cluster failover it ended a worker's loop
-    instead of being retried. Mixed into whatever connection class the URL chose (TCP, TLS, unix socket).
+    redis-py 8.1 lets the transport's own error through instead: ``'NoneType' object has no attribute
+    'writelines'`` (or ``... is not callable``) when another task disconnected it, and under uvloop
+    ``RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the handler is closed``
+    when the transport closed beneath it (redis-py issues #3546 and #4287, fixed upstream by #4288, not
+    released yet). Those are in no retry list, so during a cluster failover or reshard one ended a
+    worker's loop instead of being retried. Mixed into whatever connection class the URL chose.
     """
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         try:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
-        except (AttributeError, TypeError) as exc:
-            if "NoneType" not in str(exc):
+        except (AttributeError, TypeError, RuntimeError) as exc:
+            if not any(sign in str(exc) for sign in CLOSED_TRANSPORT_SIGNS):
                 raise
-            raise RedisConnectionError("Connection closed by another task while writing a command") from exc
+            raise RedisConnectionError("Connection closed while writing a command") from exc
+
+
+# What the event loop says when a write meets a transport that is gone (asyncio's None writer, uvloop's closed handle).
+CLOSED_TRANSPORT_SIGNS = ("NoneType", "the handler is closed")
 
 
 _GUARDED: dict[type[AbstractConnection], type[AbstractConnection]] = {}

@@ -23,7 +23,7 @@ from streams.keys import Keys, partition_keys, partition_of
 from streams.outage import REDIS_DOWN
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, wait_every_webhook  # noqa: F401 - a fixture
+from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, wait_every_webhook, webhook_ids  # noqa: F401 - a fixture
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster
 from tests.consumers.notifier.conftest import NotifierFactory, receiver  # noqa: F401 - a fixture
@@ -99,7 +99,13 @@ async def test_jobs_survive_a_live_reshard_of_their_partition(
     dead = sum([int(await cluster_redis.xlen(p.dead)) for p in partition_keys(keys, PARTITIONS)])
     assert dead == 0, f"{dead} dead letters"
     assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers if not w.alive()]
-    webhooks = await wait_every_webhook(receiver, {j.id for j in jobs if j.id}, timeout=60)
+    try:
+        webhooks = await wait_every_webhook(receiver, {j.id for j in jobs if j.id}, timeout=60)
+    except AssertionError as exc:
+        missing = {j.id for j in jobs} - set(webhook_ids(receiver))
+        raise AssertionError(f"{exc}: {len(missing)} missing, e.g. {sorted(missing)[:5]} (partitions "
+                             f"{sorted(Counter(partition_of(i, PARTITIONS) for i in missing).items())}); notifier log:\n"
+                             f"{notifier.log_text()[-4000:]}") from None
     assert notifier.alive(), notifier.log_text()[-2000:]
     assert max(webhooks.values()) == 1, [i for i, n in webhooks.items() if n > 1][:10]
     print(f"reshard: {moved} keys moved under load ({during} results meanwhile), "

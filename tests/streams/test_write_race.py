@@ -8,7 +8,10 @@ on its health check, as the cluster client's failover handling does from another
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import uvloop
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,7 +40,7 @@ async def test_a_write_on_a_connection_closed_meanwhile_is_a_connection_error(re
         conn = await client.connection_pool.get_connection()
         try:
             hits = close_while_waiting(conn, times=1)
-            with pytest.raises(RedisConnectionError, match="closed by another task"):
+            with pytest.raises(RedisConnectionError, match="Connection closed while writing"):
                 await conn.send_command("PING")
             assert hits == [1]
         finally:
@@ -70,3 +73,27 @@ async def test_other_errors_are_not_disguised(redis_url: str) -> None:
             await client.connection_pool.release(conn)
     finally:
         await client.aclose()
+
+
+def test_under_uvloop_a_write_on_a_transport_closed_beneath_is_a_connection_error(redis_url: str) -> None:
+    """The processes run on uvloop, where a transport closed under redis-py (a peer reset, a failover, a
+    reshard) answers a write with RuntimeError('... the handler is closed'): seen ending a worker in the
+    reshard test."""
+
+    async def write_after_the_transport_closed() -> None:
+        client = connect(redis_url)
+        try:
+            conn = await client.connection_pool.get_connection()
+            try:
+                await conn.send_command("PING")
+                assert await conn.read_response() == "PONG"
+                conn._writer.transport.close()  # type: ignore[union-attr]
+                await asyncio.sleep(0)
+                with pytest.raises(RedisConnectionError, match="Connection closed while writing"):
+                    await conn.send_command("PING")
+            finally:
+                await client.connection_pool.release(conn)
+        finally:
+            await client.aclose()
+
+    uvloop.run(write_after_the_transport_closed())
