@@ -100,8 +100,8 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     for partition in partitions:
         await ensure_groups(redis, standard_groups(partition))
     name = consumer_name()
-    runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), group=WORKERS_GROUP, consumer=name,
-                           concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
+    runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), level_size=len(partitions), group=WORKERS_GROUP,
+                           consumer=name, concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
                              summary_every_s=settings.log_summary_s, partitions=partitions)
     if settings.metrics_port:

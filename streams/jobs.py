@@ -348,7 +348,8 @@ def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error:
 
 
 def lanes_in_priority(partitions: tuple[Keys, ...]) -> list[str]:
-    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``."""
+    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``
+    (levels of ``len(partitions)`` streams, which a worker's reads take in turn: see ``GroupRuntime``)."""
     return [keys.lane(lane) for lane in LANES for keys in partitions]
 
 

@@ -70,12 +70,19 @@ class GroupRuntime:
         forget_idle_s: float = 3600.0,
         refill: int = 1,
         refill_wait_s: float = 0.0,
+        level_size: int = 1,
     ) -> None:
-        """``refill``: while fewer slots than this are free (work fills the pool), the read waits up to
+        """``level_size``: how many consecutive ``streams`` share one priority level (one stream per partition).
+        A level's streams are read in turn, each read starting after the last one that gave entries, so a
+        backlog in one partition never starves its siblings; a higher level still always goes first.
+
+        ``refill``: while fewer slots than this are free (work fills the pool), the read waits up to
         ``refill_wait_s`` for that many, so one read takes several entries instead of one read per slot
         freed; with more free (an idle pool) it reads at once. The default 1 reads as soon as one is free."""
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if level_size < 1 or len(streams) % level_size:
+            raise ValueError(f"level_size {level_size} does not divide the {len(streams)} streams into priority levels")
         self.redis = redis
         self.streams = list(streams)
         self.group = group
@@ -95,6 +102,8 @@ class GroupRuntime:
         self._idle.set()
         self._accepting = True
         self._cursors = {s: "0-0" for s in self.streams}
+        self._levels = [self.streams[i : i + level_size] for i in range(0, len(self.streams), level_size)]
+        self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
         # On Redis Cluster one XREADGROUP may only name keys of one slot: block on each slot's streams at once.
         by_slot: dict[int, list[str]] = {}
         for stream in self.streams:
@@ -216,19 +225,19 @@ class GroupRuntime:
             await backoff.failed(exc)
 
     async def _read_strict(self, free: int) -> bool:
-        """One non-blocking read per stream, highest first, each sized by the slots still free."""
-        got = False
-        for stream in self.streams:
-            if free <= 0:
-                break
-            reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
-            if reply:
-                entries = reply[0][1]
-                free -= len(entries)
-                got = True
-                await self._deliver(stream, entries, reclaimed=False)
-                break  # re-check from the highest stream: strict priority
-        return got
+        """One non-blocking read at a time, highest level first, sized by the free slots; within a level the
+        streams take turns. Returns whether one gave entries (the next read starts from the top: strict priority)."""
+        for level, streams in enumerate(self._levels):
+            first = self._turns[level]
+            for step in range(len(streams)):
+                at = (first + step) % len(streams)
+                stream = streams[at]
+                reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
+                if reply:
+                    self._turns[level] = (at + 1) % len(streams)
+                    await self._deliver(stream, reply[0][1], reclaimed=False)
+                    return True
+        return False
 
     async def _read_blocking(self) -> None:
         """All streams empty: wait for the first entry on any of them (COUNT 1 each).

@@ -129,7 +129,7 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
     results_topic = app.topic(settings.kafka_results_topic, **raw)
     results_channel = app.channel()
 
-    runtime = GroupRuntime(redis, streams=[p.results for p in partitions], group=KAFKA_BRIDGE_GROUP, consumer=consumer or consumer_name(),
+    runtime = GroupRuntime(redis, streams=[p.results for p in partitions], level_size=len(partitions), group=KAFKA_BRIDGE_GROUP, consumer=consumer or consumer_name(),
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
 
     async def send(key: bytes, value: bytes) -> Any:

@@ -47,7 +47,8 @@ def build_deliverer(settings: NotifierSettings) -> Deliverer:
 
 
 def notifier_streams(stores: list[Store]) -> list[str]:
-    """What the group reads, highest first: every partition's due retries, then every partition's results."""
+    """What the group reads, highest first: every partition's due retries, then every partition's results
+    (two priority levels of one stream per partition, taken in turn within each)."""
     return [store.due for store in stores] + [store.keys.results for store in stores]
 
 
@@ -61,7 +62,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
         await ensure_groups(redis, standard_groups(partition))
     stores = [Store(redis, partition) for partition in partitions]
     name = consumer_name()
-    runtime = GroupRuntime(redis, streams=notifier_streams(stores), group=NOTIFIER_GROUP, consumer=name,
+    runtime = GroupRuntime(redis, streams=notifier_streams(stores), level_size=len(stores), group=NOTIFIER_GROUP, consumer=name,
                            concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s,
                            refill=settings.concurrency // REFILL_FRACTION, refill_wait_s=REFILL_WAIT_S)
     deliverer = build_deliverer(settings)

@@ -57,8 +57,8 @@ async def test_one_result_per_job_over_every_partition(cluster_redis: Redis, clu
 async def test_strict_lane_priority_across_partitions(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:
     keys = Keys(cluster_prefix)
     producer = Producer(cluster_redis, keys, partitions=PARTITIONS)
-    # Given low jobs queued in every partition before high ones, and one worker running one job at a time
-    low = await producer.publish_many([JobRequest(agent="echo", data={}, id=f"low-{i}") for i in range(24)], priority="low")
+    # Given low jobs (10 ms each) queued in every partition before high ones, and one worker running one job at a time
+    low = await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.01}, id=f"low-{i}") for i in range(24)], priority="low")
     high = await producer.publish_many([JobRequest(agent="echo", data={}, id=f"high-{i}") for i in range(24)], priority="high")
     assert len({keys_of(p.job_id) for p in high}) == PARTITIONS
     cluster_workers.start("--concurrency", "1")
@@ -66,6 +66,10 @@ async def test_strict_lane_priority_across_partitions(cluster_redis: Redis, clus
     # Then every high job started before any low job, whatever partition each was in
     started = {r.id: r.started_at or 0 for r in await all_results(cluster_redis, keys)}
     assert max(started[p.job_id] for p in high) <= min(started[p.job_id] for p in low)
+    # And the partitions' low backlogs took turns: the first low jobs to run came one from each partition
+    holding = {keys_of(p.job_id) for p in low}
+    first = sorted(low, key=lambda p: started[p.job_id])[: len(holding)]
+    assert {keys_of(p.job_id) for p in first} == holding, [(p.job_id, keys_of(p.job_id)) for p in first]
 
 
 def keys_of(job_id: str) -> int:
