@@ -5,8 +5,9 @@
 For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis node's
 ``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the Redis CPU per job (µs/job:
 the input of the sizing model in bench/README.md) of the single instance, the masters and the
-replicas, the busiest master's CPU as a share of the single instance's (target <= 0.45) and the
-worker's jobs/s on both. ``--single-replica`` also runs the single instance with a replica attached,
+replicas, the busiest master's CPU as a share of the single instance's (target <= 0.45), the same
+share on a second cluster of three masters without replicas (like for like: the single instance feeds
+no replica either) and the worker's jobs/s on both. ``--single-replica`` also runs the single instance with a replica attached,
 which isolates what feeding a replica costs a master. Needs redis-server
 and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite).
 """
@@ -117,6 +118,10 @@ def run_side(
     return {p: after[p] - before[p] for p in ports}, (n - done0) / max(1e-9, t1 - start)
 
 
+def median_round(ratios: list[float]) -> int:
+    return sorted(range(len(ratios)), key=lambda i: ratios[i])[len(ratios) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=30_000)
@@ -128,18 +133,22 @@ def main() -> None:
     binaries = cluster_binaries()
     if binaries is None:
         raise SystemExit("needs redis-server and redis-cli on PATH")
-    rounds: list[tuple[dict[int, float], float, dict[int, float], float]] = []
+    rounds: list[tuple[dict[int, float], float, dict[int, float], float, dict[int, float]]] = []
     with bench_redis(None) as single_url, tempfile.TemporaryDirectory() as tmp:
         single_port = int(single_url.rsplit(":", 1)[1].split("/")[0])
         cluster = LocalCluster(*binaries).start()
+        bare = LocalCluster(*binaries, size=3, replicas=0).start()  # the same three masters' work, no replica to feed
         try:
-            cluster.place([str(p) for p in range(PARTITIONS)])
+            for c in (cluster, bare):
+                c.place([str(p) for p in range(PARTITIONS)])
             masters = sorted(cluster.masters())
             replicas = sorted(set(cluster.alive_ports()) - set(masters))
+            bare_masters = sorted(bare.masters())
             for _ in range(args.rounds):
                 single_cpu, single_rate = run_side(single_url, [single_port], args.jobs, args.concurrency, 1, Path(tmp))
                 cluster_cpu, cluster_rate = run_side(cluster.url, masters + replicas, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
-                rounds.append((single_cpu, single_rate, cluster_cpu, cluster_rate))
+                bare_cpu, _ = run_side(bare.url, bare_masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp))
+                rounds.append((single_cpu, single_rate, cluster_cpu, cluster_rate, bare_cpu))
             replicated_cpu: dict[int, float] = {}
             if args.single_replica:  # last: once a replica has attached, the instance keeps feeding its backlog
                 with replica_of(binaries[0], single_port):
@@ -147,9 +156,10 @@ def main() -> None:
             _, acked_rate = run_side(cluster.url, masters, args.jobs, args.concurrency, PARTITIONS, Path(tmp), replica_acks=1)
         finally:
             cluster.close()
-    ratios = [max(c[p] for p in masters) / s[single_port] for s, _, c, _ in rounds]
-    median = sorted(range(len(rounds)), key=lambda i: ratios[i])[len(rounds) // 2]
-    single_cpu, single_rate, cluster_cpu, cluster_rate = rounds[median]
+            bare.close()
+    ratios = [max(c[p] for p in masters) / s[single_port] for s, _, c, _, _ in rounds]
+    bare_ratios = [max(b[p] for p in bare_masters) / s[single_port] for s, _, _, _, b in rounds]
+    single_cpu, single_rate, cluster_cpu, cluster_rate, _ = rounds[median_round(ratios)]
     one = single_cpu[single_port]
     busiest = max(cluster_cpu[p] for p in masters)
     every = sum(cluster_cpu[p] for p in masters)
@@ -168,6 +178,9 @@ def main() -> None:
     print(f"busiest master / single     {busiest / one:8.2f}     (median of {args.rounds} rounds; target <= 0.45)")
     if replicated_cpu:
         print(f"busiest master / single + a replica {busiest / replicated_cpu[single_port]:.2f} (the same replication on both sides)")
+    bare_median = sorted(bare_ratios)[len(bare_ratios) // 2]
+    print(f"3 masters without replicas: busiest / single {bare_median:.2f} (median; per round "
+          f"{'  '.join(f'{r:.2f}' for r in bare_ratios)}; neither side feeds a replica)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")
     print(f"one worker, 3-master cluster {cluster_rate:7,.0f} jobs/s ({PARTITIONS} partitions)")
     print(f"  with STREAMCREW_REPLICA_ACKS=1 {acked_rate:5,.0f} jobs/s (ratio {acked_rate / cluster_rate:.2f} to no WAIT)")

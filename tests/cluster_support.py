@@ -56,10 +56,11 @@ def cluster_binaries() -> tuple[str, str] | None:
 
 
 class LocalCluster:
-    """Six nodes, three masters with a replica each; ``close()`` stops them all."""
+    """Six nodes, three masters with a replica each (or ``size`` nodes with ``replicas`` per master); ``close()`` stops them all."""
 
-    def __init__(self, server: str, cli: str, *, size: int = 6) -> None:
+    def __init__(self, server: str, cli: str, *, size: int = 6, replicas: int = 1) -> None:
         self.server, self.cli = server, cli
+        self.replicas = replicas
         self.ports: list[int] = []
         while len(self.ports) < size:
             if (port := cluster_port()) not in self.ports:
@@ -125,7 +126,7 @@ class LocalCluster:
             self._start_node(port)
         self._wait("every node to answer PING", self._all_answer)
         created = subprocess.run(
-            [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1", "--cluster-yes"],
+            [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60, check=False)
         if created.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-2000:]} {created.stderr[-2000:]}")
