@@ -1,8 +1,9 @@
 """Work spread over a real 3-master Redis Cluster with 6 partitions, against one instance, same run.
 
-    .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency 1000] [--rounds 3] [--single-replica]
+    .venv/bin/python -m bench.bench_cluster [--jobs 30000] [--concurrency N] [--rounds 3] [--single-replica]
 
-For each side: publish ``--jobs`` no-op jobs, let one worker run them, and read each Redis node's
+For each side: publish ``--jobs`` no-op jobs, let one worker (default settings unless
+``--concurrency`` is given) run them, and read each Redis node's
 ``INFO cpu`` (used_cpu_user + used_cpu_sys) before and after. Prints the Redis CPU per job (µs/job:
 the input of the sizing model in bench/README.md) of the single instance, the masters and the
 replicas, the busiest master's CPU as a share of the single instance's (target <= 0.45), the same
@@ -26,6 +27,7 @@ import redis as sync_redis
 
 from bench.common import bench_redis, new_prefix
 from consumers.processes import Child, streamcrew_cmd
+from consumers.settings import WorkerSettings
 from streams.connection import connect_detected
 from streams.embedded import RedisServer
 from streams.envelope import JobRequest
@@ -80,7 +82,7 @@ def results_counter(url: str, prefix: str, partitions: int) -> tuple[sync_redis.
 
 
 def run_side(
-    url: str, ports: list[int], n: int, concurrency: int, partitions: int, log_dir: Path, *, replica_acks: int = 0,
+    url: str, ports: list[int], n: int, concurrency: int | None, partitions: int, log_dir: Path, *, replica_acks: int = 0,
 ) -> tuple[dict[int, float], float]:
     """Redis CPU seconds per port (publish and work) and the worker's jobs/s.
 
@@ -91,7 +93,8 @@ def run_side(
     prefix = new_prefix(f"cluster{partitions}")
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_METRICS_PORT": "0",
            "STREAMCREW_PARTITIONS": str(partitions), "STREAMCREW_REPLICA_ACKS": str(replica_acks)}
-    child = Child(streamcrew_cmd("worker", "--concurrency", str(concurrency)), env=env,
+    flags = [] if concurrency is None else ["--concurrency", str(concurrency)]  # None: the worker's default, as users run it
+    child = Child(streamcrew_cmd("worker", *flags), env=env,
                   log_path=log_dir / f"{prefix}.log")
     client, results = results_counter(url, prefix, partitions)
     try:
@@ -125,7 +128,8 @@ def median_round(ratios: list[float]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=30_000)
-    parser.add_argument("--concurrency", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help=f"the worker's slots (default: the worker's own default, {WorkerSettings.model_fields['concurrency'].default})")
     parser.add_argument("--rounds", type=int, default=3, help="single and cluster runs, alternated; the median ratio is the figure")
     parser.add_argument("--single-replica", action="store_true",
                         help="also run the single instance with a replica attached: the replication feed's share of the cluster's cost")
