@@ -190,10 +190,11 @@ class GroupRuntime:
                 continue
             if free < self.refill:
                 await self._await_refill()
-                free = self.free_slots()
+                if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
+                    continue
             try:
-                got = await self._read_strict(free)
-                if not got:
+                got = await self._read_strict()
+                if not got and self.free_slots() > 0:
                     await self._read_blocking()
                 backoff.ok()
             except asyncio.CancelledError:
@@ -224,12 +225,16 @@ class GroupRuntime:
         except RedisError as exc:
             await backoff.failed(exc)
 
-    async def _read_strict(self, free: int) -> bool:
-        """One non-blocking read at a time, highest level first, sized by the free slots; within a level the
-        streams take turns. Returns whether one gave entries (the next read starts from the top: strict priority)."""
+    async def _read_strict(self) -> bool:
+        """One non-blocking read at a time, highest level first, sized by the slots free at that moment (a
+        reclaim may take some between reads); within a level the streams take turns. Returns whether one gave
+        entries (the next read starts from the top: strict priority)."""
         for level, streams in enumerate(self._levels):
             first = self._turns[level]
             for step in range(len(streams)):
+                free = self.free_slots()
+                if free <= 0:
+                    return False
                 at = (first + step) % len(streams)
                 stream = streams[at]
                 reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))

@@ -102,3 +102,23 @@ async def test_an_idle_pool_reads_a_new_entry_at_once(redis: Redis, keys: Keys) 
         await redis.xadd(stream, {"n": "1"})
         # Then each is read at once: the pool has room, so nothing waits for slots
         await wait_until(lambda: holds(len(handler.held) == 2), timeout=5, what="the second entry")
+
+
+async def test_slots_taken_by_a_reclaim_during_the_refill_wait_leave_the_reader_waiting(redis: Redis, keys: Keys) -> None:
+    # Given a full pool of 10 that refills at 5 (waiting up to 0.3 s), and an entry a dead consumer left idle for a minute
+    stream = f"{keys.prefix}:refill"
+    async with full_pool(redis, stream, refill_wait_s=0.3) as handler:
+        reply = await redis.xreadgroup("g", "dead", {stream: ">"}, count=1)
+        stale = reply[0][1][0][0]
+        await redis.xclaim(stream, "g", "dead", 0, [stale], idle=60_000)
+        # When one slot is freed, and a reclaim takes it back while the reader waits for 5
+        handler.runtime.release(stream, handler.held[0])
+        # (XAUTOCLAIM scans 10 PEL entries per claimable one: the second sweep gets past the pool's own entries)
+        assert [await handler.runtime.sweep() for _ in range(2)] == [0, 1]
+        assert handler.runtime.free_slots() == 0
+        await asyncio.sleep(0.5)  # past the refill wait: the reader finds no free slot at all
+        # Then the reader is still there, and reads once 5 slots are free again
+        for eid in handler.held[1:6]:
+            handler.runtime.release(stream, eid)
+        await wait_until(lambda: holds(len(handler.held) == 16), timeout=5, what="the read after the reclaim")
+        assert [len(b) for b in handler.batches] == [CONCURRENCY, 1, REFILL]
