@@ -182,7 +182,7 @@ def main() -> None:
     print(f"busiest master / single     {busiest / one:8.2f}     (median of {args.rounds} rounds; target <= 0.45)")
     if replicated_cpu:
         print(f"busiest master / single + a replica {busiest / replicated_cpu[single_port]:.2f} (the same replication on both sides)")
-    bare_median = sorted(bare_ratios)[len(bare_ratios) // 2]
+    bare_median = bare_ratios[median_round(bare_ratios)]
     print(f"3 masters without replicas: busiest / single {bare_median:.2f} (median; per round "
           f"{'  '.join(f'{r:.2f}' for r in bare_ratios)}; neither side feeds a replica)")
     print(f"one worker, single instance {single_rate:8,.0f} jobs/s")

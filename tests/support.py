@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -10,11 +11,12 @@ from pathlib import Path
 from consumers.processes import Child, streamcrew_cmd
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
-    """Poll ``check`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
+    """Poll ``check`` (a plain or an async predicate) until it is true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        if await check():
+        done = check()
+        if await done if inspect.isawaitable(done) else done:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")

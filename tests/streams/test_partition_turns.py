@@ -50,7 +50,7 @@ async def test_partitions_of_one_lane_take_turns_below_a_higher_lane(redis: Redi
     task = asyncio.create_task(runtime.run())
     try:
         # When one consumer with 4 slots reads them all
-        await wait_until(lambda: _holds(handler.entries == 85), timeout=20, what="all 85 entries to be read")
+        await wait_until(lambda: handler.entries == 85, timeout=20, what="all 85 entries to be read")
     finally:
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
@@ -60,10 +60,6 @@ async def test_partitions_of_one_lane_take_turns_below_a_higher_lane(redis: Redi
     assert set(handler.reads[:first_normal]) == {high}
     turns = handler.reads[first_normal:]
     assert turns[:10] == [p0, p1] * 5, turns
-
-
-async def _holds(condition: bool) -> bool:
-    return condition
 
 
 def test_a_level_size_must_divide_the_streams(redis: Redis) -> None:

@@ -13,10 +13,6 @@ from streams.runtime import Entry, GroupRuntime, Slot
 from tests.support import wait_until
 
 
-async def holds(condition: bool) -> bool:
-    """``condition`` as the awaitable ``wait_until`` polls."""
-    return condition
-
 CONCURRENCY = 10
 REFILL = 5
 
@@ -64,7 +60,7 @@ async def full_pool(redis: Redis, stream: str, *, refill_wait_s: float) -> Async
     for n in range(30):
         await redis.xadd(stream, {"n": str(n)})
     async with running(redis, stream, refill_wait_s=refill_wait_s) as handler:
-        await wait_until(lambda: holds(len(handler.held) == CONCURRENCY), timeout=10, what="the pool to fill")
+        await wait_until(lambda: len(handler.held) == CONCURRENCY, timeout=10, what="the pool to fill")
         yield handler
 
 
@@ -77,7 +73,7 @@ async def test_a_full_pool_is_read_again_once_refill_slots_are_free(redis: Redis
             handler.runtime.release(stream, eid)
             await asyncio.sleep(0)
         # Then the next read comes once 5 are free, and takes all 5 in one
-        await wait_until(lambda: holds(len(handler.batches) > 1), timeout=10, what="the next read")
+        await wait_until(lambda: len(handler.batches) > 1, timeout=10, what="the next read")
         assert [len(b) for b in handler.batches] == [CONCURRENCY, REFILL]
 
 
@@ -88,7 +84,7 @@ async def test_a_full_pool_is_read_again_after_refill_wait_with_fewer_free(redis
         # When one slot is freed
         handler.runtime.release(stream, handler.held[0])
         # Then it is read again within the wait, for the one
-        await wait_until(lambda: holds(len(handler.batches) > 1), timeout=5, what="the read after the wait")
+        await wait_until(lambda: len(handler.batches) > 1, timeout=5, what="the read after the wait")
         assert [len(b) for b in handler.batches] == [CONCURRENCY, 1]
 
 
@@ -98,10 +94,10 @@ async def test_an_idle_pool_reads_a_new_entry_at_once(redis: Redis, keys: Keys) 
     async with running(redis, stream, refill_wait_s=60.0) as handler:
         # When one entry arrives, and later another while the first is still held
         await redis.xadd(stream, {"n": "0"})
-        await wait_until(lambda: holds(len(handler.held) == 1), timeout=5, what="the first entry")
+        await wait_until(lambda: len(handler.held) == 1, timeout=5, what="the first entry")
         await redis.xadd(stream, {"n": "1"})
         # Then each is read at once: the pool has room, so nothing waits for slots
-        await wait_until(lambda: holds(len(handler.held) == 2), timeout=5, what="the second entry")
+        await wait_until(lambda: len(handler.held) == 2, timeout=5, what="the second entry")
 
 
 async def test_slots_taken_by_a_reclaim_during_the_refill_wait_leave_the_reader_waiting(redis: Redis, keys: Keys) -> None:
@@ -120,5 +116,5 @@ async def test_slots_taken_by_a_reclaim_during_the_refill_wait_leave_the_reader_
         # Then the reader is still there, and reads once 5 slots are free again
         for eid in handler.held[1:6]:
             handler.runtime.release(stream, eid)
-        await wait_until(lambda: holds(len(handler.held) == 16), timeout=5, what="the read after the reclaim")
+        await wait_until(lambda: len(handler.held) == 16, timeout=5, what="the read after the reclaim")
         assert [len(b) for b in handler.batches] == [CONCURRENCY, 1, REFILL]
