@@ -50,6 +50,8 @@ def replica_of(binary: str, port: int) -> Iterator[None]:
     """A replica of the instance on ``port`` for the block: its master then feeds a replica, as a cluster master does."""
     replica = RedisServer(binary).start()
     try:
+        with sync_redis.Redis(host="127.0.0.1", port=port) as master:
+            master.config_set("repl-diskless-sync-delay", 0)  # sync at once, not after Redis' default 5 s
         with sync_redis.Redis(host="127.0.0.1", port=replica.port, decode_responses=True) as c:
             c.replicaof("127.0.0.1", port)
             deadline = time.monotonic() + REPLICA_SYNC_TIMEOUT_S
