@@ -53,7 +53,7 @@ async def group_state(redis: Any, stream: str) -> dict[str, Any] | None:
     return next((g for g in groups if g["name"] == KAFKA_BRIDGE_GROUP), None)
 
 
-async def forward_with_runtime(bridge: Bridge, kafka: Kafka, until: Callable[[], Awaitable[bool]], what: str) -> None:
+async def forward_with_runtime(bridge: Bridge, kafka: Kafka, until: Callable[[], bool | Awaitable[bool]], what: str) -> None:
     """Run the bridge's group runtime (the real read loop) into the results agent until ``until``, then drain."""
     bridge.results_out.send = kafka.send
     async with bridge.results_agent.test_context() as agent:

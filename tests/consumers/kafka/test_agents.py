@@ -73,7 +73,7 @@ async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     async with bridge.requests_agent.test_context() as agent:
         bad = await agent.put(value, key=key, partition=3)
         good = await agent.put(request(), key=b"job-after")
-        await wait_until(lambda: _true(bad.message.acked and good.message.acked), timeout=10, what="both offsets acked")
+        await wait_until(lambda: bad.message.acked and good.message.acked, timeout=10, what="both offsets acked")
     (invalid, valid) = agent.results.values()
     assert invalid.invalid == [key.decode()] and invalid.published == []
     assert valid.published == ["job-after"], "the partition moves on past an invalid record"
@@ -84,10 +84,6 @@ async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     if value is not None:
         assert orjson.loads(letter["request"])["value"] == value.decode()
     assert await redis.xlen(keys.lane("normal")) == 1 and await redis.xlen(keys.results) == 0
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_acknowledged(bridge: Any, redis: Any, keys: Any) -> None:

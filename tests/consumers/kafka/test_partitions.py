@@ -97,12 +97,8 @@ async def test_partitions_narrow_the_results_a_bridge_reads(made: Callable[[str]
         assert state is None or state["entries-read"] in (0, None), (p, state)
 
     other = made("2-3")
-    await forward_with_runtime(other, kafka, lambda: _true(len(kafka.sent) == RESULTS), "the other bridge sends partitions 2 and 3")
+    await forward_with_runtime(other, kafka, lambda: len(kafka.sent) == RESULTS, "the other bridge sends partitions 2 and 3")
     assert set(kafka.sent) == {i.encode() for i in ids} and max(kafka.sent.values()) == 1
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 def request(**fields: Any) -> bytes:

@@ -27,7 +27,7 @@ async def test_delivery_is_signed_per_standard_webhooks_and_verifies_with_each_s
     notifiers.start(*FAST)
     # When a result with a webhook lands on the results stream
     entry = await add_result(redis, keys, "job-sig-1", receiver.url(), result={"answer": 42})
-    await wait_until(lambda: _true(receiver.count() == 1), timeout=10, what="one delivery")
+    await wait_until(lambda: receiver.count() == 1, timeout=10, what="one delivery")
     # Then the body is the result event and both secrets verify it
     got = receiver.requests[0]
     assert got.headers["content-type"] == "application/json"
@@ -51,7 +51,7 @@ async def test_failing_twice_then_ok_is_delivered_once_more_with_the_same_id(
     notifiers.start(*FAST)
     # When one result is delivered to it
     await add_result(redis, keys, "job-flaky", receiver.url("/flaky"))
-    await wait_until(lambda: _true(receiver.count("/flaky") == 3), timeout=15, what="three attempts")
+    await wait_until(lambda: receiver.count("/flaky") == 3, timeout=15, what="three attempts")
     # Then the third attempt succeeded, with the same webhook-id, each signed anew
     hits = receiver.on("/flaky")
     assert {h.headers["webhook-id"] for h in hits} == {"job-flaky"}
@@ -81,7 +81,7 @@ async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers
     try:
         replayed, skipped = await replay_webhook_dead(redis, keys, None)
         assert (replayed, skipped) == ([letter.entry_id], [])
-        await wait_until(lambda: _true(receiver.count("/down") == 1), timeout=10, what="the replayed delivery")
+        await wait_until(lambda: receiver.count("/down") == 1, timeout=10, what="the replayed delivery")
         got = receiver.on("/down")[0]
         assert Webhook(notifiers.secret).verify(got.body, got.headers)["id"] == "job-down"
         assert await redis.xlen(keys.webhooks_dead) == 0
@@ -114,7 +114,7 @@ async def test_retry_after_is_honoured(redis: Redis, keys: Keys, notifiers: Noti
     notifiers.start("--backoff", "0.01", "--lease", "2")
     await add_result(redis, keys, "job-ra", receiver.url("/busy"))
     # When it is retried, it waits as asked
-    await wait_until(lambda: _true(receiver.count("/busy") == 2), timeout=10, what="the retry")
+    await wait_until(lambda: receiver.count("/busy") == 2, timeout=10, what="the retry")
     first, second = receiver.on("/busy")
     assert second.at - first.at >= 0.95
 
@@ -128,16 +128,12 @@ async def test_a_real_worker_result_is_delivered(
     # When a job with a webhook runs
     published = await producer.publish("echo", {"hello": "world"}, webhook=receiver.url("/e2e"))  # type: ignore[attr-defined]
     # Then its result event arrives, signed
-    await wait_until(lambda: _true(receiver.count("/e2e") == 1), timeout=15, what="the worker's result delivered")
+    await wait_until(lambda: receiver.count("/e2e") == 1, timeout=15, what="the worker's result delivered")
     got = receiver.on("/e2e")[0]
     payload = Webhook(notifiers.secret).verify(got.body, got.headers)
     assert payload["id"] == published.job_id == got.headers["webhook-id"]
     assert payload["status"] == Status.COMPLETED and payload["result"] == {"echo": {"hello": "world"}}
     assert orjson.loads(got.body)["webhook"] == receiver.url("/e2e")
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def _eq(awaitable: object, expected: int) -> bool:

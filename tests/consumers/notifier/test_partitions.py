@@ -13,7 +13,6 @@ from streams.embedded import free_port
 from streams.keys import Keys, partition_keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, pending
 from tests.consumers.notifier.receiver import Receiver, Reply
-from tests.consumers.notifier.test_delivery import _true
 from tests.support import wait_until
 
 PARTITIONS = 4
@@ -80,13 +79,13 @@ async def test_sigkilled_notifier_loses_nothing_in_any_partition(redis: Redis, k
                 await add_result(redis, part, f"p{p}-{n}", receiver.url("/hook"))
         first = notifiers.start("--lease", "2", "--concurrency", "40", env=PARTITIONED)
         # When the notifier is SIGKILLed part-way through
-        await wait_until(lambda: _true(receiver.count() >= 40), timeout=10, what="deliveries under way")
+        await wait_until(lambda: receiver.count() >= 40, timeout=10, what="deliveries under way")
         first.kill()
         assert len(webhook_ids(receiver, "/hook")) < 4 * 100
         # Then a new notifier delivers every result at least once (re-sent only if in flight at the kill) and acks every entry
         notifiers.start("--lease", "2", env=PARTITIONED)
         wanted = {f"p{p}-{n}" for p in range(PARTITIONS) for n in range(100)}
-        await wait_until(lambda: _true(set(webhook_ids(receiver, "/hook")) == wanted), timeout=25, what="every result after the restart")
+        await wait_until(lambda: set(webhook_ids(receiver, "/hook")) == wanted, timeout=25, what="every result after the restart")
         await wait_until(lambda: all_acked(redis, keys), timeout=10, what="every entry acked")
         duplicates = sum(n - 1 for n in webhook_ids(receiver, "/hook").values())
         assert duplicates <= 40, duplicates  # at most what the first notifier held: its concurrency
@@ -102,13 +101,13 @@ async def test_partition_ranges_split_the_deliveries(
         await add_result(redis, part, f"p{p}", receiver.url("/hook"))
     # Given a notifier that reads partitions 0-1 only (the variable, as in a deployment)
     notifiers.start(*FAST, env={**PARTITIONED, "STREAMCREW_SERVE_PARTITIONS": "0-1"})
-    await wait_until(lambda: _true(receiver.count() == 2), timeout=10, what="partitions 0-1 delivered")
+    await wait_until(lambda: receiver.count() == 2, timeout=10, what="partitions 0-1 delivered")
     assert set(webhook_ids(receiver, "/hook")) == {"p0", "p1"}
     assert [await pending(redis, p) for p in parts[2:]] == [0, 0]
     assert all([await redis.xlen(p.results) == 1 for p in parts])
     # Then a notifier of 2-3 (the CLI option) delivers the rest
     notifiers.start(*FAST, "--partitions", "2-3", env=PARTITIONED)
-    await wait_until(lambda: _true(receiver.count() == 4), timeout=10, what="partitions 2-3 delivered")
+    await wait_until(lambda: receiver.count() == 4, timeout=10, what="partitions 2-3 delivered")
     assert webhook_ids(receiver, "/hook") == Counter({f"p{p}": 1 for p in range(PARTITIONS)})
 
 

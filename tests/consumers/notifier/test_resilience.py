@@ -30,7 +30,7 @@ async def test_sigkilled_notifier_mid_backlog_loses_no_delivery(redis: Redis, ke
         first = notifiers.start("--lease", "2", "--backoff", "0.2", "--concurrency", "50",
                                 env={"STREAMCREW_PER_ENDPOINT_CONCURRENCY": "4"})
         # When the notifier is SIGKILLed part-way through
-        await wait_until(lambda: _true(receiver.count() >= 40), timeout=10, what="deliveries under way")
+        await wait_until(lambda: receiver.count() >= 40, timeout=10, what="deliveries under way")
         first.kill()
         delivered_before = ids(receiver, "/hook") | ids(receiver, "/flaky")
         assert len(delivered_before) < 300
@@ -57,7 +57,7 @@ async def test_sigterm_drain_hands_back_deliveries_under_way(
     first = notifiers.start("--grace", "0.5", "--lease", "30", env={"STREAMCREW_TIMEOUT_S": "20"})
     for n in range(5):
         await add_result(redis, keys, f"job-h{n}", receiver.url("/hang"))
-    await wait_until(lambda: _true(receiver.count("/hang") == 5), timeout=10, what="five deliveries hanging")
+    await wait_until(lambda: receiver.count("/hang") == 5, timeout=10, what="five deliveries hanging")
     # When it is told to stop, it waits its grace, then hands them back (not after a 30 s lease)
     first.terminate()
     assert first.wait(10) == 0
@@ -65,7 +65,7 @@ async def test_sigterm_drain_hands_back_deliveries_under_way(
     receiver.release("/hang")
     # Then another notifier delivers all five at once
     notifiers.start("--lease", "30")
-    await wait_until(lambda: _true(ids(receiver, "/hang") == {f"job-h{n}" for n in range(5)} and receiver.count("/hang") >= 10),
+    await wait_until(lambda: ids(receiver, "/hang") == {f"job-h{n}" for n in range(5)} and receiver.count("/hang") >= 10,
                      timeout=10, what="the handed-back deliveries")
     await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=5, what="every entry acked")
 
@@ -84,11 +84,11 @@ async def test_a_slow_endpoint_does_not_stall_the_others(
             await add_result(redis, keys, f"slow-{n}", receiver.url("/slow"))
             await add_result(redis, keys, f"fast-{n}", fast.url("/fast"))
         # Then every fast delivery arrives while the slow endpoint is still stuck with its two
-        await wait_until(lambda: _true(len(ids(fast, "/fast")) == 20), timeout=15, what="the fast endpoint's deliveries")
+        await wait_until(lambda: len(ids(fast, "/fast")) == 20, timeout=15, what="the fast endpoint's deliveries")
         assert receiver.count("/slow") == 2
         # And once the slow endpoint recovers, it gets everything too
         receiver.release("/slow")
-        await wait_until(lambda: _true(len(ids(receiver, "/slow")) == 20), timeout=20, what="the slow endpoint's deliveries")
+        await wait_until(lambda: len(ids(receiver, "/slow")) == 20, timeout=20, what="the slow endpoint's deliveries")
         await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=5, what="every entry acked")
     finally:
         fast.stop()
@@ -140,16 +140,12 @@ async def test_subscriptions_receive_matching_results(
     await add_result(redis, keys, "bad-echo", None, status=Status.FAILED)
     await add_result(redis, keys, "ok-order", receiver.url("/own"), agent="order")
     # Then each endpoint gets what it subscribed to, each URL once per result
-    await wait_until(lambda: _true(receiver.count() == 6), timeout=10, what="six deliveries")
+    await wait_until(lambda: receiver.count() == 6, timeout=10, what="six deliveries")
     assert sorted(r.headers["webhook-id"] for r in receiver.on("/all")) == ["bad-echo", "ok-echo", "ok-order"]
     assert ids(receiver, "/failed") == {"bad-echo"}
     assert ids(receiver, "/orders") == {"ok-order"}
     assert ids(receiver, "/own") == {"ok-order"}
     assert orjson.loads(receiver.on("/failed")[0].body)["error"] == "it broke"
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def _eq(awaitable: object, expected: int) -> bool:

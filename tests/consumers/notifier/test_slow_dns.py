@@ -71,16 +71,12 @@ async def test_inside_the_namespace(redis: Redis, keys: Keys, notifiers: Notifie
     # Then a delivery to a healthy host is not held up behind them
     started = time.monotonic()
     await add_result(redis, keys, "job-healthy", f"http://localhost:{receiver.port}/healthy")
-    await wait_until(lambda: _true(receiver.count("/healthy") == 1), timeout=10, what="the healthy delivery")
+    await wait_until(lambda: receiver.count("/healthy") == 1, timeout=10, what="the healthy delivery")
     waited = time.monotonic() - started
     assert waited < 2.0, f"the healthy host waited {waited:.1f}s behind a silent DNS server"
     # And each slow delivery failed within its attempt's deadline, naming the reason, and was parked for a retry
-    await wait_until(lambda: _true(child.log_text().count("DNS gave no answer") >= 12), timeout=10,
+    await wait_until(lambda: child.log_text().count("DNS gave no answer") >= 12, timeout=10,
                      what="twelve slow attempts failed on the DNS timeout")
     first_round = [line for line in child.log_text().splitlines() if "job=job-slow-" in line and "attempt=1 " in line]
     assert len(first_round) == 12 and all("outcome=retry" in line for line in first_round), first_round[:3]
     assert all(float(line.split("seconds=")[1].split()[0]) < 3.0 for line in first_round), first_round
-
-
-async def _true(value: bool) -> bool:
-    return value
