@@ -16,8 +16,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/streamcrew demo
 
+# The suite on two pytest-xdist workers, the cluster tests all on one (one local cluster);
+# TEST_WORKERS=0 runs it in a single process.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup
 	$(BIN)/python -m bench.bench_core

@@ -47,3 +47,10 @@ async def cluster_redis(cluster: LocalCluster) -> AsyncIterator[Redis]:
     client = await connect_detected(cluster.url)
     yield client
     await client.aclose()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist's ``--dist loadgroup`` the cluster tests share one worker, one cluster, in file order."""
+    for item in items:
+        if "tests/cluster/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
