@@ -6,9 +6,9 @@
 #     masters, each with one replica (--cluster-replicas 1).
 #  2. The hash slot of each of the STREAMCREW_PARTITIONS partitions (the slot of `{<p>}`) is moved
 #     so partition p lives on master p mod masters: the default slot split lands the tags unevenly
-#     (for 12 partitions 4/5/3 on three masters). An empty slot moves with `CLUSTER SETSLOT ... NODE`
-#     on every master; a slot holding keys is left where it is (docs/operations.md, "Adding shards",
-#     migrates it).
+#     (for 12 partitions 4/5/3 on three masters). An empty slot moves as `redis-cli --cluster reshard`
+#     moves one (IMPORTING, MIGRATING, then `CLUSTER SETSLOT ... NODE` on every master); a slot
+#     holding keys is left where it is (docs/operations.md, "Adding shards", migrates it).
 #
 # Safe to re-run: an existing cluster is not created again (a second `docker compose up`), and
 # partitions already in place stay. It also places the partitions on a cluster created otherwise
@@ -52,6 +52,10 @@ agree() {  # every node reports cluster_state:ok and the same slot owners (redis
     done
 }
 
+replicas_are() {  # replicas_are N: the first node lists N replicas
+    [ "$(at "$first" CLUSTER NODES | awk '$3 ~ /slave/' | wc -l)" -eq "$1" ]
+}
+
 owner_of() {  # owner_of SLOT: the id of the master serving it
     at "$first" CLUSTER NODES | awk -v slot="$1" '$3 ~ /master/ {
         for (i = 9; i <= NF; i++) {
@@ -76,6 +80,10 @@ else
     # shellcheck disable=SC2086  # the node list is meant to split into one argument per node
     redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes
     wait_for "the nodes to agree on the slots" agree
+    # every node beyond the masters (half of them, rounded down) became a replica: wait until gossip
+    # has told the first node so, and the script ends on the whole cluster, not just its masters
+    count=$(printf '%s\n' $nodes | wc -l)
+    wait_for "$((count - count / 2)) replicas to join" replicas_are "$((count - count / 2))"
 fi
 
 if [ "$partitions" -gt 1 ]; then
@@ -95,10 +103,23 @@ if [ "$partitions" -gt 1 ]; then
             echo "redis-cluster-init: partition $p (slot $slot) holds keys; move it as docs/operations.md, Adding shards, says" >&2
             kept=$((kept + 1))
         else
-            # the new owner first, then every other master (as tests/cluster_support.py's LocalCluster.place)
-            { echo "$target"; printf '%s\n' "$masters" | grep -v "^$target\$"; } | while read -r _id address; do
-                at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
-            done
+            # as `redis-cli --cluster reshard` moves a slot: IMPORTING on the new owner and MIGRATING on the old
+            # one first, so that taking the slot bumps the new owner's configEpoch above every other node's and
+            # its claim wins everywhere. (A bare SETSLOT NODE can be undone by gossip between the two nodes'
+            # SETSLOTs when the new owner's epoch is lower: each then believes the other owns the slot.)
+            source=$(owner_of "$slot")
+            source_address=$(printf '%s\n' "$masters" | awk -v id="$source" '$1 == id {print $2}')
+            if [ -z "$source_address" ]; then
+                echo "redis-cluster-init: partition $p (slot $slot) is served by no live master ($source); check the cluster" >&2
+                exit 1
+            fi
+            at "${target#* }" CLUSTER SETSLOT "$slot" IMPORTING "$source" >/dev/null
+            at "$source_address" CLUSTER SETSLOT "$slot" MIGRATING "${target%% *}" >/dev/null
+            # then the new owner, the old one and every other master (as tests/cluster_support.py's LocalCluster.place)
+            { echo "$target"; printf '%s\n' "$masters" | grep "^$source "; printf '%s\n' "$masters" | grep -v -e "^$target\$" -e "^$source "; } |
+                while read -r _id address; do
+                    at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
+                done
             moved=$((moved + 1))
         fi
         p=$((p + 1))
