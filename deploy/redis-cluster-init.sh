@@ -82,8 +82,9 @@ else
     wait_for "the nodes to agree on the slots" agree
     # every node beyond the masters (half of them, rounded down) became a replica: wait until gossip
     # has told the first node so, and the script ends on the whole cluster, not just its masters
-    count=$(printf '%s\n' $nodes | wc -l)
-    wait_for "$((count - count / 2)) replicas to join" replicas_are "$((count - count / 2))"
+    node_count=$(printf '%s\n' $nodes | wc -l)
+    replica_count=$((node_count - node_count / 2))
+    wait_for "$replica_count replicas to join" replicas_are "$replica_count"
 fi
 
 if [ "$partitions" -gt 1 ]; then
@@ -97,7 +98,8 @@ if [ "$partitions" -gt 1 ]; then
     while [ "$p" -lt "$partitions" ]; do
         slot=$(at "$first" CLUSTER KEYSLOT "{$p}")
         target=$(printf '%s\n' "$masters" | sed -n "$((p % count + 1))p")
-        if [ "$(owner_of "$slot")" = "${target%% *}" ]; then
+        source=$(owner_of "$slot")
+        if [ "$source" = "${target%% *}" ]; then
             :  # already in place
         elif [ "$(keys_in_slot "$slot" "$masters")" -gt 0 ]; then
             echo "redis-cluster-init: partition $p (slot $slot) holds keys; move it as docs/operations.md, Adding shards, says" >&2
@@ -107,7 +109,6 @@ if [ "$partitions" -gt 1 ]; then
             # one first, so that taking the slot bumps the new owner's configEpoch above every other node's and
             # its claim wins everywhere. (A bare SETSLOT NODE can be undone by gossip between the two nodes'
             # SETSLOTs when the new owner's epoch is lower: each then believes the other owns the slot.)
-            source=$(owner_of "$slot")
             source_address=$(printf '%s\n' "$masters" | awk -v id="$source" '$1 == id {print $2}')
             if [ -z "$source_address" ]; then
                 echo "redis-cluster-init: partition $p (slot $slot) is served by no live master ($source); check the cluster" >&2

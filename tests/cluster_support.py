@@ -161,8 +161,7 @@ class LocalCluster:
         for i, tag in enumerate(tags):
             slot, target = key_slot(f"{{{tag}}}".encode()), masters[i % len(masters)]
             if (source := self.master_of_slot(slot)) != target:
-                self._open_move(slot, source, target)
-                self._close_move(slot, source, target)
+                self._move(slot, source, target)  # an empty slot: no key to migrate
         self._wait("placed slots to agree on every node", lambda: all(
             self._owner_seen_by(p, key_slot(f"{{{t}}}".encode())) == masters[i % len(masters)]
             for p in self.alive_ports() for i, t in enumerate(tags)))
@@ -178,37 +177,33 @@ class LocalCluster:
         source = self.master_of_slot(slot)
         if source == target:
             return 0
-        self._open_move(slot, source, target)
-        moved = 0
-        with self.client(source) as s:
-            while keys := s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_move):
-                s.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
-                moved += len(keys)
-                between()
-        self._close_move(slot, source, target)
+        moved = self._move(slot, source, target, keys_per_move=keys_per_move, between=between)
         self._wait(f"slot {slot} to be seen on {target} by every node",
                    lambda: all(self._owner_seen_by(p, slot) == target for p in self.alive_ports()))
         return moved
 
-    def _open_move(self, slot: int, source: int, target: int) -> None:
-        """IMPORTING on the target, MIGRATING on the source: the first half of a slot move."""
-        with self.client(target) as t, self.client(source) as s:
-            t.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", s.execute_command("CLUSTER", "MYID"))
-            s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", t.execute_command("CLUSTER", "MYID"))
-
-    def _close_move(self, slot: int, source: int, target: int) -> None:
-        """SETSLOT NODE on the target first, then the source, then every other master.
+    def _move(self, slot: int, source: int, target: int, *, keys_per_move: int = 10, between: Callable[[], None] = lambda: None) -> int:
+        """IMPORTING on the target, MIGRATING on the source, the keys, then SETSLOT NODE on the target
+        first, the source, then every other master; how many keys moved.
 
         The target was IMPORTING, so taking the slot bumps its configEpoch above every other node's:
-        its claim then wins everywhere. Without the IMPORTING step a target with a lower epoch can be
-        told by the source (a gossip UPDATE, between the two SETSLOTs) to give the slot back, and the
-        two then each believe the other owns it, for good (seen once: a placement timed out).
+        its claim then wins everywhere. A bare SETSLOT NODE onto a target with a lower epoch can be
+        undone by the source (a gossip UPDATE between the two SETSLOTs), and the two then each believe
+        the other owns the slot, for good (seen once: a placement timed out).
         """
-        with self.client(target) as t:
-            target_id = t.execute_command("CLUSTER", "MYID")
+        with self.client(target) as t, self.client(source) as s:
+            target_id, source_id = t.execute_command("CLUSTER", "MYID"), s.execute_command("CLUSTER", "MYID")
+            t.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            moved = 0
+            while keys := s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_move):
+                s.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                between()
         for port in [target, source, *(p for p in sorted(self.masters()) if p not in (target, source))]:
             with self.client(port) as c:
                 c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
 
     def _owner_seen_by(self, port: int, slot: int) -> int:
         with self.client(port) as c:

@@ -89,12 +89,11 @@ async def replica_caught_up(client: Redis) -> None:
 
     async def acknowledged() -> bool:
         nonlocal target
-        replication = await client.info("replication")
-        if not target:  # a write into the stream, once it exists; then only wait for its acknowledgment
+        if not target:  # one write into the stream (once it exists, the offset moves); then wait for its acknowledgment
             await client.set("replica-probe", "1")
             target = int((await client.info("replication"))["master_repl_offset"])
             return False
-        return int(replication.get("slave0", {}).get("offset", 0)) >= target
+        return int((await client.info("replication")).get("slave0", {}).get("offset", 0)) >= target
 
     await wait_until(acknowledged, timeout=20, what="the replica to acknowledge a write from its master's stream")
 
