@@ -23,6 +23,9 @@ def _client_options() -> dict[str, Any]:
     """What every client gets, single-node or cluster: replies as ``str``, explicit timeouts, retries on connection errors."""
     return {
         "decode_responses": True,
+        # A raw XADD may hold bytes that are not UTF-8: they decode to lone surrogates (and encode back to the same
+        # bytes) instead of failing the whole read, so the worker can reject that one entry (streams.envelope.not_utf8).
+        "encoding_errors": "surrogateescape",
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_keepalive": True,

@@ -16,7 +16,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import DeadLetter, entry_ms, entry_order
+from streams.envelope import ENTRY_ID, SOURCE_FIELD, DeadLetter, entry_ms, entry_order
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, Keys, partition_keys
 from streams.scripts import Scripts
@@ -121,6 +121,8 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     fields = dict(letter.request)
     fields["id"] = letter.id
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
+    if ENTRY_ID.match(letter.source_id):  # the entry the producer wrote stays named through the replay
+        fields[SOURCE_FIELD] = letter.source_id
     args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, len(fields)]
     for k, v in fields.items():
         args += [k, v]

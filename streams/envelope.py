@@ -15,10 +15,14 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from streams.errors import DecodeError
-from streams.keys import LANES
+from streams.keys import LANES, STEP_SEPARATOR
+
+
+# Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
+MAX_EPOCH_MS = 253_402_300_799_999
 
 
 class Status(StrEnum):
@@ -62,6 +66,20 @@ def check_job_id(value: str) -> str:
 def is_generated_id(value: str) -> bool:
     """Whether ``value`` has the shape of an id the system generates (producers may not choose one)."""
     return bool(_GENERATED_ID.match(value))
+
+
+def reserved_id_problem(value: str) -> str | None:
+    """Why a producer may not choose ``value`` as a job id, or None: the system's own id shapes are reserved,
+    so an explicit id never lands on the record of an id-less job or of another workflow's step."""
+    if is_generated_id(value):
+        return ("ids shaped '<digits>-<digits>' (optionally after '<lane>:') are reserved for jobs sent without an id")
+    if STEP_SEPARATOR in value:
+        return f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id"
+    return None
+
+
+def is_valid_job_id(value: str | None) -> bool:
+    return bool(value) and bool(_JOB_ID.match(value))  # type: ignore[arg-type]
 
 
 def encode_data(data: Any) -> str:
@@ -169,9 +187,9 @@ class JobRequest(BaseModel):
     tenant: str | None = None
     max_attempts: int | None = Field(default=None, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
-    deadline: int | None = Field(default=None, ge=0)
+    deadline: int | None = Field(default=None, ge=0, le=MAX_EPOCH_MS)
     traceparent: str | None = None
-    submitted_at: int | None = Field(default=None, ge=0)
+    submitted_at: int | None = Field(default=None, ge=0, le=MAX_EPOCH_MS)
     parent: str | None = None  # workflow steps: the workflow's id, its step id, its dependencies' results
     step: str | None = None
     inputs: dict[str, Any] | None = None
@@ -180,6 +198,13 @@ class JobRequest(BaseModel):
     @classmethod
     def _id_alphabet(cls, value: str | None) -> str | None:
         return None if value is None else check_job_id(value)
+
+    @model_validator(mode="after")
+    def _step_ids_are_the_systems(self) -> JobRequest:
+        """Only a workflow's step entry (written by the workflow script) carries an id with '::'."""
+        if self.id and STEP_SEPARATOR in self.id and not (self.parent and self.step and self.id == f"{self.parent}{STEP_SEPARATOR}{self.step}"):
+            raise ValueError(f"job id {self.id[:80]!r}: '{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id")
+        return self
 
     @field_validator("data")
     @classmethod
@@ -201,8 +226,12 @@ class JobRequest(BaseModel):
     @classmethod
     def from_fields(cls, raw: Mapping[str, str], *, max_bytes: int | None = None) -> JobRequest:
         """Validate raw stream fields; any problem is a DecodeError naming it."""
+        if len(raw) > MAX_REQUEST_FIELDS:
+            raise DecodeError(f"request has {len(raw)} fields, over the limit of {MAX_REQUEST_FIELDS}", raw)
+        if bad := not_utf8(raw):
+            raise DecodeError(f"field {bad!r} is not valid UTF-8", raw)
         if max_bytes is not None:
-            size = sum(len(k) + len(v) for k, v in raw.items())
+            size = request_bytes(raw)
             if size > max_bytes:
                 raise DecodeError(f"request is {size} bytes, over the {max_bytes}-byte limit", raw)
         if "agent" not in raw or not raw["agent"]:
@@ -229,6 +258,45 @@ class JobRequest(BaseModel):
         if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):
             raise DecodeError(f"field 'max_attempts' must be an integer >= 1, got {raw['max_attempts']!r}", raw)
         return request
+
+
+# A request has at most this many fields: §2 names ten, and a retry re-adds them in one Lua XADD.
+MAX_REQUEST_FIELDS = 64
+# Fields a worker adds when it puts a job back in its lane (id, submitted_at, source_id): bounded by their own
+# validation, so they do not count against the size limit (else a retry could push a request over it).
+SOURCE_FIELD = "source_id"  # on re-added entries: the lane entry the producer wrote
+ENTRY_ID = re.compile(r"^\d{1,19}-\d{1,19}$")
+READDED_FIELDS = ("id", "submitted_at", SOURCE_FIELD)
+
+
+def utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogateescape"))
+
+
+def request_bytes(raw: Mapping[str, str]) -> int:
+    """A request's encoded size in bytes, as a producer wrote it (the worker's re-added fields not counted)."""
+    return sum(utf8_len(k) + utf8_len(v) for k, v in raw.items() if not (k in READDED_FIELDS and len(v) <= JOB_ID_MAX))
+
+
+def not_utf8(raw: Mapping[str, str]) -> str | None:
+    """The first field name or value that was not UTF-8 on the wire (the client decodes with surrogateescape), or None."""
+    for key, value in raw.items():
+        for text in (key, value):
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    return repaired(key)
+    return None
+
+
+def repaired(text: str) -> str:
+    """``text`` with the bytes that were not UTF-8 as U+FFFD: safe to log, store as JSON and show."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def repaired_fields(raw: Mapping[str, str]) -> dict[str, str]:
+    return {repaired(k): repaired(v) for k, v in raw.items()}
 
 
 def _describe(exc: ValidationError) -> str:

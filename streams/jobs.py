@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,9 +20,9 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import JobRequest, Status, dumps, entry_ms, now_ms, result_fields
+from streams.envelope import ENTRY_ID, MAX_EPOCH_MS, SOURCE_FIELD, JobRequest, Status, dumps, entry_ms, is_valid_job_id, now_ms, repaired_fields, result_fields
 from streams.errors import DecodeError, Reject, RetryLater
-from streams.keys import LANES, Keys, partition_keys
+from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -38,8 +37,6 @@ PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 SUMMARY_EVERY_S = 10.0
-SOURCE_FIELD = "source_id"  # on re-added entries: the lane entry the producer wrote
-ENTRY_ID = re.compile(r"^\d{1,19}-\d{1,19}$")
 
 
 class JobExecutor(Protocol):
@@ -128,7 +125,7 @@ class JobProcessor:
             if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)
                 self.settler.submit(drop_op(stream, entry_id))
                 continue
-            job_id = raw.get("id") or self._keys_of[stream].generated_id(entry_id)
+            job_id = explicit_id(raw) or self._keys_of[stream].generated_id(entry_id)
             try:
                 request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes)
                 if request.agent == WORKFLOW_AGENT:
@@ -151,7 +148,8 @@ class JobProcessor:
         now = now_ms()
         entries = [
             (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts),
-             "" if c.request.deadline is None else str(c.request.deadline), "1" if c.request.id else "0")
+             "" if c.request.deadline is None else str(c.request.deadline), "1" if c.request.id else "0",
+             c.request.tenant or "", c.request.webhook or "", c.request.traceparent or "")
             for c in claimed
         ]
         args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
@@ -167,7 +165,8 @@ class JobProcessor:
                 self.settler.submit(drop_op(stream, c.entry_id))
             elif decision == "exhausted":
                 error = f"attempts exhausted: {used} of {c.max_attempts} used (worker crashes and reclaims count)"
-                self._finish(c, Status.FAILED, attempts=attempts, started_at=None, error=error, dead_reason="exhausted")
+                self._finish(c, Status.FAILED, attempts=attempts, started_at=int(first_started) if first_started else None,
+                             error=error, dead_reason="exhausted")
             else:
                 self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error="deadline passed before the job started", dead_reason="expired")
 
@@ -259,14 +258,17 @@ class JobProcessor:
 
     def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
         finished = now_ms()
+        raw = repaired_fields(raw)  # bytes that were not UTF-8 become U+FFFD: the dead letter keeps the rest as sent
         agent = raw.get("agent", "")
+        submitted = raw.get("submitted_at", "")
         fields = {"id": job_id, "agent": agent, "status": "rejected", "error": reason, "attempts": "0",
-                  "submitted_at": str(entry_ms(entry_id)), "finished_at": str(finished), "worker": self.worker}
+                  "submitted_at": submitted if submitted.isdigit() and int(submitted) <= MAX_EPOCH_MS else str(entry_ms(entry_id)),
+                  "finished_at": str(finished), "worker": self.worker}
         for name in ("webhook", "tenant", "traceparent", "parent", "step"):
             if raw.get(name):
                 fields[name] = raw[name]
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
-        alt = "" if raw.get("id") else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
+        alt = "" if explicit_id(raw) else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
         op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"))
         op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
@@ -315,6 +317,18 @@ class JobProcessor:
         for op in ops:
             self.settler.submit(op)
         await self.settler.flush()
+
+
+def explicit_id(raw: Mapping[str, str]) -> str | None:
+    """The job id a raw entry names, when it may be one: in the id alphabet, and with '::' only on a workflow's
+    step entry. Anything else (a bad id, another job's step id) leaves the job the entry's generated id."""
+    job_id = raw.get("id")
+    if not is_valid_job_id(job_id):
+        return None
+    assert job_id is not None
+    if STEP_SEPARATOR in job_id and job_id != f"{raw.get('parent')}{STEP_SEPARATOR}{raw.get('step')}":
+        return None
+    return job_id
 
 
 def _readded(c: Claimed) -> dict[str, str]:

@@ -11,7 +11,7 @@ import orjson
 from redis.asyncio import Redis
 
 from streams import metrics
-from streams.envelope import JobRequest, flat, is_generated_id, lane_for_priority, lane_for_request, now_ms
+from streams.envelope import JobRequest, flat, lane_for_priority, lane_for_request, now_ms, request_bytes, reserved_id_problem
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys, partition_of
@@ -33,11 +33,13 @@ class Published:
 
 
 def check_not_generated(request: JobRequest) -> None:
-    """Explicit ids never collide with generated ones: the generated shapes are reserved."""
-    if request.id is not None and is_generated_id(request.id):
-        raise InvalidRequest(
-            f"job id {request.id!r} has the shape of a generated id ('<digits>-<digits>', optionally after "
-            "'<lane>:'); those are reserved for jobs published without an id")
+    """Explicit ids never collide with the system's: generated shapes and workflow step ids are reserved."""
+    if request.id is not None and (problem := reserved_id_problem(request.id)):
+        raise InvalidRequest(f"job id {request.id[:80]!r}: {problem}")
+
+
+# A request and its stream fields, encoded and checked once.
+Encoded = tuple[JobRequest, dict[str, str]]
 
 
 class Producer:
@@ -105,54 +107,54 @@ class Producer:
         """Publish requests to the ``priority`` lane, in chunks of ``PUBLISH_CHUNK`` per partition; order is kept.
 
         Without ``priority`` each request goes to the lane its data names, as in :meth:`publish`.
-        A request with a reserved id fails the call before anything is published.
+        A request with a reserved id, or one too large, fails the call before anything is published.
         """
-        requests = list(requests)
-        for request in requests:
-            check_not_generated(request)
-        if priority is None:
-            return await self._publish_by_data(requests)
-        lane_name = lane_for_priority(priority)
-        await self.ensure_groups()
-        if len(self.partitions) == 1:
-            return await self._publish_partition(self.keys, list(requests), lane_name)
-        by_partition: dict[int, list[tuple[int, JobRequest]]] = {}
-        count = 0
-        for count, request in enumerate(requests, 1):
-            by_partition.setdefault(self.partition_for(request), []).append((count - 1, request))
-        out: list[Published | None] = [None] * count
-        for p, indexed in by_partition.items():
-            published = await self._publish_partition(self.partitions[p], [r for _, r in indexed], lane_name)
-            for (i, _), one in zip(indexed, published, strict=True):
-                out[i] = one
-        return [one for one in out if one is not None]
-
-    async def _publish_partition(self, keys: Keys, requests: Sequence[JobRequest], lane_name: str) -> list[Published]:
-        out: list[Published] = []
-        for start in range(0, len(requests), PUBLISH_CHUNK):
-            out.extend(await self._publish_chunk(keys, requests[start:start + PUBLISH_CHUNK], lane_name))
-        return out
-
-    async def _publish_by_data(self, requests: list[JobRequest]) -> list[Published]:
+        encoded = [(request, self._fields_of(request)) for request in requests]
+        if priority is not None:
+            return await self._publish_lane(encoded, lane_for_priority(priority))
         by_lane: dict[str, list[int]] = {}
-        for index, request in enumerate(requests):
+        for index, (request, _) in enumerate(encoded):
             by_lane.setdefault(lane_for_request(None, request.data), []).append(index)
         out: dict[int, Published] = {}
         for lane_name, indexes in by_lane.items():
-            published = await self.publish_many([requests[i] for i in indexes], priority=lane_name)
+            published = await self._publish_lane([encoded[i] for i in indexes], lane_name)
             out.update(zip(indexes, published, strict=True))
-        return [out[i] for i in range(len(requests))]
+        return [out[i] for i in range(len(encoded))]
 
-    async def _publish_chunk(self, keys: Keys, chunk: Sequence[JobRequest], lane_name: str) -> list[Published]:
+    def _fields_of(self, request: JobRequest) -> dict[str, str]:
+        """The request's stream fields, or the error that refuses it (checked for every request before any is sent)."""
+        check_not_generated(request)
+        try:
+            fields = request.to_fields()
+        except ValueError as exc:  # built without validation (model_construct) and not encodable
+            raise InvalidRequest(f"request for agent {request.agent!r}: data {exc}") from None
+        size = request_bytes(fields)
+        if size > self.max_request_bytes:
+            raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
+        return fields
+
+    async def _publish_lane(self, encoded: list[Encoded], lane_name: str) -> list[Published]:
+        await self.ensure_groups()
+        if len(self.partitions) == 1:
+            return await self._publish_partition(self.keys, encoded, lane_name)
+        by_partition: dict[int, list[int]] = {}
+        for index, (request, _) in enumerate(encoded):
+            by_partition.setdefault(self.partition_for(request), []).append(index)
+        out: dict[int, Published] = {}
+        for p, indexes in by_partition.items():
+            published = await self._publish_partition(self.partitions[p], [encoded[i] for i in indexes], lane_name)
+            out.update(zip(indexes, published, strict=True))
+        return [out[i] for i in range(len(encoded))]
+
+    async def _publish_partition(self, keys: Keys, encoded: Sequence[Encoded], lane_name: str) -> list[Published]:
+        out: list[Published] = []
+        for start in range(0, len(encoded), PUBLISH_CHUNK):
+            out.extend(await self._publish_chunk(keys, encoded[start:start + PUBLISH_CHUNK], lane_name))
+        return out
+
+    async def _publish_chunk(self, keys: Keys, chunk: Sequence[Encoded], lane_name: str) -> list[Published]:
         jobs = []
-        for request in chunk:
-            try:
-                fields = request.to_fields()
-            except ValueError as exc:  # built without validation (model_construct) and not encodable
-                raise InvalidRequest(f"request for agent {request.agent!r}: data {exc}") from None
-            size = sum(len(k) + len(v) for k, v in fields.items())
-            if size > self.max_request_bytes:
-                raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
+        for request, fields in chunk:
             extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args = [keys.job_prefix, lane_name, orjson.dumps(jobs).decode(), keys.generated_id("")]

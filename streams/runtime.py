@@ -36,6 +36,8 @@ RECLAIM_BATCH = 100
 READ_BATCH = 500
 # A blocking read per slot on a cluster waits for its siblings: keep each short so a woken slot is read again soon.
 CLUSTER_BLOCK_MS = 100
+# After an error no loop expects, the loop goes on after this pause (not in a busy loop).
+UNEXPECTED_PAUSE_S = 1.0
 
 
 class EntryHandler(Protocol):
@@ -208,6 +210,14 @@ class GroupRuntime:
                 else:
                     log.exception("%s: Redis refused a read", self.group)
                     await backoff.failed(exc)
+            except Exception:
+                await self._survive("the read loop")
+
+    async def _survive(self, loop: str) -> None:
+        """Called in an ``except`` block for an error no loop expects (a bug, a library's surprise): logged with its
+        traceback, then the loop goes on after a pause, so nothing stops reading, renewing or reclaiming for good."""
+        log.exception("%s/%s: unexpected error in %s; going on in %.0fs", self.group, self.consumer, loop, UNEXPECTED_PAUSE_S)
+        await asyncio.sleep(UNEXPECTED_PAUSE_S)
 
     async def _await_refill(self) -> None:
         """Wait up to ``refill_wait_s`` until ``refill`` slots are free."""
@@ -275,6 +285,11 @@ class GroupRuntime:
                 break
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
+            except Exception:
+                for eid, _ in fresh:  # not started: free their slots (not renewed, they are reclaimed after the lease)
+                    if self._slots.get((stream, eid), 0) is None:
+                        self.release(stream, eid)
+                raise
         backoff.ok()
 
     async def _renew_loop(self) -> None:
@@ -290,6 +305,8 @@ class GroupRuntime:
                 await backoff.failed(exc)
             except ResponseError as exc:
                 log.warning("%s: lease renewal refused: %s", self.group, exc)
+            except Exception:
+                await self._survive("lease renewal")
 
     async def renew(self) -> list[Slot]:
         by_stream: dict[str, list[str]] = {}
@@ -321,6 +338,8 @@ class GroupRuntime:
             except ResponseError as exc:
                 if not is_nogroup(exc):
                     log.warning("%s: reclaim refused: %s", self.group, exc)
+            except Exception:
+                await self._survive("the reclaim sweep")
 
     async def sweep(self) -> int:
         """Take over stalled entries, at most as many as there are free slots; returns how many."""
@@ -350,6 +369,8 @@ class GroupRuntime:
                 await backoff.failed(exc)
             except ResponseError as exc:
                 log.warning("%s: upkeep refused: %s", self.group, exc)
+            except Exception:
+                await self._survive("upkeep")
 
     async def _forget_loop(self) -> None:
         """Now and then, drop consumers idle past ``forget_idle_s`` with nothing pending."""

@@ -19,7 +19,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, JobResult, Status, encode_data, is_generated_id
+from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, JobResult, Status, encode_data, reserved_id_problem
 from streams.keys import LANES
 
 # One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.
@@ -50,11 +50,11 @@ def _priority(value: object) -> int | str:
 
 
 def _job_id(value: str) -> str:
-    """The id alphabet, minus the shapes of generated ids (so explicit ids never collide with them)."""
+    """The id alphabet, minus the system's own id shapes (generated and step ids), so explicit ids never collide with them."""
     if not _ID.match(value):
         raise ValueError(f"job id must be {JOB_ID_RULE}")
-    if is_generated_id(value):
-        raise ValueError("ids shaped '<digits>-<digits>' (optionally after '<lane>:') are reserved for jobs sent without an id")
+    if problem := reserved_id_problem(value):
+        raise ValueError(problem)
     return value
 
 

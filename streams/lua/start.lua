@@ -1,14 +1,15 @@
 -- Start a batch of claimed entries of one lane: decide for each whether it runs.
 -- KEYS[1] lane stream, KEYS[2] the slot guard; ARGV: job_prefix, lane_name, now_ms, worker, entries as one JSON array of
 --   [entry_id, job_id, agent, submitted_at, max_attempts, deadline ('' = none), explicit ('1' when the
---   request named its id)], all strings.
+--   request named its id), tenant, webhook, traceparent ('' = none)], all strings.
 -- An id-less request's job id is its entry ID (in a partitioned prefix '<entry ID>:<p>'); if a record of
 -- that id belongs to another entry (the same entry ID on another lane), the job is named '<lane>:<that id>'
 -- instead ('<lane>:<entry ID>[:<p>]', so it still names its partition): never a false duplicate.
 -- started_at is the job's first start (kept across retries and hand-backs); attempt_started_at is this attempt's.
--- Returns per entry {decision, attempts, used, job_id, started_at ('' unless run)} where decision is
---   run: record now running, attempts counted; dup: another entry owns this job or it ended;
---   exhausted: the attempt budget is spent; expired: the deadline passed before it started.
+-- Returns per entry {decision, attempts, used, job_id, started_at (the first start; '' if it never started)} where
+--   decision is run: record now running, attempts counted; dup: another entry owns this job or it ended;
+--   exhausted: the attempt budget is spent; expired: the deadline passed before it first started (a retry of a
+--   job that started in time is not expired: the deadline bounds the wait for a start).
 local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now_n = tonumber(now)
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
@@ -28,8 +29,8 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   if st and (terminal[st] or (src and src ~= me)) then
     out[#out + 1] = {'dup', att, att - base, jid, ''}
   elseif att - base >= max then
-    out[#out + 1] = {'exhausted', att, att - base, jid, ''}
-  elseif deadline ~= '' and now_n > tonumber(deadline) then
+    out[#out + 1] = {'exhausted', att, att - base, jid, rec[5] or ''}
+  elseif deadline ~= '' and not rec[5] and now_n > tonumber(deadline) then
     out[#out + 1] = {'expired', att, att - base, jid, ''}
   else
     att = att + 1
@@ -38,7 +39,10 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     if src == me then  -- published by a producer: agent, submitted_at and lane are there already
       redis.call('HSET', key, 'status', 'running', 'attempts', att, 'attempt_started_at', now, 'worker', worker,
         unpack(first))
-    else
+    else  -- a raw XADD: the record starts here, with what its readers (a tenant's API key) need to know it
+      for i, name in ipairs({'tenant', 'webhook', 'traceparent'}) do
+        if e[7 + i] and e[7 + i] ~= '' then first[#first + 1] = name; first[#first + 1] = e[7 + i] end
+      end
       redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'attempt_started_at', now,
         'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name, unpack(first))
     end

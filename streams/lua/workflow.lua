@@ -137,7 +137,7 @@ local function wf_end(C, h, wid, status, err, worker)
     local v = m[({webhook = 5, tenant = 6, traceparent = 7})[name]]
     if v then ev[#ev + 1] = name; ev[#ev + 1] = v end
   end
-  redis.call('XADD', C.results, 'MAXLEN', '~', C.maxlen, '*', unpack(ev))
+  redis.call('XADD', C.results, '*', unpack(ev))  -- no MAXLEN: trim_results.lua keeps what groups still need
   local key = C.job_prefix .. wid
   redis.call('HDEL', key, 'error')
   redis.call('HSET', key, 'steps_done', done, unpack(ev))

@@ -120,6 +120,7 @@ def cluster_gateways(cluster: LocalCluster, cluster_prefix: str, tmp_path) -> It
     factory.close()
 
 
+@pytest.mark.timeout(300)  # its own waits are bounded (60 + 30 + 60 + 120 + 30 s); the 120 s default is for one of them
 @pytest.mark.parametrize("replica_acks", [0, 1])
 async def test_master_failover_loses_no_job(
     cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, cluster_workers, cluster_gateways: GatewayFactory,

@@ -51,11 +51,19 @@ async def test_every_malformed_entry_is_rejected_and_dead_lettered(redis, keys: 
 
 async def test_an_id_outside_the_alphabet_is_rejected_with_the_reason(redis, keys: Keys, workers) -> None:
     workers.start()
-    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "commande-é"})
+    bad = await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "commande é"})
+    step_like = await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "wf-1::s1"})
     await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "wf-1:step.a_2"})
-    got = {r.id: r for r in await wait_results(redis, keys, 2, timeout=20)}
-    assert got["commande-é"].status == "rejected"
-    assert "job id must be 1-512 ASCII letters, digits, '_', '.', ':' or '-'" in (got["commande-é"].error or "")
+    got = {r.id: r for r in await wait_results(redis, keys, 3, timeout=20)}
+    # Then a malformed id is rejected under the entry's generated id: it names no record or key
+    assert got[bad].status == "rejected"
+    assert "job id must be 1-512 ASCII letters, digits, '_', '.', ':' or '-'" in (got[bad].error or "")
+    assert not await redis.exists(keys.job("commande é"))
+    # And so is an id with '::' that is not the workflow script's own step entry (it could name another's step)
+    assert got[step_like].status == "rejected" and "'::' is reserved" in (got[step_like].error or "")
+    assert not await redis.exists(keys.job("wf-1::s1"))
+    dead = {d.request.get("id"): d for d in await list_dead(redis, keys)}
+    assert dead["commande é"].id == bad and dead["wf-1::s1"].id == step_like
     assert got["wf-1:step.a_2"].status == "completed"
 
 

@@ -22,6 +22,22 @@ async def test_dead_letter_names_the_entry_the_producer_wrote_after_retries(redi
     assert letter.last_source_id is not None and letter.last_source_id > written
 
 
+async def test_a_replayed_job_still_names_the_entry_the_producer_wrote(redis, keys: Keys, workers) -> None:
+    # Given a raw request that failed for good, and its dead letter replayed once
+    workers.start("--agents", "echo")
+    written = await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": json.dumps({"fail_first": 9}), "id": "twice-dead", "max_attempts": "1"})
+    await wait_results(redis, keys, 1, timeout=20)
+    (first,) = await list_dead(redis, keys)
+    replayed, _ = await replay_all(redis, keys)
+    assert replayed == ["twice-dead"]
+    # When the replay fails again
+    await wait_results(redis, keys, 2, timeout=20)
+    (second,) = await list_dead(redis, keys)
+    # Then the new dead letter still names the entry the producer wrote, and its own last entry apart
+    assert first.source_id == written and second.source_id == written
+    assert second.last_source_id is not None and second.last_source_id > written
+
+
 async def test_an_invalid_first_entry_is_its_own_source(redis, keys: Keys, workers) -> None:
     workers.start("--agents", "echo")
     written = await redis.xadd(keys.lane("low"), {"agent": "echo", "data": "not json"})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from streams.errors import InvalidRequest
-from streams.keys import Keys
+from streams.envelope import JobRequest
+from streams.errors import InvalidRequest, RequestTooLarge
+from streams.keys import Keys, partition_keys
 from streams.producer import Producer
 
 
@@ -14,6 +15,27 @@ async def test_explicit_ids_of_the_generated_shapes_are_refused(redis, keys: Key
     with pytest.raises(InvalidRequest, match="reserved"):
         await producer.publish("echo", {}, id=job_id)
     assert not await redis.exists(keys.lane("normal"))
+
+
+@pytest.mark.parametrize("job_id", ["wf-42::reviews", "a::b::c", "::x"])
+async def test_explicit_ids_with_the_step_separator_are_refused(redis, keys: Keys, producer: Producer, job_id: str) -> None:  # type: ignore[no-untyped-def]
+    # '::' names another workflow's step: a producer choosing it could read or take over that step's record
+    with pytest.raises((InvalidRequest, ValueError), match="'::' is reserved"):
+        await producer.publish("echo", {}, id=job_id)
+    assert not await redis.exists(keys.lane("normal"))
+
+
+async def test_a_batch_with_one_request_too_large_publishes_nothing(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a producer over 4 partitions with a 2,000-byte limit, and a batch whose last request is too large
+    producer = Producer(redis, keys, partitions=4, max_request_bytes=2000)
+    requests = [JobRequest(agent="echo", data={"i": i}, id=f"fits-{i}") for i in range(20)]
+    requests.append(JobRequest(agent="echo", data={"blob": "x" * 3000}, id="too-large"))
+    # When it is published
+    with pytest.raises(RequestTooLarge):
+        await producer.publish_many(requests, priority="normal")
+    # Then no partition got any of it (a caller sending the others again publishes each once)
+    for part in partition_keys(keys, 4):
+        assert not await redis.xlen(part.lane("normal")), part.lane("normal")
 
 
 async def test_ids_of_other_shapes_are_fine(producer: Producer) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from streams.dead import list_dead, replay
+from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
 from streams.workflow import Workflow
-from tests.support import WorkerFactory
+from tests.support import WorkerFactory, wait_results
 from tests.workflows.support import event_counts, events_of, start_workers, wait_event
 
 
@@ -251,3 +252,21 @@ async def test_forged_step_fields_do_not_move_a_workflow(redis, keys: Keys, prod
     assert event.status == "completed"
     b = event.result["steps"]["b"]["result"]
     assert b["echo"] == {"real": True} and b["inputs"] == {"a": event.result["steps"]["a"]["result"]}
+
+
+async def test_a_workflow_ending_never_trims_results_a_group_has_not_read(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a results stream kept to 5 entries, and 250 results no notifier has read yet (more than one
+    # stream node of 100 entries: XADD MAXLEN ~ drops whole nodes)
+    workers.start("--concurrency", "8", env={"STREAMCREW_RESULTS_MAXLEN": "5"})
+    await producer.publish_many([JobRequest(agent="echo", data={"i": i}, id=f"unread-{i}") for i in range(250)])
+    first = (await wait_results(redis, keys, 250, timeout=30))[0]
+    # When a workflow ends (its one result event written by the workflow script)
+    wf = Workflow("wf-retention")
+    wf.step("only", "echo", {})
+    await producer.publish_workflow(wf)
+    event = await wait_event(redis, keys, "wf-retention")
+    assert event.status == "completed"
+    # Then every unread result is still there: only the trim, which keeps what groups still need, removes results
+    entries = await redis.xrange(keys.results, count=1)
+    assert entries[0][1]["id"] == first.id
+    assert await redis.xlen(keys.results) >= 252
