@@ -8,7 +8,11 @@ backoff and jitter, honouring Retry-After (finite, capped at
 ``max_backoff_s``), within ``max_retries`` and ``retry_budget_s``; then it
 raises ``LLMUnavailable``, which the worker counts as a failed attempt and
 retries the job. A 429 cools the key down and the next key is tried at once.
-Errors name the endpoint as ``host:port``, never its credentials or query.
+The endpoint is untrusted: an answer over ``max_response_bytes`` (or coded,
+when identity was asked for) or of the wrong shape is a failed try like a 502,
+its connection closed unread; of an error body at most 64 KiB is read.
+Errors name the endpoint as ``host:port``, never its credentials or query,
+and a provider's error text is cleaned of our keys before it is cut short.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from agents.llm import metrics, providers
 from agents.llm.errors import LLMRequestError, LLMUnavailable
 from agents.llm.keys import ApiKey, KeyPool
 from agents.llm.pricing import PriceTable
-from agents.llm.providers import ChatResult
+from agents.llm.providers import ChatResult, Reply
 from agents.llm.settings import LLMSettings
 from agents.usage import record_usage
 from streams.retry_after import parse_retry_after
@@ -38,6 +42,10 @@ log = logging.getLogger(__name__)
 
 _KEYLIKE = re.compile(r"\b(?:sk|pk|key|api)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_ERROR_BODY_BYTES = 64 * 1024  # ample for a provider's error message; the rest is never read
+_MESSAGE_CHARS = 160  # of a provider's error text, in our error
+_REDACTED_CHARS = 1024  # of it redacted first: the kept 160 plus more than any key's length, and cheap to scan
+_KEY_RUN = 8  # this many characters of a key in a row are a leak; a provider's "...c85e" is not
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +53,7 @@ class _Outcome:
     """One HTTP attempt, reduced to what the retry loop needs (no exception objects, no keys)."""
 
     status: str  # HTTP status code, "timeout" or "transport_error"
-    data: dict[str, Any] | None = None
+    reply: Reply | None = None
     retry_after_s: float | None = None
     detail: str = ""
 
@@ -87,7 +95,7 @@ class LLMClient:
             )
             self._http_session = aiohttp.ClientSession(
                 connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding"), raise_for_status=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"), raise_for_status=False, auto_decompress=False,
             )
         return self._http_session
 
@@ -125,8 +133,8 @@ class LLMClient:
                 outcome = await self._attempt(key, payload)
             finally:
                 self.keys.release(key)
-            if outcome.data is not None:
-                return self._result(outcome.data)
+            if outcome.reply is not None:
+                return self._result(outcome.reply)
             last = f"{outcome.detail} via {key.label}"
             status = int(outcome.status) if outcome.status.isdigit() else None
             if status is not None and status not in _RETRYABLE:
@@ -151,12 +159,12 @@ class LLMClient:
         headers = providers.headers(s.provider, key.secret, s.anthropic_version)
         try:
             async with self._http.post(self._url, data=payload, headers=headers, timeout=self._timeout,
-                                       allow_redirects=False) as response:
+                                       allow_redirects=False, auto_decompress=False) as response:
                 if not 200 <= response.status <= 599:  # 000-099 (aiohttp skips 1xx): not an answer
                     response.close()  # and the connection is not reused
                     outcome = _Outcome("transport_error", detail=f"protocol error (status {response.status:03d}) at {self.endpoint}")
                 else:
-                    outcome = self._read(response.status, response.headers, await response.read())
+                    outcome = await self._receive(response)
         except TimeoutError:
             outcome = _Outcome("timeout", detail=f"timeout after {s.timeout_s:g}s at {self.endpoint}")
         except aiohttp.ClientConnectorError as exc:
@@ -168,15 +176,36 @@ class LLMClient:
         metrics.LLM_LATENCY.labels(self.model).observe(time.monotonic() - started)
         return outcome
 
-    def _read(self, code: int, headers: Any, content: bytes) -> _Outcome:
-        if code == 200:
-            try:
-                data = orjson.loads(content)
-            except orjson.JSONDecodeError:
-                return _Outcome("502", detail="HTTP 200 with a body that is not JSON")
-            if isinstance(data, dict):
-                return _Outcome("200", data=data)
+    async def _receive(self, response: aiohttp.ClientResponse) -> _Outcome:
+        if response.status != 200:
+            body, _ = await _read_capped(response, _ERROR_BODY_BYTES)
+            return self._refusal(response.status, response.headers, body)
+        coding = response.headers.get("content-encoding", "").strip().lower()
+        if coding not in ("", "identity"):  # a gzip bomb stays packed: we asked for identity and never unpack
+            response.close()
+            return _Outcome("502", detail=f"HTTP 200 with content-encoding {coding[:32]!r}, not the identity asked for")
+        limit = self.settings.max_response_bytes
+        too_large = _Outcome("502", detail=f"HTTP 200 with a body over the size limit of {limit} bytes (STREAMCREW_LLM_MAX_RESPONSE_BYTES)")
+        if response.content_length is not None and response.content_length > limit:
+            response.close()
+            return too_large
+        body, whole = await _read_capped(response, limit)
+        return self._parse(body) if whole else too_large
+
+    def _parse(self, body: bytes) -> _Outcome:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return _Outcome("502", detail="HTTP 200 with a body that is not JSON")
+        if not isinstance(data, dict):
             return _Outcome("502", detail="HTTP 200 with a body that is not a JSON object")
+        parse = providers.parse_anthropic if self.settings.provider == "anthropic" else providers.parse_openai
+        try:
+            return _Outcome("200", reply=parse(data))
+        except ValueError as exc:  # the message names the field, never the body
+            return _Outcome("502", detail=f"HTTP 200 with {exc}")
+
+    def _refusal(self, code: int, headers: Any, content: bytes) -> _Outcome:
         cap = self.settings.max_backoff_s
         retry_after = None
         if "retry-after-ms" in headers:
@@ -184,29 +213,62 @@ class LLMClient:
             retry_after = ms / 1000 if ms is not None else None
         if retry_after is None:
             retry_after = parse_retry_after(headers.get("retry-after"), cap_s=cap)
-        return _Outcome(str(code), retry_after_s=retry_after, detail=f"HTTP {code}{self._redact(_error_message(content))}")
+        # redacted, then cut: a key that starts in the kept characters lies whole in the redacted ones
+        message = self._redact(_error_message(content)[:_REDACTED_CHARS])[:_MESSAGE_CHARS]
+        return _Outcome(str(code), retry_after_s=retry_after, detail=f"HTTP {code}" + (f" ({message})" if message else ""))
 
     def _redact(self, text: str) -> str:
-        """Providers quote (partly masked) keys in 401 bodies: strip ours and anything key-shaped."""
+        """Providers quote (partly masked) keys in 401 bodies: ours become their label, any
+        8-character run of one is masked, and anything key-shaped goes too."""
         for key in self.keys.keys:
             if key.secret:
                 text = text.replace(key.secret, key.label)
+        text = _mask_key_runs(text, [key.secret for key in self.keys.keys if key.secret])
         return _KEYLIKE.sub("[redacted]", text)
 
-    def _result(self, data: dict[str, Any]) -> ChatResult:
-        parse = providers.parse_anthropic if self.settings.provider == "anthropic" else providers.parse_openai
-        content, calls, finish, prompt_tokens, completion_tokens = parse(data)
-        cost = self._prices.cost(self.model, prompt_tokens, completion_tokens)
-        metrics.record_call(self.model, prompt_tokens, completion_tokens, cost)
-        record_usage(self.model, prompt_tokens, completion_tokens, cost)
-        return ChatResult(content, self.model, prompt_tokens, completion_tokens, cost, calls, finish)
+    def _result(self, reply: Reply) -> ChatResult:
+        cost = self._prices.cost(self.model, reply.prompt_tokens, reply.completion_tokens)
+        metrics.record_call(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
+        record_usage(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
+        return ChatResult(reply.content, self.model, reply.prompt_tokens, reply.completion_tokens, cost, reply.tool_calls, reply.finish_reason)
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """The body's first ``limit`` bytes, and whether that is all of it; a longer body's connection is closed."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            response.close()
+            return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
+
+
+def _mask_key_runs(text: str, secrets: list[str]) -> str:
+    """``text`` with each run of ``_KEY_RUN`` or more characters of a secret replaced by ``[redacted]``."""
+    spans = []
+    for run in {secret[i:i + _KEY_RUN] for secret in secrets for i in range(len(secret) - _KEY_RUN + 1)}:
+        at = text.find(run)
+        while at >= 0:
+            spans.append((at, at + _KEY_RUN))
+            at = text.find(run, at + 1)
+    out, done = [], 0
+    for start, end in sorted(spans):
+        if start > done:
+            out += [text[done:start], "[redacted]"]
+        elif not out:
+            out.append("[redacted]")
+        done = max(done, end)
+    return "".join(out) + text[done:]
 
 
 def _error_message(content: bytes) -> str:
-    """The provider's own error text, short; providers do not echo keys in error bodies."""
+    """The provider's own error text, uncut: ``_refusal`` cuts it short only after redacting it."""
     try:
         error = orjson.loads(content).get("error")
     except (orjson.JSONDecodeError, AttributeError):
         return ""
     message = error.get("message") if isinstance(error, dict) else error
-    return f" ({str(message)[:160]})" if message else ""
+    return str(message) if message else ""

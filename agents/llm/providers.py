@@ -3,19 +3,22 @@
 Callers speak one dialect, OpenAI's (``messages`` with ``tool_calls`` and
 ``tool`` turns, ``tools`` as function schemas) because CrewAI does too; this
 module turns it into each provider's request and each response back into a
-``ChatResult``.
+``Reply``. A response is validated at this edge (pydantic models below): one
+of the wrong shape, or with a token count below 0 or above
+``MAX_TOKENS_PER_CALL``, raises ``ValueError`` naming the first bad field.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
-from agents.llm.errors import LLMRequestError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Provider = Literal["openai", "anthropic"]
 _OPENAI_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
+MAX_TOKENS_PER_CALL = 10**9  # far above any context window; a larger count is a broken peer, not a bill
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +54,21 @@ class ChatModel(Protocol):
 
 
 def endpoint(base_url: str, provider: Provider) -> str:
-    """``https://host/v1`` and ``https://host`` both work for either provider."""
-    base = base_url.rstrip("/")
-    suffix = "/chat/completions" if provider == "openai" else "/messages"
-    return base + suffix if base.endswith("/v1") else base + "/v1" + suffix
+    """``https://host/v1`` and ``https://host`` both work for either provider; a query
+    (``?api-version=...``) stays after the path, a fragment is dropped."""
+    import yarl  # here, not at the top: the offline model imports this module and needs no URL
+
+    url = yarl.URL(base_url)
+    path = url.raw_path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
+    path += "/chat/completions" if provider == "openai" else "/messages"
+    return str(url.with_path(path, encoded=True, keep_query=True))
 
 
 def headers(provider: Provider, secret: str | None, anthropic_version: str) -> dict[str, str]:
-    out = {"content-type": "application/json", "accept": "application/json"}
+    # identity: a compressed answer could unpack to far more than the response size limit
+    out = {"content-type": "application/json", "accept": "application/json", "accept-encoding": "identity"}
     if provider == "anthropic":
         out["anthropic-version"] = anthropic_version
         if secret:
@@ -127,28 +137,111 @@ def anthropic_body(model: str, messages: list[dict[str, Any]], tools: list[dict[
     return body
 
 
-def parse_openai(data: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], str | None, int, int]:
+class Reply(NamedTuple):
+    """One response, read: what ``ChatResult`` needs from the provider."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+_Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL)] | None
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class OpenAIFunction(_Wire):
+    name: str
+    arguments: str | dict[str, Any] | None = None
+
+
+class OpenAIToolCall(_Wire):
+    id: str | None = None
+    function: OpenAIFunction
+
+
+class OpenAIMessage(_Wire):
+    content: str | None = None
+    tool_calls: list[OpenAIToolCall] | None = None
+
+
+class OpenAIChoice(_Wire):
+    message: OpenAIMessage
+    finish_reason: str | None = None
+
+
+class OpenAIUsage(_Wire):
+    prompt_tokens: _Tokens = None
+    completion_tokens: _Tokens = None
+
+
+class OpenAIResponse(_Wire):
+    choices: list[OpenAIChoice] = Field(min_length=1)
+    usage: OpenAIUsage | None = None
+
+
+class AnthropicBlock(_Wire):
+    type: str
+    text: str = ""
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _tool_use_is_named(self) -> AnthropicBlock:
+        if self.type == "tool_use" and not self.name:
+            raise ValueError("a tool_use block needs a name")
+        return self
+
+
+class AnthropicUsage(_Wire):
+    input_tokens: _Tokens = None
+    output_tokens: _Tokens = None
+
+
+class AnthropicResponse(_Wire):
+    content: list[AnthropicBlock]
+    stop_reason: str | None = None
+    usage: AnthropicUsage | None = None
+
+
+def _malformed(what: str, exc: ValidationError) -> ValueError:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    more = f", and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+    return ValueError(f"a malformed {what} ({where}: {first['msg']}{more})")
+
+
+def parse_openai(data: dict[str, Any]) -> Reply:
     try:
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (KeyError, IndexError, TypeError):
-        raise LLMRequestError("malformed chat completion: no choices[0].message", 200) from None
-    usage = data.get("usage") or {}
+        r = OpenAIResponse.model_validate(data)
+    except ValidationError as exc:
+        raise _malformed("chat completion", exc) from None
+    choice, usage = r.choices[0], r.usage or OpenAIUsage()
     calls = [
-        {"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or "{}"}}
-        for c in message.get("tool_calls") or []
+        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+        for c in choice.message.tool_calls or []
     ]
-    return message.get("content"), calls, choice.get("finish_reason"), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    return Reply(choice.message.content, calls, choice.finish_reason, usage.prompt_tokens or 0, usage.completion_tokens or 0)
 
 
-def parse_anthropic(data: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]], str | None, int, int]:
-    content = data.get("content")
-    if not isinstance(content, list):
-        raise LLMRequestError("malformed message: no content list", 200)
-    texts = [b.get("text", "") for b in content if b.get("type") == "text"]
+def _arguments(value: str | dict[str, Any] | None) -> str:
+    return json.dumps(value) if isinstance(value, dict) else value or "{}"
+
+
+def parse_anthropic(data: dict[str, Any]) -> Reply:
+    try:
+        r = AnthropicResponse.model_validate(data)
+    except ValidationError as exc:
+        raise _malformed("message", exc) from None
+    texts = [b.text for b in r.content if b.type == "text"]
     calls = [
-        {"id": b.get("id"), "type": "function", "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
-        for b in content if b.get("type") == "tool_use"
+        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input or {})}}
+        for b in r.content if b.type == "tool_use"
     ]
-    usage = data.get("usage") or {}
-    return ("".join(texts) if texts else None), calls, data.get("stop_reason"), int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    usage = r.usage or AnthropicUsage()
+    return Reply(("".join(texts) if texts else None), calls, r.stop_reason, usage.input_tokens or 0, usage.output_tokens or 0)

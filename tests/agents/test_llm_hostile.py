@@ -1,15 +1,18 @@
-"""Hostile LLM endpoints on loopback against the real LLMClient (issue 10 defects 3 and 8, issue 15)."""
+"""Hostile LLM endpoints on loopback against the real LLMClient (issue 10 defects 3 and 8, issue 15; answer size, key runs, URL query, malformed 200s)."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import time
+import tracemalloc
 
 import orjson
 import pytest
 
-from agents.llm import LLMClient, LLMSettings, LLMUnavailable
+from agents.llm import LLMClient, LLMRequestError, LLMSettings, LLMUnavailable
+from agents.usage import UsageLedger
 from streams.embedded import free_port
 from tests.hostile import Start, response, started_peers
 
@@ -91,3 +94,218 @@ async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials
     for secret in ("hunter2", "alice", SECRET):
         assert secret not in message
         assert secret not in caplog.text
+
+
+# An answer's size: the client reads at most max_response_bytes of a 200 and 64 KiB of an error body.
+
+LIMIT = 64 * 1024
+HUGE = 32 * 1024 * 1024  # what each hostile answer would cost unbounded
+
+
+async def send(writer: asyncio.StreamWriter, head: bytes, body: bytes, *, chunked: bool = False) -> None:
+    """``head`` then ``body`` in 64 KiB pieces, each drained: the peer itself never holds more than one."""
+    writer.write(head)
+    view = memoryview(body)
+    for i in range(0, len(body), 64 * 1024):
+        piece = view[i:i + 64 * 1024]
+        writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+        await writer.drain()
+    if chunked:
+        writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+def hostile_answer(kind: str) -> tuple[bytes, bytes, bool]:
+    """(head, body, chunked) of a ``kind`` of answer that unbounded would cost HUGE bytes of memory."""
+    big = completion("a" * HUGE)  # a valid completion: read whole, the call would succeed with it
+    if kind == "content-length":
+        return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(big), big, False
+    if kind == "chunked":
+        return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", big, True
+    if kind == "gzip":  # ~32 KiB on the wire
+        packed = gzip.compress(big, compresslevel=9)
+        return b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed), packed, False
+    error = orjson.dumps({"error": {"message": "overloaded " + "x" * HUGE}})
+    return b"HTTP/1.1 503 Busy\r\ncontent-length: %d\r\n\r\n" % len(error), error, False
+
+
+@pytest.mark.parametrize("kind", ["content-length", "chunked", "gzip", "error-body"])
+async def test_a_huge_answer_costs_no_more_memory_than_the_limit_and_is_retried_on_a_new_connection(peer: Start, kind: str) -> None:
+    # Given an endpoint whose first answer is HUGE bytes (or unpacks to them), then a normal one
+    head, body, chunked = hostile_answer(kind)
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            await send(writer, head, body, chunked=chunked)
+        else:
+            writer.write(ok("fine"))
+            await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, max_response_bytes=LIMIT, max_retries=1)
+    tracemalloc.start()
+    try:
+        # When a call is made
+        result = await client.chat(HELLO)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        await client.aclose()
+    # Then the huge answer was a failed try, retried, and the call never held anything near its size;
+    # a body over the limit on the wire was not drained: its connection was closed, the retry opened another
+    assert result.content == "fine"
+    assert p.requests == 2
+    assert p.connections == 2 or kind == "gzip"  # gzip's 32 KiB may arrive whole first, and then its connection is fine
+    assert peak < 8 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB while reading a {kind} answer"
+    assert b"accept-encoding: identity" in p.heads[0].lower()
+
+
+OVER_LIMIT = f"size limit of {LIMIT} bytes (STREAMCREW_LLM_MAX_RESPONSE_BYTES)"
+
+
+@pytest.mark.parametrize(("kind", "says"), [("content-length", OVER_LIMIT), ("chunked", OVER_LIMIT),
+                                            ("gzip", "content-encoding 'gzip'")], ids=["content-length", "chunked", "gzip"])
+async def test_an_answer_over_the_limit_fails_the_call_naming_the_limit(peer: Start, kind: str, says: str) -> None:
+    # Given an endpoint that always answers HUGE bytes (or gzip, which was not asked for)
+    head, body, chunked = hostile_answer(kind)
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        await send(writer, head, body, chunked=chunked)
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, max_response_bytes=LIMIT, max_retries=1)
+    try:
+        # When a call is made
+        with pytest.raises(LLMUnavailable) as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then each try failed like a 502 (retried) and the error says why
+    assert p.requests == 2
+    assert says in str(caught.value), str(caught.value)
+
+
+# A provider's error text: keys are redacted in the whole text before it is cut short.
+
+AZURE_KEY = "9f3c2a7be41d58c06a9e3f17b2d4c85e"  # 32 hex characters, no sk-/key- prefix to look key-shaped
+
+
+@pytest.mark.parametrize("message", [
+    "x" * 130 + f" {AZURE_KEY} is not a valid key for this deployment",  # the old 160-character cut fell inside the key
+    f"Incorrect API key provided: {AZURE_KEY[:12]}{'*' * 16}{AZURE_KEY[-4:]}. Find your key in the portal.",
+], ids=["whole-key-across-the-cut", "provider-masked-prefix"])
+async def test_no_run_of_8_characters_of_a_key_reaches_the_error(peer: Start, message: str) -> None:
+    # Given an endpoint that quotes the key in its 401 message
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(401, orjson.dumps({"error": {"message": message}})))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, api_keys=AZURE_KEY)
+    try:
+        # When a call is made
+        with pytest.raises(LLMRequestError) as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the error keeps the provider's words but no 8 characters of the key in a row
+    error = str(caught.value)
+    assert "HTTP 401" in error and ("not a valid key" in error or "Incorrect API key" in error), error
+    leaks = [AZURE_KEY[i:i + 8] for i in range(len(AZURE_KEY) - 7) if AZURE_KEY[i:i + 8] in error]
+    assert not leaks, error
+
+
+# The endpoint URL: a base URL's query stays after the path.
+
+async def test_a_base_url_with_a_query_keeps_it_after_the_path(peer: Start, caplog: pytest.LogCaptureFixture) -> None:
+    # Given an Azure-style base URL whose query holds the API version and a secret
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(ok("fine") if n == 1 else response(500, b"{}"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    caplog.set_level(logging.DEBUG)
+    client = client_for(p.url, base_url=p.url + "/openai/deployments/gpt4?api-version=2024-06-01&sig=q-secret", max_retries=0)
+    try:
+        # When a call succeeds and the next one fails
+        result = await client.chat(HELLO)
+        with pytest.raises(LLMUnavailable) as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the request went to the path with the query after it, and the query is in no error or log
+    assert result.content == "fine"
+    assert p.heads[0].startswith(b"POST /openai/deployments/gpt4/v1/chat/completions?api-version=2024-06-01&sig=q-secret HTTP/1.1\r\n")
+    assert "q-secret" not in str(caught.value) and "q-secret" not in caplog.text
+
+
+# A malformed 200: a failed try like a 502, retried, nothing booked.
+
+def openai_200(body: object) -> bytes:
+    return response(200, orjson.dumps(body), headers="content-type: application/json\r\n")
+
+
+MESSAGE = {"role": "assistant", "content": "hi"}
+MALFORMED = {
+    "negative-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": -5, "completion_tokens": 1}}),
+    "word-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": "lots"}}),
+    "absurd-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": 10**15, "completion_tokens": 1}}),
+    "tool-call-without-function": ("openai", {"choices": [{"message": {"role": "assistant", "tool_calls": [{"id": "c1"}]}}]}),
+    "message-is-a-string": ("openai", {"choices": [{"message": "hello"}]}),
+    "no-choices": ("openai", {"choices": []}),
+    "content-not-a-list": ("anthropic", {"content": "hello", "usage": {"input_tokens": 1, "output_tokens": 1}}),
+    "block-not-an-object": ("anthropic", {"content": ["hello"]}),
+    "tool-use-without-name": ("anthropic", {"content": [{"type": "tool_use", "id": "t1", "input": {}}]}),
+    "anthropic-negative-tokens": ("anthropic", {"content": [{"type": "text", "text": "hi"}], "usage": {"input_tokens": -1}}),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+async def test_a_malformed_200_is_retried_and_then_unavailable_with_nothing_booked(peer: Start, ledger: UsageLedger, case: str) -> None:
+    # Given an endpoint that always answers 200 with a malformed body, and a priced model
+    provider, body = MALFORMED[case]
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(openai_200(body))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, provider=provider, max_retries=1, prices={"hostile-model": [0.42, 0.42]})
+    try:
+        # When a call is made
+        with pytest.raises(LLMUnavailable) as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then both tries failed like a 502, the error says the answer was malformed, and no usage was booked
+    assert p.requests == 2
+    assert "HTTP 200 with a malformed" in str(caught.value), str(caught.value)
+    assert ledger.calls == 0
+
+
+async def test_a_well_formed_answer_with_null_usage_books_zero_tokens(peer: Start, ledger: UsageLedger) -> None:
+    # Given an endpoint whose answer carries a tool call with object arguments and null token counts
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": {"order": "ORD-1"}}}
+    body = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": None}}
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(openai_200(body))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url)
+    try:
+        result = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the call is read as before: the tool call in OpenAI's shape, zero tokens
+    assert result.tool_calls == [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "ORD-1"}'}}]
+    assert (result.prompt_tokens, result.completion_tokens, result.finish_reason) == (0, 0, "tool_calls")
+    assert ledger.calls == 1

@@ -81,6 +81,12 @@ def test_endpoints_accept_a_base_with_or_without_v1() -> None:
     assert endpoint("https://api.anthropic.com", "anthropic") == "https://api.anthropic.com/v1/messages"
 
 
+def test_an_endpoint_keeps_the_base_urls_query_after_the_path() -> None:
+    base = "https://x.example/openai/deployments/gpt4?api-version=2024-06-01&sig=a%2Bb"
+    assert endpoint(base, "openai") == "https://x.example/openai/deployments/gpt4/v1/chat/completions?api-version=2024-06-01&sig=a%2Bb"
+    assert endpoint("https://x.example/v1/?v=1#frag", "anthropic") == "https://x.example/v1/messages?v=1"
+
+
 async def test_a_401_echoing_the_key_is_redacted_and_not_retried() -> None:
     async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
         writer.write(response(401, orjson.dumps({"error": {"message": f"Incorrect API key provided: {SECRET}"}})))
