@@ -68,7 +68,8 @@ async def run_notifier(settings: NotifierSettings) -> int:
     deliverer = build_deliverer(settings)
     handler = NotifierHandler(stores, settings, runtime, deliverer)
     if not deliverer.signer.signs:
-        log.warning("STREAMCREW_WEBHOOK_SECRET is not set: webhooks without a tenant or subscription secret go out unsigned")
+        log.warning("STREAMCREW_WEBHOOK_SECRET is not set: job webhooks without a tenant secret, and subscriptions "
+                    "without their own, go out unsigned")
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port)

@@ -6,7 +6,11 @@ healthy hosts queued behind it for many seconds; failures were not cached, so
 each retry paid again. Here lookups go through c-ares (``aiodns``, no
 threads), each has its own timeout, one name is looked up once at a time
 however many deliveries want it, one domain has at most ``per_domain``
-lookups in flight, and answers (good or bad) are cached.
+lookups in flight, and answers (good or bad) are cached. A lookup beyond
+``per_domain`` fails at once (the delivery is retried later) rather than
+waiting for a slot: a silent DNS server then costs other names of its domain
+a retry, never a wait. A domain is the last two labels (no Public Suffix List
+here), so names under a shared suffix (``co.uk``, ``com.au``) share one bound.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class Resolver:
         self._dns: aiodns.DNSResolver | None = None
         self._cache: dict[str, tuple[float, list[IPAddress] | str]] = {}
         self._inflight: dict[str, asyncio.Task[list[IPAddress] | str]] = {}
-        self._domains: dict[str, tuple[asyncio.Semaphore, int]] = {}
+        self._domains: dict[str, int] = {}  # lookups in flight per domain
 
     async def resolve(self, host: str) -> list[IPAddress]:
         now = time.monotonic()
@@ -68,12 +72,13 @@ class Resolver:
     async def _lookup(self, host: str) -> list[IPAddress] | str:
         answer: list[IPAddress] | str
         domain = domain_of(host)
-        sem, users = self._domains.get(domain) or (asyncio.Semaphore(self.per_domain), 0)
-        self._domains[domain] = (sem, users + 1)
+        in_flight = self._domains.get(domain, 0)
+        if in_flight >= self.per_domain:  # not cached: the next attempt may find a free slot
+            return f"cannot resolve {host}: {in_flight} lookups under {domain} already in flight"
+        self._domains[domain] = in_flight + 1
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with sem:
-                    result = await self._channel().getaddrinfo(host, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
+                result = await self._channel().getaddrinfo(host, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
             answer = list(dict.fromkeys(ipaddress.ip_address(n.addr[0].decode().split("%", 1)[0]) for n in result.nodes))
             if not answer:
                 answer = f"cannot resolve {host}: no addresses"
@@ -84,11 +89,8 @@ class Resolver:
         except (UnicodeError, ValueError) as exc:
             answer = f"cannot resolve {host}: {exc}"
         finally:
-            sem, users = self._domains[domain]
-            if users <= 1:
-                del self._domains[domain]
-            else:
-                self._domains[domain] = (sem, users - 1)
+            if (left := self._domains.pop(domain) - 1) > 0:
+                self._domains[domain] = left
         if len(self._cache) >= CACHE_MAX:
             self._cache.clear()
         ttl = self.negative_cache_s if isinstance(answer, str) else self.cache_s

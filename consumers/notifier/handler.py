@@ -16,14 +16,12 @@ the endpoint queues with those of every other partition.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import httpx
 import orjson
 
 from consumers.notifier import metrics
@@ -31,10 +29,12 @@ from consumers.notifier.committer import Committer
 from consumers.notifier.delivery import Attempt, Deliverer, Kind
 from consumers.notifier.metrics import Outcome
 from consumers.notifier.settings import NotifierSettings, Subscription
+from consumers.notifier.ssrf import MAX_URL_CHARS
 from consumers.notifier.store import CommitOp, Pending, Store
 from streams.envelope import JobResult, now_ms
 from streams.errors import DecodeError
 from streams.runtime import Entry, GroupRuntime, Slot
+from streams.urls import loggable_url
 
 log = logging.getLogger("streamcrew.notifier")
 
@@ -79,14 +79,11 @@ def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]
     return list(dict.fromkeys(urls))
 
 
-@functools.lru_cache(maxsize=4096)
 def loggable(url: str) -> str:
-    """The URL without query or credentials: tokens often ride in query strings."""
-    try:
-        u = httpx.URL(url)
-        return f"{u.scheme}://{u.host}{f':{u.port}' if u.port else ''}{u.path}"
-    except Exception:  # noqa: BLE001 - it is only for a log line
-        return url[:100]
+    """The URL without query or credentials (tokens often ride in query strings); one over the limit unparsed."""
+    if len(url) > MAX_URL_CHARS:  # refused unparsed: urlsplit's own cache would keep it
+        return f"(URL of {len(url):,} characters)"
+    return loggable_url(url)
 
 
 class NotifierHandler:

@@ -37,7 +37,7 @@ class Subscription(BaseModel):
     @classmethod
     def _http(cls, value: str) -> str:
         if not value.lower().startswith(("http://", "https://")):
-            raise ValueError(f"subscription url must be http:// or https://, got {value[:60]!r}")
+            raise ValueError("subscription url must be http:// or https://")  # never quoted: it may carry credentials
         return value
 
     def matches(self, agent: str, status: str) -> bool:
@@ -59,6 +59,12 @@ def check_secrets(value: SecretStr | None) -> SecretStr | None:
         except (binascii.Error, EmptyWebhookSecretError, ValueError):
             raise ValueError(f"secret {n} is not 'whsec_' followed by base64") from None
     return value
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a parsed value's type, to say what is wrong without quoting it."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def _json_or_file(value: object, what: str, opening: str) -> object:
@@ -119,7 +125,9 @@ class NotifierSettings(ServesPartitions):
 
     @property
     def subscription_secrets(self) -> dict[str, list[str]]:
-        return {s.url: s.secret.get_secret_value().split() for s in self.subscriptions if s.secret is not None}
+        """Every subscription's URL with its own secrets; empty when it has none (then the default ones sign)."""
+        with_secret_last = sorted(self.subscriptions, key=lambda s: s.secret is not None)  # a URL listed twice keeps a secret
+        return {s.url: s.secret.get_secret_value().split() if s.secret is not None else [] for s in with_secret_last}
 
     @field_validator("webhook_secret")
     @classmethod
@@ -164,18 +172,21 @@ class NotifierSettings(ServesPartitions):
     @field_validator("subscriptions", mode="before")
     @classmethod
     def _load_subscriptions(cls, value: object) -> object:
+        """A JSON list or a file holding one; errors say what is wrong, never quote it (secrets ride in it)."""
         if not isinstance(value, str | bytes):
             return value
         text = (value.decode() if isinstance(value, bytes) else value).strip()
         if not text:
             return []
-        if not text.startswith("["):
+        if not text.startswith(("[", "{")):
             path = Path(text)
             if not path.is_file():
-                raise ValueError(f"subscriptions: {text!r} is neither a JSON list nor a file")
+                raise ValueError("subscriptions: the value is neither a JSON list nor a file")
             text = path.read_text()
         try:
             parsed: Any = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"subscriptions are not JSON: {exc}") from None
+        if not isinstance(parsed, list):
+            raise ValueError(f"subscriptions must be a JSON list of objects, got a JSON {json_type(parsed)}")
         return parsed

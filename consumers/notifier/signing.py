@@ -1,14 +1,17 @@
 """Standard Webhooks signatures (https://www.standardwebhooks.com/), made by the ``standardwebhooks`` library.
 
-Every delivery carries ``webhook-id`` (the job id, the same on every retry so
-receivers can deduplicate), ``webhook-timestamp`` (the attempt's time) and
+Every delivery carries ``webhook-id`` (the job id, the same on every retry;
+receivers deduplicate on it with the body's ``finished_at``, since a replayed
+job's new result has it too), ``webhook-timestamp`` (the attempt's time) and
 ``webhook-signature``: one ``v1,<base64>`` per secret, separated by spaces, so
 a receiver holding either the old or the new secret verifies it while a
 secret is being rotated.
 
-Which secrets sign: a subscription's own, for deliveries to its URL; else the
-secrets of the tenant named in the event; else the default ones. A tenant's
-receiver therefore never learns a secret that signs another tenant's events.
+Which secrets sign: for a delivery to a subscription's URL, the subscription's
+own, else the default ones; for a job's own ``webhook``, the secrets of the
+tenant named in the event, else the default ones. A tenant's receiver
+therefore never learns a secret that signs another tenant's events, and an
+operator's subscription holding the default secret verifies every event.
 """
 
 from __future__ import annotations
@@ -33,13 +36,17 @@ def header_id(msg_id: str) -> str:
 
 
 class Signer:
-    """Builds the headers of one delivery attempt; with no secret for it the signature header is left out."""
+    """Builds the headers of one delivery attempt; with no secret for it the signature header is left out.
+
+    ``urls`` maps every subscription's URL to its own secrets (empty: the default ones).
+    """
 
     def __init__(self, secrets: Sequence[str], *, tenants: Mapping[str, Sequence[str]] | None = None,
                  urls: Mapping[str, Sequence[str]] | None = None) -> None:
         self._default = [Webhook(s) for s in secrets]
         self._tenants = {t: [Webhook(s) for s in ss] for t, ss in (tenants or {}).items() if ss}
-        self._urls = {u: [Webhook(s) for s in ss] for u, ss in (urls or {}).items() if ss}
+        # every subscription's URL: its own secrets, or the default ones, never a tenant's
+        self._urls = {u: [Webhook(s) for s in ss] or self._default for u, ss in (urls or {}).items()}
 
     @property
     def signs(self) -> bool:

@@ -27,7 +27,7 @@ import yarl
 
 from consumers.notifier.dns import Resolver, Unresolvable
 
-__all__ = ["Refused", "SsrfGuard", "Target", "Unresolvable", "classify", "parse_target", "parse_url"]
+__all__ = ["MAX_URL_CHARS", "Refused", "SsrfGuard", "Target", "Unresolvable", "classify", "parse_target", "parse_url"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -51,6 +51,10 @@ SITE_LOCAL = ipaddress.ip_network("fec0::/10")  # deprecated (RFC 3879) but stil
 SCHEMES = frozenset({"http", "https"})
 CACHE_S = 30.0
 CACHE_MAX = 10_000
+# Longest webhook URL and host name accepted, checked before anything is parsed or cached: the gateway caps URLs
+# at 2,048 characters, a raw XADD has no cap, and the caches below keep their keys (RFC 1035: 253 for a name).
+MAX_URL_CHARS = 8192
+MAX_HOST_CHARS = 253
 
 
 class Refused(Exception):
@@ -112,13 +116,21 @@ class Target:
 
 @functools.lru_cache(maxsize=4096)
 def parse_url(url: str) -> yarl.URL:
-    """yarl's URL parse, cached: the same few URLs come back thousands of times a second."""
+    """yarl's URL parse, cached: the same few URLs come back thousands of times a second (only URLs
+    :func:`parse_target` accepted, so no key is over ``MAX_URL_CHARS``)."""
     return yarl.URL(url)
 
 
-@functools.lru_cache(maxsize=4096)
 def parse_target(url: str) -> Target:
-    """Scheme, host and port of a webhook URL; raises :class:`Refused` for anything not http(s) with a host."""
+    """Scheme, host and port of a webhook URL; raises :class:`Refused` for anything not http(s) with a host,
+    or longer than ``MAX_URL_CHARS`` (refused before it reaches a cache)."""
+    if len(url) > MAX_URL_CHARS:
+        raise Refused(f"URL too long: {len(url):,} characters, the limit is {MAX_URL_CHARS:,}")
+    return _parse_target(url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_target(url: str) -> Target:
     try:
         parsed = parse_url(url)
         host = (parsed.host or "").lower().rstrip(".")
@@ -129,6 +141,8 @@ def parse_target(url: str) -> Target:
         raise Refused(f"scheme {parsed.scheme[:20] or '(none)'!r} is not http or https")
     if not host:
         raise Refused("URL has no host")
+    if len(host) > MAX_HOST_CHARS:
+        raise Refused(f"host name too long: {len(host):,} characters, the limit is {MAX_HOST_CHARS}")
     return Target(parsed.scheme, host, port or (443 if parsed.scheme == "https" else 80))
 
 

@@ -7,7 +7,7 @@ from urllib.parse import quote
 import orjson
 import pytest
 from redis.asyncio import Redis
-from standardwebhooks import Webhook
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from consumers.notifier.signing import Signer, header_id
 from streams.keys import Keys
@@ -46,6 +46,27 @@ async def test_each_tenant_and_subscription_is_signed_only_with_its_own_secret(
     for secret in (acme, notifiers.secret):
         with pytest.raises(Exception, match="No matching signature"):
             Webhook(secret).verify(s.body, s.headers)
+
+
+async def test_a_subscription_without_its_own_secret_is_signed_with_the_default_one_whatever_the_tenant(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a tenant with its own secret, and an operator's catch-all subscription without one
+    acme = make_secret()
+    notifiers.start(*FAST, env={"STREAMCREW_WEBHOOK_TENANT_SECRETS": orjson.dumps({"acme": acme}).decode(),
+                                "STREAMCREW_SUBSCRIPTIONS": orjson.dumps([{"url": receiver.url("/all")}]).decode()})
+    # When a result of that tenant lands, with the tenant's own webhook
+    await add_result(redis, keys, "job-acme", receiver.url("/acme"), tenant="acme")
+    await wait_until(lambda: receiver.count() == 2, timeout=10, what="the webhook and the subscription delivery")
+    # Then the catch-all verifies it with the default secret (docs/webhooks.md), never with the tenant's
+    (own,), (catch_all,) = receiver.on("/acme"), receiver.on("/all")
+    assert Webhook(notifiers.secret).verify(catch_all.body, catch_all.headers)["tenant"] == "acme"
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        Webhook(acme).verify(catch_all.body, catch_all.headers)
+    # And the job's own webhook is still signed with the tenant's secret only
+    assert Webhook(acme).verify(own.body, own.headers)["id"] == "job-acme"
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        Webhook(notifiers.secret).verify(own.body, own.headers)
 
 
 async def test_no_url_credentials_or_query_reach_the_log_and_a_non_ascii_id_is_delivered(

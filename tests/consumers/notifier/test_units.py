@@ -13,9 +13,11 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+import typer
 from pydantic import ValidationError
 from standardwebhooks import Webhook
 
+from consumers.cli_base import build
 from consumers.notifier.delivery import Deliverer, Kind
 from consumers.notifier.handler import targets
 from consumers.notifier.limiter import Busy, EndpointLimiter, EndpointQueue
@@ -159,6 +161,32 @@ def test_settings_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
         NotifierSettings(webhook_secret="not-a-secret")
     with pytest.raises(ValidationError, match="neither a JSON list nor a file"):
         NotifierSettings(subscriptions="/nonexistent/subs.json")
+
+
+def test_a_malformed_subscriptions_setting_is_described_never_quoted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Given subscriptions holding a secret and a URL with credentials, malformed in each way an operator might
+    secret, url = make_secret(), "https://ops:pw-7777@ops.example.com/all?token=tk-8888"
+    as_file = tmp_path / "subs.json"
+    as_file.write_bytes(orjson.dumps({"url": url, "secret": secret}))
+    cases = [
+        (orjson.dumps({"url": url, "secret": secret}).decode(), "invalid setting subscriptions: subscriptions must be a JSON list of objects, got a JSON object"),
+        (str(as_file), "got a JSON object"),
+        (f'"{url}" {secret}', "neither a JSON list nor a file"),
+        (orjson.dumps([{"url": url.replace("https", "ftp"), "secret": secret}]).decode(), "invalid setting subscriptions.0.url: subscription url must be http:// or https://"),
+        (orjson.dumps([{"url": url, "secret": "whsek_" + secret[6:]}]).decode(), "invalid setting subscriptions.0.secret: secret 1 does not start"),
+    ]
+    for value, says in cases:
+        monkeypatch.setenv("STREAMCREW_SUBSCRIPTIONS", value)
+        # When the notifier's settings are built, as at startup
+        with pytest.raises(typer.Exit):
+            build(NotifierSettings)
+        # Then the error says what is wrong, and quotes none of the value
+        shown = " ".join(capsys.readouterr().err.split())
+        assert says in shown, shown
+        for leak in (secret[6:16], "pw-7777", "tk-8888", "ops.example.com"):
+            assert leak not in shown, shown
 
 
 def test_targets_dedupe_and_filter() -> None:

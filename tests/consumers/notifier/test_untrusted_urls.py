@@ -1,0 +1,77 @@
+"""Webhook URLs from raw result writers: no length cap upstream, and they may not parse; neither may cost memory or leak."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from consumers.notifier.dead import list_webhook_dead
+from consumers.notifier.delivery import Deliverer, Kind
+from consumers.notifier.handler import loggable
+from consumers.notifier.signing import Signer
+from consumers.notifier.ssrf import MAX_URL_CHARS, SsrfGuard, parse_url
+from streams.keys import Keys
+from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret
+from tests.consumers.notifier.receiver import Receiver
+from tests.support import wait_until
+
+FAST = ("--backoff", "0.05", "--lease", "2")
+UNPARSEABLE = "https://admin:hunter2@hooks.example.com:8443x/hook?token=SECRET-TOKEN"
+
+
+def padded(url: str, length: int) -> str:
+    """``url`` with a query padded to ``length`` characters."""
+    return url + "?pad=" + "a" * (length - len(url) - 5)
+
+
+async def test_a_url_over_the_limit_is_refused_before_it_is_parsed_or_cached(receiver: Receiver) -> None:
+    # Given a deliverer allowed to reach the loopback receiver
+    deliverer = Deliverer(signer=Signer([make_secret()]), guard=SsrfGuard(allow_private=True), concurrency=4,
+                          per_endpoint=2, connect_timeout_s=2, timeout_s=5, retry_after_cap_s=60)
+    misses = parse_url.cache_info().misses
+    try:
+        # When a URL one character over the limit is delivered
+        over = await deliverer.deliver(padded(receiver.url("/long"), MAX_URL_CHARS + 1), "job-long", b"{}")
+        # Then it is refused with the reason, never sent, and never parsed (so never kept in a cache)
+        assert over.kind is Kind.REFUSED, over
+        assert over.error == f"URL too long: {MAX_URL_CHARS + 1:,} characters, the limit is {MAX_URL_CHARS:,}"
+        assert receiver.count() == 0 and parse_url.cache_info().misses == misses
+        # And a URL at the limit is delivered
+        assert (await deliverer.deliver(padded(receiver.url("/long"), MAX_URL_CHARS), "job-ok", b"{}")).kind is Kind.DELIVERED
+    finally:
+        await deliverer.aclose()
+
+
+def test_a_logged_url_never_shows_credentials_or_query_even_when_it_does_not_parse() -> None:
+    assert loggable("https://u:pw@hooks.example.com:8443/hook?token=t") == "https://hooks.example.com:8443/hook"
+    for url in (UNPARSEABLE, "http://admin:hunter2@[::1/hook?token=SECRET-TOKEN", padded(UNPARSEABLE, MAX_URL_CHARS + 1)):
+        shown = loggable(url)
+        assert "hunter2" not in shown and "SECRET-TOKEN" not in shown and len(shown) < 100, shown
+    assert loggable(padded(UNPARSEABLE, 900_000)) == "(URL of 900,000 characters)"
+
+
+async def test_an_overlong_or_unparseable_url_is_dead_lettered_with_its_reason_and_never_logged(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a notifier, and raw results whose webhook is 900 KB long, or carries credentials but does not parse
+    child = notifiers.start(*FAST)
+    huge = padded(receiver.url("/huge") + "?token=SECRET-TOKEN&", 900_000)
+    await add_result(redis, keys, "job-huge", huge)
+    await add_result(redis, keys, "job-unparseable", UNPARSEABLE)
+
+    async def two_letters() -> bool:
+        return int(await redis.xlen(keys.webhooks_dead)) == 2
+
+    # When the notifier reads them, each is dead-lettered at once, unattempted, with a clear reason
+    await wait_until(two_letters, timeout=10, what="two webhook dead letters")
+    letters = {letter.id: letter for letter in await list_webhook_dead(redis, keys)}
+    assert letters["job-huge"].error == f"URL too long: 900,000 characters, the limit is {MAX_URL_CHARS:,}"
+    assert letters["job-huge"].url == huge and letters["job-huge"].attempts == 0
+    assert letters["job-huge"].event["id"] == "job-huge"
+    assert letters["job-unparseable"].error.startswith("invalid URL") and letters["job-unparseable"].attempts == 0
+    assert receiver.count() == 0
+    # Then the log names both refusals without a URL's credentials, query or bulk
+    await wait_until(lambda: child.log_text().count("outcome=refused") == 2, timeout=5, what="two refused lines")
+    text = child.log_text()
+    assert "url=(URL of 900,000 characters)" in text and "url=(unparseable URL)" in text
+    for secret in ("hunter2", "SECRET-TOKEN", "aaaaaaaaaa"):
+        assert secret not in text, f"{secret!r} in the notifier log"
