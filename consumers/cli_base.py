@@ -8,12 +8,16 @@ import sys
 from collections.abc import Coroutine
 from enum import IntEnum
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from pydantic import ValidationError
+from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rich.console import Console
+from rich.markup import escape
 
+from streams.config import StreamSettings
 from streams.errors import StreamcrewError
 
 T = TypeVar("T")
@@ -39,9 +43,14 @@ class Exit(IntEnum):
 
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL \\[env STREAMCREW_REDIS_URL]", show_default=False)]
 Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix \\[env STREAMCREW_PREFIX]", show_default=False)]
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # what both logging and uvicorn (the gateway) accept
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def setup_logging(level: str = "info") -> None:
+    if level.lower() not in LOG_LEVELS:
+        err.print(f"[red]invalid setting log_level: {escape(repr(level))} is not one of {', '.join(LOG_LEVELS)}[/red]")
+        raise typer.Exit(Exit.USAGE)
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per job is ours
 
@@ -49,11 +58,31 @@ def setup_logging(level: str = "info") -> None:
 def build(cls: type[T], **overrides: Any) -> T:
     """Settings from options over ``STREAMCREW_*`` env; a bad value exits with its name."""
     try:
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         for e in exc.errors():
-            err.print(f"[red]invalid setting {'.'.join(map(str, e['loc']))}: {e['msg']}[/red]")
+            where = f"setting {'.'.join(map(str, e['loc']))}" if e["loc"] else "settings"  # a model validator's error names no field
+            err.print(f"[red]invalid {where}: {escape(e['msg'].removeprefix('Value error, '))}[/red]")
         raise typer.Exit(Exit.USAGE) from None
+    if isinstance(settings, StreamSettings) and settings.redis_url and (problem := _redis_url_problem(settings.redis_url)):
+        err.print(f"[red]invalid setting redis_url: {escape(problem)}[/red]")
+        raise typer.Exit(Exit.USAGE)
+    return settings
+
+
+def _redis_url_problem(url: str) -> str | None:
+    """Why redis-py would refuse ``url``, in words that quote none of it (it may hold a password)."""
+    if not url.startswith(REDIS_SCHEMES):
+        return f"it must start with one of {', '.join(REDIS_SCHEMES)}"
+    try:
+        urlsplit(url).port
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        return str(exc)  # a bad query option: redis-py names the option, not its value
+    return None
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

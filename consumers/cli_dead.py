@@ -6,14 +6,27 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from consumers.cli_base import Exit, Prefix, RedisUrl, build, dead_app, err, out, run, webhooks_dead_app
+from streams import dead
 from streams.config import StreamSettings
+
+# The reasons a dead letter can carry: a job's, and step_failed, which workflow.lua gives a workflow that failed.
+REASONS = dead.REASONS
+Count = Annotated[int, typer.Option(min=1, help="how many, oldest first")]
+
+
+def _check_reason(reason: str | None) -> None:
+    """A reason no dead letter carries would match none: say so rather than do nothing."""
+    if reason is not None and reason not in REASONS:
+        err.print(f"[red]--reason {escape(repr(reason))} is not a dead-letter reason; use one of {', '.join(REASONS)}[/red]")
+        raise typer.Exit(Exit.USAGE)
 
 
 @dead_app.command("list")
 def dead_list(
-    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    count: Count = 100,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON lines")] = False,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
@@ -40,7 +53,7 @@ def dead_list(
 def dead_replay(
     entry_ids: Annotated[list[str] | None, typer.Argument(help="dead letters' entry_id as dead list shows them (<entry ID>:<partition> with partitions)")] = None,
     replay_all: Annotated[bool, typer.Option("--all", help="replay every dead letter (with --reason: those with that reason)")] = False,
-    reason: Annotated[str | None, typer.Option(help="with --all: only dead letters of this reason (invalid, rejected, exhausted, expired)")] = None,
+    reason: Annotated[str | None, typer.Option(help=f"with --all: only dead letters of this reason ({', '.join(REASONS)})")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -53,6 +66,7 @@ def dead_replay(
     if reason is not None and not replay_all:
         err.print("[red]--reason goes with --all[/red]")
         raise typer.Exit(Exit.USAGE)
+    _check_reason(reason)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> tuple[list[str], list[str]]:
@@ -69,13 +83,14 @@ def dead_replay(
 @dead_app.command("purge")
 def dead_purge(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
-    reason: Annotated[str | None, typer.Option(help="only dead letters of this reason (invalid, rejected, exhausted, expired)")] = None,
+    reason: Annotated[str | None, typer.Option(help=f"only dead letters of this reason ({', '.join(REASONS)})")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
     """Delete every dead letter (or those of one reason)."""
     from consumers.ops import open_ops
 
+    _check_reason(reason)
     what = f"every dead letter of reason {reason!r}" if reason else "every dead letter"
     if not yes and not typer.confirm(f"Delete {what}?"):
         raise typer.Exit(Exit.USAGE)
@@ -90,7 +105,7 @@ def dead_purge(
 
 @webhooks_dead_app.command("list")
 def webhooks_dead_list(
-    count: Annotated[int, typer.Option(help="how many, oldest first")] = 100,
+    count: Count = 100,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:

@@ -32,6 +32,7 @@ from streams.embedded import embedded_redis, free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
+from streams.urls import loggable_url
 
 RESULTS_TIMEOUT_S = 180.0
 WEBHOOKS_TIMEOUT_S = 30.0
@@ -205,7 +206,7 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
         "offline": tally.offline,
         "chaos": "; ".join(e for e in demo.events if "SIGKILL" in e) or "off (--no-chaos)",
         "samples": tally.samples,
-        "redis": demo.url,
+        "redis": loggable_url(demo.url),
         "gateway": demo.gateway_url,
     }
 
@@ -217,7 +218,7 @@ async def run_demo(settings: StreamSettings, options: DemoOptions) -> dict[str, 
     with tempfile.TemporaryDirectory(prefix="streamcrew-demo-") as tmp, contextlib.ExitStack() as stack:
         if settings.redis_url:
             url, prefix = settings.redis_url, f"{settings.prefix}-demo-{os.getpid()}"
-            where = f"Redis at {url} (prefix {prefix})"
+            where = f"Redis at {loggable_url(url)} (prefix {prefix})"
         else:
             server = stack.enter_context(embedded_redis())
             url, prefix = server.url, settings.prefix

@@ -10,11 +10,11 @@ from streams.keys import Keys
 from tests.support import wait_results
 
 
-def cli(redis_url: str, prefix: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env_args = ["--redis-url", redis_url, "--prefix", prefix]
+def cli(redis_url: str | None, prefix: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env_args = [*(["--redis-url", redis_url] if redis_url else []), "--prefix", prefix]
     import os
     return subprocess.run(streamcrew_cmd(*args, *env_args), capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "STREAMCREW_RETRY_BACKOFF_S": "0.05"})
+                          env={**os.environ, "STREAMCREW_RETRY_BACKOFF_S": "0.05", **(env or {})})
 
 
 def test_submit_wait_prints_the_result(redis_url: str, prefix: str, workers) -> None:
@@ -64,11 +64,71 @@ async def test_stats_reports_lag_on_redis7(redis_url: str, prefix: str, producer
     (("submit", "echo", "--data", "{bad"), "not JSON"),
     (("submit", "echo", "--priority", "12"), "0-10"),
     (("dead", "replay"), "--all"),
+    (("dead", "list", "--count", "0"), "'--count'"),
+    (("dead", "list", "--count", "-1"), "'--count'"),
+    (("webhooks", "dead", "list", "--count", "0"), "'--count'"),
+    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, step_failed"),
+    (("dead", "purge", "--yes", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason"),
+    (("worker", "--log-level", "verbose"), "invalid setting log_level: 'verbose' is not one of debug, info, warning, error, critical"),
+    (("notifier", "--log-level", "loud"), "invalid setting log_level: 'loud'"),
 ])
 def test_bad_input_is_a_clear_error(redis_url: str, prefix: str, args: tuple[str, ...], message: str) -> None:
     done = cli(redis_url, prefix, *args)
-    assert done.returncode == 2
-    assert message in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+
+
+async def test_an_unknown_reason_leaves_the_dead_letters_alone(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given one dead letter
+    await redis.xadd(keys.dead, {"id": "d0", "agent": "echo", "reason": "exhausted", "error": "e", "source_stream": keys.lane("low"),
+                                 "source_id": "1-0", "attempts": "1", "dead_at": "1", "request": json.dumps({"agent": "echo", "data": "{}"})})
+    # When replay and purge are given a reason no dead letter can carry
+    replayed = cli(redis_url, prefix, "dead", "replay", "--all", "--reason", "exhausted ")
+    purged = cli(redis_url, prefix, "dead", "purge", "--yes", "--reason", "Exhausted")
+    # Then both are usage errors, not a quiet success, and the dead letter is still there
+    assert (replayed.returncode, purged.returncode) == (2, 2), replayed.stderr + purged.stderr
+    assert replayed.stdout == purged.stdout == ""
+    assert await redis.xlen(keys.dead) == 1
+
+
+async def test_step_failed_is_a_reason_purge_accepts(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a failed workflow's dead letter (workflow.lua gives it reason step_failed) beside a job's
+    for i, reason in enumerate(["step_failed", "exhausted"]):
+        await redis.xadd(keys.dead, {"id": f"d{i}", "agent": "workflow", "reason": reason, "error": "e", "source_stream": keys.lane("low"),
+                                     "source_id": f"{i + 1}-0", "attempts": "1", "dead_at": "1", "request": "{}"})
+    # When the step_failed ones are purged
+    done = cli(redis_url, prefix, "dead", "purge", "--yes", "--reason", "step_failed")
+    # Then that one went, and the other stayed
+    assert json.loads(done.stdout) == {"purged": 1}, done.stderr
+    assert await redis.xlen(keys.dead) == 1
+
+
+@pytest.mark.parametrize(("command", "url", "problem"), [
+    ("stats", "http://127.0.0.1:1/0", "it must start with one of redis://, rediss://, unix://"),
+    ("worker", "http://operator:s3cretPW@127.0.0.1:1/0", "it must start with one of redis://, rediss://, unix://"),
+    ("stats", "redis://127.0.0.1:notaport/0", "its port is not a number from 0 to 65535"),
+    ("notifier", "redis://:s3cretPW@127.0.0.1:70000/0", "its port is not a number from 0 to 65535"),
+    ("watch", "redis://:s3cret/PW@127.0.0.1:1/0", "its port is not a number from 0 to 65535"),  # a '/' ends the host: 's3cret' reads as the port
+    ("submit", "redis://:s3cretPW@127.0.0.1:1/0?socket_timeout=soon", "Invalid value for 'socket_timeout' in connection URL."),
+])
+def test_a_bad_redis_url_is_one_line_without_its_password(prefix: str, command: str, url: str, problem: str) -> None:
+    # Given STREAMCREW_REDIS_URL that redis-py would refuse
+    done = cli(None, prefix, *(["submit", "echo"] if command == "submit" else [command]), env={"STREAMCREW_REDIS_URL": url})
+    # Then one line names the setting and the problem, with the usage exit code, and shows no password
+    assert done.returncode == 2, done.stderr
+    assert " ".join(done.stderr.split()) == f"invalid setting redis_url: {problem}"
+    assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_a_model_level_settings_error_names_no_empty_setting(redis_url: str, prefix: str) -> None:
+    # Given one partition, and a worker asked to read partition 3
+    done = cli(redis_url, prefix, "worker", "--partitions", "3", env={"STREAMCREW_PARTITIONS": "1"})
+    # Then the error is the validator's message, without an empty setting name or pydantic's "Value error, "
+    assert done.returncode == 2, done.stderr
+    line = " ".join(done.stderr.split())
+    assert line.startswith("invalid settings: ") and "'3'" in line, line
+    assert "setting :" not in line and "Value error" not in line and "Traceback" not in line
 
 
 def test_unreachable_redis_is_one_clear_line(prefix: str) -> None:

