@@ -6,13 +6,16 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from redis.asyncio import Redis
+from starlette.responses import Response
 
 from consumers.gateway import admin, deadletters, errors, health, jobs, sse, tasks
+from consumers.gateway.auth import authorize
 from consumers.gateway.limits import BodyLimit
 from consumers.gateway.metrics import RequestMetrics
+from consumers.gateway.responses import json_response
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.state import GatewayState
 from streams.connection import connect_detected
@@ -45,11 +48,18 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
 
     # FastAPI's built-in OpenTelemetry hooks are off: they look up providers on every request, and the
     # gateway exports its own Prometheus metrics; trace context travels to the worker as ``traceparent``.
+    # With keys on, the OpenAPI document needs one like every other route, and /docs and /redoc are off:
+    # the pages they serve fetch it without one.
+    open_docs = not settings.api_keys
     app = FastAPI(title="streamcrew gateway", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-                  telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False})
-    errors.install(app)
+                  telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+                  openapi_url="/openapi.json" if open_docs else None,
+                  docs_url="/docs" if open_docs else None, redoc_url="/redoc" if open_docs else None)
+    errors.install(app)  # first: its middleware is the innermost
     for module in (jobs, tasks, sse, admin, deadletters, health):
         app.include_router(module.router)
+    if not open_docs:
+        app.add_api_route("/openapi.json", _openapi, include_in_schema=False, dependencies=[Depends(authorize)])
     # Raw ASGI middleware (not BaseHTTPMiddleware): it costs microseconds on the hot path.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:  # browser apps calling the gateway directly
@@ -58,3 +68,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
                            expose_headers=["Location", "Retry-After"], max_age=600)
     app.add_middleware(RequestMetrics)
     return app
+
+
+async def _openapi(request: Request) -> Response:
+    return json_response(200, request.app.openapi())

@@ -55,26 +55,37 @@ class KeyRing:
 async def identify(request: Request) -> Caller:
     """401 without a valid key (when keys are configured), 429 over the rate; else who is calling.
 
+    A valid key draws from its own bucket; a failed authentication from its client address's, so
+    once that is empty, further failures from the address are 429 instead of 401.
+
     Called directly by POST /jobs (its hot path skips FastAPI's dependency solving) and through
     :func:`authorize` by every other route but the health checks.
     """
     state: GatewayState = request.app.state.gateway
+    address = f"ip:{request.client.host if request.client else 'unknown'}"
     if state.keyring.enabled:
         scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
+            await _limit(state, address)
             raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <key>' header", headers=CHALLENGE)
         caller = state.keyring.match(token)
         if caller is None:
+            await _limit(state, address)  # so keys cannot be guessed at the speed of the network
             raise ApiError(401, "unauthorized", "invalid API key", headers=CHALLENGE)
     else:
-        caller = Caller(bucket=f"ip:{request.client.host if request.client else 'unknown'}", tenant=None)
+        caller = Caller(bucket=address, tenant=None)
+    await _limit(state, caller.bucket)
+    return caller
+
+
+async def _limit(state: GatewayState, bucket: str) -> None:
+    """429 when ``bucket`` has no token left; else one is taken."""
     if state.limiter.enabled:
-        verdict = await state.limiter.take(caller.bucket)
+        verdict = await state.limiter.take(bucket)
         if not verdict.allowed:
             raise ApiError(429, "rate_limited", f"rate limit exceeded; retry after {verdict.retry_after_s}s",
                            headers={"Retry-After": str(verdict.retry_after_s)})
-    return caller
 
 
 async def authorize(request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Caller:

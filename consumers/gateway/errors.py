@@ -2,8 +2,8 @@
 
 ApiError                 raised by routes and dependencies; carries status, code, message, headers
 handlers for             FastAPI's RequestValidationError (422), Starlette's HTTPException (404, 405, ...),
-                         Redis connection errors and a cluster's failover answers (503) and anything
-                         else (500, logged)
+                         Redis connection errors and a cluster's failover answers (503)
+LastResort               middleware: anything else is 500, logged once; a client that hung up is 499, not logged
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ from redis.exceptions import TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("streamcrew.gateway")
 
 MAX_DETAILS = 20
+CLIENT_CLOSED = 499  # nginx's "client closed request": the client hung up before its answer
 
 # Redis is there but cannot serve the call for a few seconds: unreachable, or a Cluster in a failover
 # (CLUSTERDOWN, TRYAGAIN, redirections past redis-py's limit, a write that reached a demoted master).
@@ -131,12 +134,47 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal_error", "internal server error")
 
 
+class LastResort:
+    """Answers what no handler took: an unexpected error is a 500, logged once; a client that hung up
+    mid-request (ClientDisconnect) is no error. Not an ``Exception`` handler: Starlette re-raises after
+    one answers, so uvicorn logged every 500 a second time ("Exception in ASGI application")."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            log.debug("client went away during %s %s", scope["method"], scope["path"])
+            if not started:  # the server drops it; the request metrics count it as 499, not as a 500
+                await error_response(CLIENT_CLOSED, "client_closed_request", "the client went away")(scope, receive, send)
+        except Exception as exc:
+            if started:  # too late to answer: uvicorn logs it, once, and closes the connection
+                raise
+            await (await _unexpected(Request(scope), exc))(scope, receive, send)
+
+
 def install(app: FastAPI) -> None:
-    """Register the handlers that give every error the shared shape."""
+    """Register the handlers that give every error the shared shape.
+
+    Call it before adding other middleware: LastResort must be the innermost, so its 500s and 499s
+    pass the CORS headers and the request metrics like any answer.
+    """
+    app.add_middleware(LastResort)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     for unavailable in REDIS_UNAVAILABLE:
         app.add_exception_handler(unavailable, _redis_down)
     app.add_exception_handler(RedisClusterException, _cluster_client_error)
-    app.add_exception_handler(Exception, _unexpected)

@@ -45,7 +45,11 @@ def parse_body(model: type[M], body: bytes, content_type: str | None) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from None
+        raise _in_body(exc) from None
+
+
+def _in_body(exc: ValidationError) -> RequestValidationError:
+    return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)])
 
 
 # POST /jobs is the hot path: it reads and validates its body itself (pydantic-core parses the JSON in one
@@ -76,18 +80,20 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
     """Publish ``body`` for ``caller``: 202 for a new job, 200 with the record for a repeated id (also POST /tasks)."""
     known = state.settings.known_agents
     if known is not None and body.agent not in known:
-        runs = ", ".join(known) or "no agents"
-        raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {runs}")
+        raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {', '.join(known)}")
     tenant = body.tenant
     if caller.tenant is not None:
         if tenant is not None and tenant != caller.tenant:
             raise ApiError(403, "tenant_mismatch", f"this key is bound to tenant {caller.tenant!r}")
         tenant = caller.tenant
-    job_request = JobRequest.model_validate({  # data was checked by JobSubmission
-        "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
-        "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
-        "traceparent": traceparent if traceparent and TRACEPARENT.match(traceparent) else None, "submitted_at": now_ms(),
-    }, context={DATA_CHECKED: True})
+    try:
+        job_request = JobRequest.model_validate({  # data was checked by JobSubmission
+            "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
+            "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
+            "traceparent": traceparent if traceparent and TRACEPARENT.match(traceparent) else None, "submitted_at": now_ms(),
+        }, context={DATA_CHECKED: True})
+    except ValidationError as exc:  # a rule of the envelope's that JobSubmission does not repeat: 422, not 500
+        raise _in_body(exc) from None
     try:
         published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
     except RequestTooLarge as exc:

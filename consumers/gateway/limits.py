@@ -28,7 +28,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
-        if declared == -1:
+        if declared == -1:  # uvicorn answers these 400 itself, before the app; this is for a server that passes one on
             await error_response(400, "bad_request", "invalid Content-Length header")(scope, receive, send)
             return
         if declared is not None and declared > self.max_bytes:

@@ -19,7 +19,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, JobResult, Status, encode_data, reserved_id_problem
+from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, MAX_EPOCH_MS, JobResult, Status, encode_data, reserved_id_problem
 from streams.keys import LANES
 
 # One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.
@@ -93,7 +93,8 @@ class JobSubmission(BaseModel):
         default=None, description="tenant id; a tenant-bound API key sets it")
     max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] | None = Field(default=None, description="seconds one attempt may run")
-    deadline: Annotated[StrictInt, Field(ge=0)] | None = Field(default=None, description="epoch ms; a job not started by then ends expired")
+    deadline: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS)] | None = Field(
+        default=None, description="epoch ms (at most year 9999); a job not started by then ends expired")
 
 
 class TaskSubmission(BaseModel):

@@ -12,8 +12,26 @@ from consumers.gateway.errors import ErrorResponse
 from streams.records import JobRecord
 
 
+# The integers orjson writes: 64 bits, signed or not.
+JSON_INTS = range(-(2**63), 2**64)
+
+
 def json_response(status: int, payload: Any, *, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+    try:
+        body = orjson.dumps(payload)
+    except orjson.JSONEncodeError:  # a number a raw writer stored beyond 64 bits: it reads as null, not as a 500
+        body = orjson.dumps(_ints_as_json(payload))
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _ints_as_json(value: Any) -> Any:
+    if isinstance(value, int):
+        return value if value in JSON_INTS else None
+    if isinstance(value, dict):
+        return {k: _ints_as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_ints_as_json(v) for v in value]
+    return value
 
 
 def job_links(job_id: str) -> dict[str, str]:
@@ -26,6 +44,9 @@ def job_view(record: JobRecord) -> dict[str, Any]:
     body = record.model_dump(mode="json", exclude_none=True)
     body["job_id"] = body.pop("id")
     body["links"] = job_links(record.id)
+    for name, value in body.items():  # as json_response would: also in event streams, which do not use it
+        if isinstance(value, int) and value not in JSON_INTS:
+            body[name] = None
     return body
 
 

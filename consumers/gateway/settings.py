@@ -53,6 +53,12 @@ class GatewaySettings(StreamSettings):
     def _split_commas(cls, value: object) -> object:
         return _split(value)
 
+    @field_validator("known_agents")
+    @classmethod
+    def _empty_is_unset(cls, value: list[str] | None) -> list[str] | None:
+        # STREAMCREW_KNOWN_AGENTS= (as a template leaves it) means any agent, as an empty API_KEYS means no auth.
+        return value or None
+
     @property
     def effective_burst(self) -> int:
         return self.rate_limit_burst or max(1, math.ceil(self.rate_limit_per_s))

@@ -47,7 +47,13 @@ async def submit_task(request: Request) -> Response:
 
 
 def _iso(epoch_ms: int | None) -> str | None:
-    return None if epoch_ms is None else datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    """ISO 8601 of a stored time; None for one no datetime holds (a raw writer may store the year 58888)."""
+    if epoch_ms is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def job_times(record: JobRecord) -> dict[str, str | None]:

@@ -1,12 +1,13 @@
 """What redis-py raises while a Redis Cluster fails over is answered 503 with Retry-After, never 500.
 
 The real failover (tests/cluster/test_zz_failover.py) shows the connection errors; CLUSTERDOWN and
-TRYAGAIN come only in a narrow window of it, so each error is handed here to the handler the app
-picks for it (Starlette's lookup: the first class of the exception's MRO with a handler).
+TRYAGAIN come only in a narrow window of it, so each error is raised here by a route of an app with
+the gateway's handlers (Starlette picks the first class of the exception's MRO with a handler).
 """
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from redis.exceptions import (
@@ -20,7 +21,6 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
-from starlette.requests import Request
 
 from consumers.gateway import errors
 
@@ -36,11 +36,16 @@ def unreachable_cluster() -> RedisClusterException:
 
 
 async def answer(exc: Exception) -> tuple[int, dict[str, str]]:
+    """The answer to a request whose route raises ``exc``, through the gateway's handlers and last resort."""
     app = FastAPI()
     errors.install(app)
-    handler = next(app.exception_handlers[c] for c in type(exc).__mro__ if c in app.exception_handlers)
-    request = Request({"type": "http", "method": "GET", "path": "/jobs/x", "headers": [], "query_string": b""})
-    response = await handler(request, exc)
+
+    async def failing() -> None:
+        raise exc
+
+    app.add_api_route("/jobs/x", failing)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as client:
+        response = await client.get("/jobs/x")
     return response.status_code, dict(response.headers)
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
 
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
 
 JOB = {"agent": "echo", "data": {}}
+GATEWAY_DOC = Path(__file__).resolve().parents[3] / "docs" / "gateway.md"
 
 
 async def test_keys_are_required_when_configured(gateways: GatewayFactory) -> None:
@@ -127,3 +132,65 @@ async def test_x_forwarded_for_is_ignored_unless_the_proxy_is_trusted(gateways: 
         # Then the proxy's X-Forwarded-For names the client: one bucket per forwarded address
         answers = [await client.post("/jobs", json=JOB, headers={"X-Forwarded-For": f"203.0.113.{n}"}) for n in range(4)]
         assert [a.status_code for a in answers] == [202] * 4
+
+
+async def test_the_openapi_document_needs_a_key_when_keys_are_configured(gateways: GatewayFactory) -> None:
+    # Given a gateway with keys
+    gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-operator,k-acme:acme"})
+    async with gateway.client() as anonymous, gateway.client("wrong") as wrong, gateway.client("k-acme") as acme:
+        # Then /openapi.json is 401 without a valid key, like every route but the health checks
+        for client in (anonymous, wrong):
+            refused = await client.get("/openapi.json")
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
+        # And any valid key reads it
+        document = await acme.get("/openapi.json")
+        assert document.status_code == 200 and "/jobs" in document.json()["paths"]
+        assert "/openapi.json" not in document.json()["paths"]
+        # And the interactive docs, whose pages cannot send a key, are off
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            assert (await acme.get(path)).status_code == 404, path
+    # Given a gateway without keys
+    open_gateway = await gateways.start()
+    async with open_gateway.client() as anonymous:
+        # Then the document and the interactive docs are open
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            assert (await anonymous.get(path)).status_code == 200, path
+
+
+async def test_failed_authentication_is_rate_limited_per_client_address(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a gateway with keys and a limit of a burst of 3, refilling one token every 10 seconds
+    env = {"STREAMCREW_API_KEYS": "k1", "STREAMCREW_RATE_LIMIT_PER_S": "0.1", "STREAMCREW_RATE_LIMIT_BURST": "3"}
+    gateway = await gateways.start(env)
+    async with gateway.client() as anonymous, gateway.client("guess-1") as guess1, gateway.client("guess-2") as guess2, \
+            gateway.client("k1") as valid:
+        # When one address fails to authenticate three times, with wrong keys or none
+        assert [(await c.get("/jobs/x")).status_code for c in (guess1, guess2, anonymous)] == [401, 401, 401]
+        # Then its next attempts, whatever key they try, are 429 with Retry-After
+        for client in (guess1, guess2, anonymous):
+            limited = await client.post("/jobs", json=JOB)
+            assert limited.status_code == 429, limited.text
+            assert limited.json()["error"]["code"] == "rate_limited"
+            assert 1 <= int(limited.headers["retry-after"]) <= 10
+        # And the failures drew from the address's bucket, so a valid key from it is served from its own
+        assert await redis.exists(keys.ratelimit("ip:127.0.0.1"))
+        assert (await valid.post("/jobs", json=JOB)).status_code == 202
+
+
+@pytest.mark.parametrize("declared", ["-5", "1e3"])
+async def test_a_malformed_content_length_is_uvicorns_plain_400_as_documented(gateways: GatewayFactory, declared: str) -> None:
+    # Given a gateway
+    gateway = await gateways.start()
+    # When a request declares a Content-Length that is not a length
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    try:
+        writer.write(f"POST /jobs HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.read(), 10)  # uvicorn closes the connection after its answer
+    finally:
+        writer.close()
+    # Then uvicorn answers it before the app runs: 400 in plain text, not the API's JSON shape
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: text/plain" in head.lower(), answer
+    assert body == b"Invalid HTTP request received."
+    # And the docs say so, promising no JSON error for it
+    doc = GATEWAY_DOC.read_text()
+    assert "`Invalid HTTP request received.`" in doc and "bad_request" not in doc

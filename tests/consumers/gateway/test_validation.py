@@ -26,9 +26,11 @@ INVALID = [
     ({"agent": "echo", "data": {}, "id": "x" * 513}, "id", "at most 512"),
     ({"agent": "echo", "data": {}, "id": "1764580000000-0"}, "id", "reserved"),
     ({"agent": "echo", "data": {}, "id": "normal:1764580000000-3"}, "id", "reserved"),
+    ({"agent": "echo", "data": {}, "id": "ord-9::ship"}, "id", "'::' is reserved"),  # another tenant's workflow step
     ({"agent": "echo", "data": {"n": 2**64}}, "data", "64-bit"),
     ({"agent": "echo", "data": {}, "colour": "red"}, "colour", "Extra inputs"),
     ({"agent": "nosuchagent", "data": {}}, "agent", "unknown agent 'nosuchagent'"),
+    ({"agent": "echo", "data": {}, "deadline": 10**15}, "deadline", "less than or equal to"),  # past the year 9999
 ]
 
 
@@ -80,3 +82,14 @@ async def test_valid_priorities_choose_the_lane(client) -> None:  # type: ignore
         response = await client.post("/jobs", json={"agent": "echo", "data": {}, "priority": priority})
         assert response.status_code == 202, response.text
         assert response.json()["lane"] == lane, priority
+
+
+@pytest.mark.parametrize("listed", ["", " , "])
+async def test_an_empty_known_agents_list_accepts_any_agent(gateways: GatewayFactory, listed: str) -> None:
+    # Given STREAMCREW_KNOWN_AGENTS set but empty, as a deployment template leaves it
+    gateway = await gateways.start({"STREAMCREW_KNOWN_AGENTS": listed})
+    async with gateway.client() as client:
+        # Then it means unset, as an empty STREAMCREW_API_KEYS does: any agent name is accepted
+        for agent in ("echo", "anything"):
+            answer = await client.post("/jobs", json={"agent": agent, "data": {}})
+            assert answer.status_code == 202, answer.text

@@ -1,0 +1,48 @@
+"""Reads show a job record as stored, also one a raw writer put there: a number no JSON reader or
+calendar can carry reads as null, never as a 500."""
+
+from __future__ import annotations
+
+import json
+
+from streams.keys import Keys
+from tests.consumers.gateway.support import GatewayFactory, sse_events
+
+YEAR_58888 = 1796163777734000  # microseconds stored as milliseconds: an epoch ms no datetime holds
+OVER_64_BITS = 99999999999999999999999  # an integer orjson refuses to write
+
+
+async def test_out_of_range_numbers_in_a_stored_record_read_as_null(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given two records a raw writer stored with HSET: an ended job with times out of range, and a queued one
+    await redis.hset(keys.job("raw-ended"), mapping={
+        "status": "completed", "agent": "echo", "attempts": "1", "result": '{"ok": true}',
+        "submitted_at": str(YEAR_58888), "started_at": str(YEAR_58888), "finished_at": str(OVER_64_BITS)})
+    await redis.hset(keys.job("raw-queued"), mapping={
+        "status": "queued", "agent": "echo", "attempts": str(OVER_64_BITS), "submitted_at": str(OVER_64_BITS)})
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When every read route is asked for them
+        ended = await client.get("/jobs/raw-ended")
+        ended_times = await client.get("/jobs/raw-ended/status")
+        ended_result = await client.get("/jobs/raw-ended/result")
+        queued = await client.get("/jobs/raw-queued")
+        queued_times = await client.get("/jobs/raw-queued/status")
+        queued_result = await client.get("/jobs/raw-queued/result")
+        repeated = await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "raw-queued"})
+
+        # Then each answers: what JSON can carry as stored, a number beyond 64 bits as null
+        assert ended.status_code == 200, ended.text
+        assert ended.json()["submitted_at"] == YEAR_58888 and ended.json()["finished_at"] is None
+        assert ended_result.status_code == 200, ended_result.text
+        assert ended_result.json()["result"] == {"ok": True} and ended_result.json()["finished_at"] is None
+        assert queued.status_code == 200 and queued_result.status_code == 202 and repeated.status_code == 200, (queued.text, repeated.text)
+        for answer in (queued, queued_result, repeated):
+            assert answer.json()["attempts"] is None and answer.json()["submitted_at"] is None, answer.text
+        # And a time no datetime holds reads as null in ISO 8601
+        assert ended_times.status_code == 200, ended_times.text
+        assert ended_times.json() == {"job_id": "raw-ended", "status": "completed", "queued_at": None, "started_at": None, "completed_at": None}
+        assert queued_times.status_code == 200 and queued_times.json()["queued_at"] is None, queued_times.text
+        # And the event stream carries the same record
+        async with sse_events(client, "/jobs/raw-queued/events") as events:
+            first = await anext(events)
+        assert json.loads(first["data"])["status"] == "queued" and json.loads(first["data"])["attempts"] is None
