@@ -16,7 +16,8 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import ENTRY_ID, SOURCE_FIELD, DeadLetter, entry_ms, entry_order
+from streams.envelope import DeadLetter, entry_ms, entry_order
+from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, Keys, partition_keys
 from streams.scripts import Scripts

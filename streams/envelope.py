@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from streams.errors import DecodeError
 from streams.keys import LANES, STEP_SEPARATOR
+from streams.raw import JOB_ID_MAX, MAX_REQUEST_FIELDS, not_utf8, request_bytes
 
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
@@ -46,7 +47,6 @@ REQUEST_FIELDS = (
 
 # One id alphabet everywhere (gateway, Python producer, CLI, raw XADD): ASCII that is safe in a URL path,
 # a Redis key and a ``webhook-id`` header. '::' joins a workflow's id and a step's id (contract §9).
-JOB_ID_MAX = 512
 JOB_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{1,{JOB_ID_MAX}}}$"
 JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -72,7 +72,7 @@ def reserved_id_problem(value: str) -> str | None:
     """Why a producer may not choose ``value`` as a job id, or None: the system's own id shapes are reserved,
     so an explicit id never lands on the record of an id-less job or of another workflow's step."""
     if is_generated_id(value):
-        return ("ids shaped '<digits>-<digits>' (optionally after '<lane>:') are reserved for jobs sent without an id")
+        return "it has the shape of a generated id ('<digits>-<digits>', optionally after '<lane>:'): those are reserved for jobs sent without an id"
     if STEP_SEPARATOR in value:
         return f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id"
     return None
@@ -258,45 +258,6 @@ class JobRequest(BaseModel):
         if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):
             raise DecodeError(f"field 'max_attempts' must be an integer >= 1, got {raw['max_attempts']!r}", raw)
         return request
-
-
-# A request has at most this many fields: §2 names ten, and a retry re-adds them in one Lua XADD.
-MAX_REQUEST_FIELDS = 64
-# Fields a worker adds when it puts a job back in its lane (id, submitted_at, source_id): bounded by their own
-# validation, so they do not count against the size limit (else a retry could push a request over it).
-SOURCE_FIELD = "source_id"  # on re-added entries: the lane entry the producer wrote
-ENTRY_ID = re.compile(r"^\d{1,19}-\d{1,19}$")
-READDED_FIELDS = ("id", "submitted_at", SOURCE_FIELD)
-
-
-def utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogateescape"))
-
-
-def request_bytes(raw: Mapping[str, str]) -> int:
-    """A request's encoded size in bytes, as a producer wrote it (the worker's re-added fields not counted)."""
-    return sum(utf8_len(k) + utf8_len(v) for k, v in raw.items() if not (k in READDED_FIELDS and len(v) <= JOB_ID_MAX))
-
-
-def not_utf8(raw: Mapping[str, str]) -> str | None:
-    """The first field name or value that was not UTF-8 on the wire (the client decodes with surrogateescape), or None."""
-    for key, value in raw.items():
-        for text in (key, value):
-            if not text.isascii():
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    return repaired(key)
-    return None
-
-
-def repaired(text: str) -> str:
-    """``text`` with the bytes that were not UTF-8 as U+FFFD: safe to log, store as JSON and show."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def repaired_fields(raw: Mapping[str, str]) -> dict[str, str]:
-    return {repaired(k): repaired(v) for k, v in raw.items()}
 
 
 def _describe(exc: ValidationError) -> str:
