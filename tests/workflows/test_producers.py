@@ -36,11 +36,16 @@ def test_cli_submits_a_workflow_from_a_file_and_shows_step_progress(redis_url: s
     assert any(line.startswith("4/4") for line in lines), done.stderr
 
 
+# The same graph with 1 s steps after the first two: the event stream polls every 0.1 s at most, so it sees
+# each progress state even when a loaded machine holds the gateway back for a few hundred milliseconds.
+SLOW_GRAPH = {"steps": [{**s, "data": {"sleep_s": 1.0}} if "sleep_s" in s["data"] else s for s in GRAPH["steps"]]}
+
+
 async def test_gateway_runs_a_workflow_and_lists_its_steps(gateways: GatewayFactory, workers: WorkerFactory) -> None:
     gateway = await gateways.start()
     async with gateway.client() as client:
         # Given a workflow posted before any worker runs
-        posted = await client.post("/jobs", json={"agent": "workflow", "data": GRAPH, "id": "wf-http"})
+        posted = await client.post("/jobs", json={"agent": "workflow", "data": SLOW_GRAPH, "id": "wf-http"})
         assert posted.status_code == 202, posted.text
         queued = (await client.get("/jobs/wf-http")).json()
         assert queued["status"] == "queued"
@@ -62,7 +67,7 @@ async def test_gateway_runs_a_workflow_and_lists_its_steps(gateways: GatewayFact
         step = (await client.get("/jobs/wf-http::sentiment")).json()
         assert (step["parent"], step["step"], step["status"]) == ("wf-http", "sentiment", "completed")
         result = (await client.get("/jobs/wf-http/result")).json()
-        assert result["result"]["steps"]["recommend"]["result"]["inputs"]["sentiment"]["echo"] == {"sleep_s": 0.2}
+        assert result["result"]["steps"]["recommend"]["result"]["inputs"]["sentiment"]["echo"] == {"sleep_s": 1.0}
         # and a repeated POST of the id is the same job
-        again = await client.post("/jobs", json={"agent": "workflow", "data": GRAPH, "id": "wf-http"})
+        again = await client.post("/jobs", json={"agent": "workflow", "data": SLOW_GRAPH, "id": "wf-http"})
         assert again.status_code == 200 and again.json()["status"] == "completed"
