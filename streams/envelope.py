@@ -7,6 +7,7 @@ the raw fields so a malformed entry can be dead-lettered with its reason.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -95,6 +96,27 @@ def encode_data(data: Any) -> str:
     if b"null" in encoded and _has_non_finite(data):
         raise ValueError("holds NaN or Infinity (a number like 1e400 overflows to Infinity); JSON has neither")
     return encoded.decode()
+
+
+# An integer literal of 19 digits or more: maybe beyond 64 bits, which orjson reads as a float.
+_LONG_INTEGER = re.compile(r"-?\d{19,}")
+INT_MIN, UINT_MAX = -(2**63), 2**64 - 1
+
+
+def has_wide_integer(text: str) -> bool:
+    """Whether JSON ``text`` holds an integer beyond 64 bits (orjson would read it as a float, changing its
+    meaning). The regex keeps the exact parse, stdlib json's, to the rare text with a long run of digits."""
+    return bool(_LONG_INTEGER.search(text)) and _wide(json.loads(text))
+
+
+def _wide(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not INT_MIN <= value <= UINT_MAX
+    if isinstance(value, dict):
+        return any(_wide(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_wide(v) for v in value)
+    return False
 
 
 def _has_non_finite(value: Any) -> bool:
@@ -244,6 +266,8 @@ class JobRequest(BaseModel):
             raise DecodeError(f"field 'data' is not JSON: {exc}", raw) from None
         if not isinstance(data, dict):
             raise DecodeError(f"field 'data' must be a JSON object, got {type(data).__name__}", raw)
+        if has_wide_integer(raw["data"]):
+            raise DecodeError("field 'data' holds an integer beyond 64 bits (it would be read as a float)", raw)
         values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
         values["data"] = data
         if "inputs" in raw:

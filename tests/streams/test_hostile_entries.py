@@ -123,3 +123,14 @@ async def test_a_raw_job_is_its_tenants_while_it_runs(redis, keys: Keys, workers
     record = await redis.hgetall(keys.job("raw-tenant"))
     assert record["tenant"] == "acme" and record["webhook"] == "https://hooks.example.com/in", record
     assert record["traceparent"].startswith("00-aaaa")
+
+
+async def test_long_digit_runs_that_fit_or_sit_in_strings_are_fine(redis, keys: Keys, workers) -> None:
+    # Given data whose long digit runs are a 64-bit integer, or text inside a string
+    workers.start()
+    data = '{"max": 18446744073709551615, "min": -9223372036854775808, "note": "ref 123456789012345678901234567890"}'
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": data, "id": "long-digits"})
+    (result,) = await wait_results(redis, keys, 1, timeout=20)
+    # Then the job runs with its numbers exactly as sent
+    assert result.status == "completed", result
+    assert result.result["echo"] == orjson.loads(data)

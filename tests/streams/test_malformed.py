@@ -20,6 +20,8 @@ MALFORMED = {
     "nan": ({"agent": "echo", "data": '{"x": NaN}'}, "not JSON"),
     "infinity": ({"agent": "echo", "data": '{"x": [-Infinity]}'}, "not JSON"),
     "1e400": ({"agent": "echo", "data": '{"x": 1e400}'}, "infinity"),
+    "wide-int": ({"agent": "echo", "data": '{"n": [1, 123456789012345678901234567890]}'}, "beyond 64 bits"),
+    "wide-negative": ({"agent": "echo", "data": '{"n": -9223372036854775809}'}, "beyond 64 bits"),
     "bad-echo-input": ({"agent": "echo", "data": '{"sleep_s": "long"}'}, "sleep_s must be a number"),
 }
 
