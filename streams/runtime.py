@@ -112,6 +112,7 @@ class GroupRuntime:
             by_slot.setdefault(key_slot(stream.encode()) if isinstance(redis, RedisCluster) else 0, []).append(stream)
         self._blocking_groups = list(by_slot.values())
         self._reader: asyncio.Task[None] | None = None
+        self._helpers_stopped = False
 
     # -- slots ---------------------------------------------------------------
 
@@ -172,6 +173,9 @@ class GroupRuntime:
             self._helpers = helpers
 
     async def stop_helpers(self) -> None:
+        """Stop renewal, reclaim, upkeep and cleanup. The flag ends a loop even where a library turned the
+        cancellation into an error the loop rides out (a timeout racing the cancel)."""
+        self._helpers_stopped = True
         for task in getattr(self, "_helpers", []):
             task.cancel()
         await asyncio.gather(*getattr(self, "_helpers", []), return_exceptions=True)
@@ -296,7 +300,7 @@ class GroupRuntime:
         """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID)."""
         every_s = max(0.1, self.lease_s / 4)
         backoff = Backoff(f"{self.group}/{self.consumer} renew")
-        while True:
+        while not self._helpers_stopped:
             await asyncio.sleep(every_s)
             try:
                 await self.renew()
@@ -326,7 +330,7 @@ class GroupRuntime:
         """XAUTOCLAIM entries idle past the lease: their consumer died or hung."""
         every_s = min(max(0.5, self.lease_s / 2), 10.0)
         backoff = Backoff(f"{self.group}/{self.consumer} reclaim")
-        while True:
+        while not self._helpers_stopped:
             await asyncio.sleep(every_s)
             if not self._accepting:
                 continue
@@ -360,7 +364,7 @@ class GroupRuntime:
     async def _tick_loop(self) -> None:
         assert self.handler is not None
         backoff = Backoff(f"{self.group}/{self.consumer} upkeep")
-        while True:
+        while not self._helpers_stopped:
             await asyncio.sleep(self.tick_s)
             try:
                 await self.handler.tick()
@@ -375,7 +379,7 @@ class GroupRuntime:
     async def _forget_loop(self) -> None:
         """Now and then, drop consumers idle past ``forget_idle_s`` with nothing pending."""
         every_s = min(60.0, max(1.0, self.forget_idle_s / 10))
-        while True:
+        while not self._helpers_stopped:
             await asyncio.sleep(every_s)
             try:
                 await self.forget_idle_consumers()

@@ -55,10 +55,11 @@ class ResultTail:
         self.streams = [p.results for p in partition_keys(keys, PARTITIONS)]
         self.seen: list[str] = []
         self.errors: Counter[str] = Counter()
+        self.stopped = False
 
     async def _follow(self, stream: str) -> None:
         last = "0"
-        while True:
+        while not self.stopped:  # besides the cancel: redis-py may turn a cancel racing its timeout into an error
             try:
                 reply = await self.redis.xread({stream: last}, count=500, block=200)
             except Exception as exc:  # noqa: BLE001 - the master is down for seconds; redis-py may fail oddly meanwhile
@@ -76,11 +77,11 @@ class ResultTail:
         try:
             yield
         finally:
+            self.stopped = True
             for task in tasks:
                 task.cancel()
-            for task in tasks:
-                with suppress(asyncio.CancelledError):
-                    await task
+            _, stuck = await asyncio.wait(tasks, timeout=30)
+            assert not stuck, f"{len(stuck)} readers of the results streams did not stop within 30 s"
 
     def duplicates(self) -> int:
         return sum(n - 1 for n in Counter(self.seen).values())
