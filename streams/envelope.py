@@ -75,12 +75,21 @@ def reserved_id_problem(value: str) -> str | None:
     if is_generated_id(value):
         return "it has the shape of a generated id ('<digits>-<digits>', optionally after '<lane>:'): those are reserved for jobs sent without an id"
     if STEP_SEPARATOR in value:
-        return f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id"
+        return STEP_ID_RESERVED
     return None
 
 
+STEP_ID_RESERVED = f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id"
+
+
 def is_valid_job_id(value: str | None) -> bool:
-    return bool(value) and bool(_JOB_ID.match(value))  # type: ignore[arg-type]
+    return value is not None and bool(_JOB_ID.match(value))
+
+
+def may_carry_id(job_id: str, parent: str | None, step: str | None) -> bool:
+    """Whether an entry may name ``job_id``: one with '::' only when it is the workflow script's step entry
+    (``<parent>::<step>``), so no producer names, reads or takes over another workflow's step."""
+    return STEP_SEPARATOR not in job_id or (bool(parent) and bool(step) and job_id == f"{parent}{STEP_SEPARATOR}{step}")
 
 
 def encode_data(data: Any) -> str:
@@ -224,8 +233,8 @@ class JobRequest(BaseModel):
     @model_validator(mode="after")
     def _step_ids_are_the_systems(self) -> JobRequest:
         """Only a workflow's step entry (written by the workflow script) carries an id with '::'."""
-        if self.id and STEP_SEPARATOR in self.id and not (self.parent and self.step and self.id == f"{self.parent}{STEP_SEPARATOR}{self.step}"):
-            raise ValueError(f"job id {self.id[:80]!r}: '{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id")
+        if self.id and not may_carry_id(self.id, self.parent, self.step):
+            raise ValueError(f"job id {self.id[:80]!r}: {STEP_ID_RESERVED}")
         return self
 
     @field_validator("data")

@@ -20,10 +20,10 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, is_valid_job_id, now_ms, result_fields
+from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, is_valid_job_id, may_carry_id, now_ms, result_fields
 from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
-from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
+from streams.keys import LANES, Keys, partition_keys
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -324,10 +324,7 @@ def explicit_id(raw: Mapping[str, str]) -> str | None:
     """The job id a raw entry names, when it may be one: in the id alphabet, and with '::' only on a workflow's
     step entry. Anything else (a bad id, another job's step id) leaves the job the entry's generated id."""
     job_id = raw.get("id")
-    if not is_valid_job_id(job_id):
-        return None
-    assert job_id is not None
-    if STEP_SEPARATOR in job_id and job_id != f"{raw.get('parent')}{STEP_SEPARATOR}{raw.get('step')}":
+    if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
         return None
     return job_id
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 JOB_ID_MAX = 512
 # A request has at most this many fields: §2 names ten, and a retry re-adds them in one Lua XADD.
 MAX_REQUEST_FIELDS = 64
-# Fields a worker adds when it puts a job back in its lane (id, submitted_at, source_id): bounded by their own
-# validation, so they do not count against the size limit (else a retry could push a request over it).
 SOURCE_FIELD = "source_id"  # on re-added entries: the lane entry the producer wrote
 ENTRY_ID = re.compile(r"^\d{1,19}-\d{1,19}$")
+# Fields a worker adds when it puts a job back in its lane: bounded by their own validation, so on a re-added
+# entry they do not count against the size limit (else a retry could push a request over it).
 READDED_FIELDS = ("id", "submitted_at", SOURCE_FIELD)
 
 

@@ -7,6 +7,7 @@ import gzip
 import logging
 import time
 import tracemalloc
+from typing import TypeVar
 
 import orjson
 import pytest
@@ -15,6 +16,8 @@ from agents.llm import LLMClient, LLMRequestError, LLMSettings, LLMUnavailable
 from agents.usage import UsageLedger
 from streams.embedded import free_port
 from tests.hostile import Start, response, started_peers
+
+E = TypeVar("E", bound=BaseException)
 
 SECRET = "sk-hostile-0123456789abcdef"
 HELLO = [{"role": "user", "content": "hi"}]
@@ -35,6 +38,16 @@ def client_for(url: str, **overrides: object) -> LLMClient:
                                  "backoff_s": 0.01, "max_backoff_s": 0.3, "timeout_s": 3.0, "retry_budget_s": 5.0}
     values.update(overrides)
     return LLMClient(LLMSettings(**values))  # type: ignore[arg-type]
+
+
+async def failed_call(client: LLMClient, error: type[E]) -> pytest.ExceptionInfo[E]:
+    """One call that must fail with ``error``; the client is closed either way."""
+    try:
+        with pytest.raises(error) as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    return caught
 
 
 async def test_an_early_hints_response_never_shifts_answers_between_calls(peer: Start) -> None:
@@ -82,12 +95,8 @@ async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials
     port = free_port()
     client = client_for(f"http://alice:hunter2@127.0.0.1:{port}", max_retries=1)
     caplog.set_level(logging.DEBUG)
-    try:
-        # When a call is made
-        with pytest.raises(LLMUnavailable) as caught:
-            await client.chat(HELLO)
-    finally:
-        await client.aclose()
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
     # Then the error names the endpoint (host and port), and no secret is in it or in any log line
     message = str(caught.value)
     assert f"127.0.0.1:{port}" in message, message
@@ -176,12 +185,8 @@ async def test_an_answer_over_the_limit_fails_the_call_naming_the_limit(peer: St
 
     p = await peer(answer)
     client = client_for(p.url, max_response_bytes=LIMIT, max_retries=1)
-    try:
-        # When a call is made
-        with pytest.raises(LLMUnavailable) as caught:
-            await client.chat(HELLO)
-    finally:
-        await client.aclose()
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
     # Then each try failed like a 502 (retried) and the error says why
     assert p.requests == 2
     assert says in str(caught.value), str(caught.value)
@@ -205,12 +210,8 @@ async def test_no_run_of_8_characters_of_a_key_reaches_the_error(peer: Start, me
 
     p = await peer(answer)
     client = client_for(p.url, api_keys=AZURE_KEY)
-    try:
-        # When a call is made
-        with pytest.raises(LLMRequestError) as caught:
-            await client.chat(HELLO)
-    finally:
-        await client.aclose()
+    # When a call is made
+    caught = await failed_call(client, LLMRequestError)
     # Then the error keeps the provider's words but no 8 characters of the key in a row
     error = str(caught.value)
     assert "HTTP 401" in error and ("not a valid key" in error or "Incorrect API key" in error), error
@@ -276,12 +277,8 @@ async def test_a_malformed_200_is_retried_and_then_unavailable_with_nothing_book
 
     p = await peer(answer)
     client = client_for(p.url, provider=provider, max_retries=1, prices={"hostile-model": [0.42, 0.42]})
-    try:
-        # When a call is made
-        with pytest.raises(LLMUnavailable) as caught:
-            await client.chat(HELLO)
-    finally:
-        await client.aclose()
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
     # Then both tries failed like a 502, the error says the answer was malformed, and no usage was booked
     assert p.requests == 2
     assert "HTTP 200 with a malformed" in str(caught.value), str(caught.value)
