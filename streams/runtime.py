@@ -21,6 +21,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from streams.connection import BLOCK_MS
 from streams.groups import ensure_group
+from streams.leases import Leases
 from streams.outage import REDIS_DOWN, Backoff
 from streams.scripts import Scripts
 
@@ -30,7 +31,6 @@ Entry = tuple[str, dict[str, str] | None]
 ReadReply = list[tuple[str, list[Entry]]] | None
 Slot = tuple[str, str]
 
-RECLAIM_BATCH = 100
 # One read takes at most this many entries, so a large pool fills in a few batches whose
 # start, run and settle overlap instead of moving through the pipeline in lockstep.
 READ_BATCH = 500
@@ -97,13 +97,12 @@ class GroupRuntime:
         self.refill = max(1, min(refill, concurrency))
         self.refill_wait_s = refill_wait_s
         self.handler: EntryHandler | None = None
-        self._scripts = Scripts(redis)
+        self.scripts = Scripts(redis)
         self._slots: dict[Slot, asyncio.Task[None] | None] = {}
         self._freed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._accepting = True
-        self._cursors = {s: "0-0" for s in self.streams}
         self._levels = [self.streams[i : i + level_size] for i in range(0, len(self.streams), level_size)]
         self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
         # On Redis Cluster one XREADGROUP may only name keys of one slot: block on each slot's streams at once.
@@ -113,6 +112,7 @@ class GroupRuntime:
         self._blocking_groups = list(by_slot.values())
         self._reader: asyncio.Task[None] | None = None
         self._helpers_stopped = False
+        self.leases = Leases(self)
 
     # -- slots ---------------------------------------------------------------
 
@@ -135,6 +135,9 @@ class GroupRuntime:
         self._slots[slot] = None
         self._idle.clear()
         return True
+
+    def held(self) -> list[Slot]:
+        return list(self._slots)
 
     def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
         self._slots[(stream, entry_id)] = task
@@ -254,7 +257,7 @@ class GroupRuntime:
                 reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
                 if reply:
                     self._turns[level] = (at + 1) % len(streams)
-                    await self._deliver(stream, reply[0][1], reclaimed=False)
+                    await self.deliver(stream, reply[0][1], reclaimed=False)
                     return True
         return False
 
@@ -275,9 +278,9 @@ class GroupRuntime:
             self.group, self.consumer, {s: ">" for s in streams}, count=1, block=block_ms or self.block_ms
         ))
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
-            await self._deliver(stream, entries, reclaimed=False)
+            await self.deliver(stream, entries, reclaimed=False)
 
-    async def _deliver(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+    async def deliver(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         fresh = [(eid, fields) for eid, fields in entries if self._hold(stream, eid)]
         if not fresh:
             return
@@ -303,7 +306,7 @@ class GroupRuntime:
         while not self._helpers_stopped:
             await asyncio.sleep(every_s)
             try:
-                await self.renew()
+                await self.leases.renew()
                 backoff.ok()
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
@@ -312,22 +315,8 @@ class GroupRuntime:
             except Exception:
                 await self._survive("lease renewal")
 
-    async def renew(self) -> list[Slot]:
-        by_stream: dict[str, list[str]] = {}
-        for stream, eid in list(self._slots):
-            by_stream.setdefault(stream, []).append(eid)
-        lost: list[Slot] = []
-        for stream, ids in by_stream.items():
-            for start in range(0, len(ids), 1000):
-                chunk = ids[start : start + 1000]
-                gone = await self._scripts.renew(keys=[stream], args=[self.group, self.consumer, *chunk])
-                lost += [(stream, eid) for eid in gone]
-        if lost:
-            log.info("%s: %d held entries are no longer ours (reclaimed or settled elsewhere)", self.group, len(lost))
-        return lost
-
     async def _sweep_loop(self) -> None:
-        """XAUTOCLAIM entries idle past the lease: their consumer died or hung."""
+        """XAUTOCLAIM entries idle past the lease (their consumer died or hung), then take up our own orphans."""
         every_s = min(max(0.5, self.lease_s / 2), 10.0)
         backoff = Backoff(f"{self.group}/{self.consumer} reclaim")
         while not self._helpers_stopped:
@@ -335,7 +324,8 @@ class GroupRuntime:
             if not self._accepting:
                 continue
             try:
-                await self.sweep()
+                await self.leases.sweep()
+                await self.leases.take_up_orphans()
                 backoff.ok()
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
@@ -344,22 +334,6 @@ class GroupRuntime:
                     log.warning("%s: reclaim refused: %s", self.group, exc)
             except Exception:
                 await self._survive("the reclaim sweep")
-
-    async def sweep(self) -> int:
-        """Take over stalled entries, at most as many as there are free slots; returns how many."""
-        total = 0
-        min_idle_ms = int(self.lease_s * 1000)
-        for stream in self.streams:
-            free = min(self.free_slots(), RECLAIM_BATCH)
-            if free <= 0 or not self._accepting:
-                break
-            reply = await self.redis.xautoclaim(stream, self.group, self.consumer, min_idle_ms, self._cursors[stream], count=free)
-            cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
-            self._cursors[stream] = cursor
-            if entries:
-                total += len(entries)
-                await self._deliver(stream, entries, reclaimed=True)
-        return total
 
     async def _tick_loop(self) -> None:
         assert self.handler is not None
@@ -389,7 +363,7 @@ class GroupRuntime:
     async def forget_idle_consumers(self) -> list[str]:
         removed: list[str] = []
         for stream in self.streams:
-            removed += await self._scripts.forget(keys=[stream], args=[self.group, int(self.forget_idle_s * 1000)])
+            removed += await self.scripts.forget(keys=[stream], args=[self.group, int(self.forget_idle_s * 1000)])
         if removed:
             log.info("%s: removed %d idle consumers with nothing pending: %s", self.group, len(removed), ", ".join(sorted(set(removed))))
         return removed

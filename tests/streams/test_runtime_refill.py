@@ -110,7 +110,7 @@ async def test_slots_taken_by_a_reclaim_during_the_refill_wait_leave_the_reader_
         # When one slot is freed, and a reclaim takes it back while the reader waits for 5
         handler.runtime.release(stream, handler.held[0])
         # (XAUTOCLAIM scans 10 PEL entries per claimable one: the second sweep gets past the pool's own entries)
-        assert [await handler.runtime.sweep() for _ in range(2)] == [0, 1]
+        assert [await handler.runtime.leases.sweep() for _ in range(2)] == [0, 1]
         assert handler.runtime.free_slots() == 0
         await asyncio.sleep(0.5)  # past the refill wait: the reader finds no free slot at all
         # Then the reader is still there, and reads once 5 slots are free again
