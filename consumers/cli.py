@@ -87,9 +87,11 @@ def gateway(
 ) -> None:
     """HTTP API: submit jobs, status, results, stats, dead letters (FastAPI on uvicorn)."""
     from consumers.gateway import GatewaySettings, run_gateway
+    from streams.connection import check_reachable
 
     settings = build(GatewaySettings, host=host, port=port, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
+    run(check_reachable(settings.effective_redis_url))  # one clear line and exit 4, as the worker's, not uvicorn's traceback
     run_gateway(settings)
 
 

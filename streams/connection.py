@@ -157,3 +157,12 @@ async def require_version(redis: Redis) -> tuple[int, ...]:
     if version < MIN_REDIS:
         raise RedisUnavailable(f"streamcrew needs Redis >= 6.2 (XAUTOCLAIM); this server is {'.'.join(map(str, version))}")
     return version
+
+
+async def check_reachable(url: str) -> None:
+    """Connect to ``url`` and check its version, then let go: a process that connects later fails early instead."""
+    redis = await connect_detected(url)
+    try:
+        await require_version(redis)
+    finally:
+        await redis.aclose()

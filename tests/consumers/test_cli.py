@@ -131,9 +131,10 @@ def test_a_model_level_settings_error_names_no_empty_setting(redis_url: str, pre
     assert "setting :" not in line and "Value error" not in line and "Traceback" not in line
 
 
-def test_unreachable_redis_is_one_clear_line(prefix: str) -> None:
-    done = cli("redis://127.0.0.1:1/0", prefix, "stats")
-    assert done.returncode == 4
+@pytest.mark.parametrize("command", ["stats", "worker", "notifier", "gateway"])
+def test_unreachable_redis_is_one_clear_line(prefix: str, command: str) -> None:
+    done = cli("redis://127.0.0.1:1/0", prefix, command)
+    assert done.returncode == 4, done.stderr
     assert "cannot reach Redis" in done.stderr
     assert "Traceback" not in done.stderr
 
