@@ -7,7 +7,7 @@ import time
 from typing import Any, cast
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
 
 from streams.envelope import TERMINAL, JobResult
@@ -63,7 +63,14 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
             except orjson.JSONDecodeError:
                 pass
     values["id"] = job_id
-    return JobRecord.model_validate(values)
+    try:
+        return JobRecord.model_validate(values)
+    except ValidationError as exc:
+        # A field a raw writer (HSET) stored not of its type reads as unset: the rest of the record still reads.
+        bad = {e["loc"][0] for e in exc.errors() if e["loc"] and e["loc"][0] not in ("id", "status")}
+        if not bad:
+            raise
+        return JobRecord.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
 async def get_job(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1) -> JobRecord | None:

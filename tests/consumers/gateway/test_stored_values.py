@@ -46,3 +46,19 @@ async def test_out_of_range_numbers_in_a_stored_record_read_as_null(gateways: Ga
         async with sse_events(client, "/jobs/raw-queued/events") as events:
             first = await anext(events)
         assert json.loads(first["data"])["status"] == "queued" and json.loads(first["data"])["attempts"] is None
+
+
+async def test_stored_fields_not_of_their_type_read_as_unset(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a record a raw writer stored with words where numbers belong and a usage that is no object
+    await redis.hset(keys.job("raw-words"), mapping={
+        "status": "running", "agent": "echo", "attempts": "abc", "started_at": "soon", "steps_total": "many",
+        "usage": "[1, 2]", "result": "not json"})
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When it is read
+        got = await client.get("/jobs/raw-words")
+        # Then it answers with those fields unset (left out, attempts 0) and the rest as stored, never a 500
+        assert got.status_code == 200, got.text
+        body = got.json()
+        assert (body["status"], body["agent"], body["result"]) == ("running", "echo", "not json")
+        assert body["attempts"] == 0 and "started_at" not in body and "usage" not in body and "steps_total" not in body, body
