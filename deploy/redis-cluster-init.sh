@@ -41,6 +41,21 @@ wait_for() {  # wait_for WHAT COMMAND...: retry COMMAND every 0.2 s for at most 
     done
 }
 
+wait_for_quietly() {  # wait_for_quietly SECONDS COMMAND...: as wait_for, but returns 1 on timeout instead of exiting
+    ( timeout_s=$1; shift; wait_for quietly "$@" ) 2>/dev/null
+}
+
+claim_again() {  # every moved slot: its target bumps its configEpoch, then SETSLOT NODE on every master
+    printf '%s' "$placed" | while read -r slot target_id target_address; do
+        echo "redis-cluster-init: slot $slot is not agreed on yet; $target_address claims it again"
+        at "$target_address" CLUSTER BUMPEPOCH >/dev/null
+        { echo "$target_id $target_address"; printf '%s\n' "$masters" | grep -v "^$target_id "; } |
+            while read -r _id address; do
+                at "$address" CLUSTER SETSLOT "$slot" NODE "$target_id" >/dev/null
+            done
+    done
+}
+
 known_nodes() {
     at "$first" CLUSTER INFO | tr -d '\r' | sed -n 's/^cluster_known_nodes://p'
 }
@@ -94,6 +109,7 @@ if [ "$partitions" -gt 1 ]; then
     count=$(printf '%s\n' "$masters" | wc -l)
     moved=0
     kept=0
+    placed=""  # "<slot> <target id> <target address>" per moved slot, for claim_again
     p=0
     while [ "$p" -lt "$partitions" ]; do
         slot=$(at "$first" CLUSTER KEYSLOT "{$p}")
@@ -121,12 +137,24 @@ if [ "$partitions" -gt 1 ]; then
                 while read -r _id address; do
                     at "$address" CLUSTER SETSLOT "$slot" NODE "${target%% *}" >/dev/null
                 done
+            placed="$placed$slot $target
+"
             moved=$((moved + 1))
         fi
         p=$((p + 1))
     done
     if [ "$moved" -gt 0 ]; then
-        wait_for "the placed slots to agree on every node" agree
+        # A claim that gossip lost (about one placement in six in this project's tests) never agrees by itself:
+        # after 10 s each target takes the highest configEpoch and claims its slot again on every master.
+        claims=1
+        until wait_for_quietly 10 agree; do
+            if [ "$claims" -ge 3 ]; then
+                echo "redis-cluster-init: the placed slots still disagree after $claims claims; check the cluster" >&2
+                exit 1
+            fi
+            claim_again
+            claims=$((claims + 1))
+        done
     fi
     echo "redis-cluster-init: $partitions partitions round-robin over $count masters: $moved moved, $kept with keys left where they are"
 fi
