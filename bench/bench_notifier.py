@@ -1,6 +1,6 @@
 """Webhook deliveries through one notifier process, to aiohttp receivers with a realistic pace.
 
-    . .venv/bin/activate && python bench/bench_notifier.py [--case all|baseline|paced|hung|many]
+    . .venv/bin/activate && python bench/bench_notifier.py [--case all|baseline|paced|hung|hangmany|shared|many]
         [--results 10000] [--backlog 5000] [--pace 5x4,20x10,50x10] [--ceiling RATE] [--concurrency 200] [--per-endpoint 10] [--partitions 1] [--redis-url redis://...]
 
 Without ``--redis-url`` (or ``STREAMCREW_REDIS_URL``) a private ``redis-server`` is started on a
@@ -17,6 +17,8 @@ round-robin over N partitions (contract §10) and runs the notifier with ``STREA
   of result order arrivals came.
 - hung: a 5 ms endpoint (``--fast-workers`` 2: 400/s) alone, then the same beside an endpoint that never answers (one hung
   delivery per ten fast ones); ratio of the fast endpoint's times (target <= 1.10).
+- hangmany: the same 5 ms endpoint alone, then beside 150 origins (127.0.10.x) that never answer (one hung delivery per
+  ten fast ones, spread over the origins): a receiver hanging on many origins must not take the slots (target <= 1.25).
 - shared: the 5 ms endpoint alone, then interleaved 1:1 with a healthy 50 ms endpoint (no target:
   the trade-off between parking the bottleneck's excess and pacing everyone to it).
 - many: 1,000 endpoints (127.0.x.y, one port each address), 5 deliveries each, 5 ms. Target >= 2,000/s;
@@ -186,6 +188,25 @@ async def hung(bench: Bench) -> bool:
     return ratio <= 1.10
 
 
+async def hangmany(bench: Bench) -> bool:
+    n = bench.args.backlog
+    hang_hosts = [f"127.0.10.{1 + i}" for i in range(150)]
+    limit = bench.args.fast_workers
+    receiver = await PacedReceiver(latency_s=0.005, limit=limit).start(["127.0.0.1", *hang_hosts])
+    try:
+        alone = await bench.run(receiver, [receiver.url("/hook")] * n)
+        hooks = [receiver.url("/hang", hang_hosts[(i // 11) % len(hang_hosts)]) if i % 11 == 10 else receiver.url("/hook")
+                 for i in range(n + n // 10)]
+        mixed = await bench.run(receiver, hooks)
+    finally:
+        await receiver.stop()
+    ratio = mixed.seconds / alone.seconds
+    print(f"hangmany: {n} to a 5 ms x {limit} workers endpoint alone {alone.seconds:.2f}s; beside {len(hang_hosts)} hanging "
+          f"origins ({n // 10} hanging deliveries) {mixed.seconds:.2f}s; ratio {ratio:.2f} (target <= 1.25); most hanging "
+          f"requests open at once {receiver.most_hanging}, opened {receiver.hung_total}; busy parks {mixed.busy}")
+    return ratio <= 1.25
+
+
 async def shared(bench: Bench) -> bool:
     """Not a target of the issue, recorded to show the trade-off: a healthy bottleneck sharing the stream."""
     n = bench.args.backlog
@@ -227,7 +248,7 @@ def paces(text: str) -> list[tuple[float, int]]:
     return [(float(ms) / 1000, int(workers)) for ms, workers in (part.split("x") for part in text.split(","))]
 
 
-CASES = {"baseline": baseline, "paced": paced, "hung": hung, "shared": shared, "many": many}
+CASES = {"baseline": baseline, "paced": paced, "hung": hung, "hangmany": hangmany, "shared": shared, "many": many}
 
 
 async def main() -> int:

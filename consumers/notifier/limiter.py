@@ -20,6 +20,17 @@ may join the queue depends on the endpoint:
   (Little's law), nothing once it hangs; its waiting deliveries are sent away
   (parked) by :meth:`EndpointLimiter.tick`, so a hung endpoint never holds the
   slots every other endpoint needs.
+
+Endpoints not yet proven healthy, those that have not answered yet and those
+that are slow, are trusted less, as a receiver can hang on many origins at
+once (ports of one host, names under a wildcard DNS entry):
+
+- slow start: one that has not answered yet gets one delivery in flight; the
+  rest of its queue waits for that answer.
+- together they hold at most ``suspect_budget`` deliveries in flight (half the
+  pool); beyond it their deliveries wait for room, and once half the budget is
+  held by deliveries stalled past ``SLOW_S`` those waiting, and new ones, are
+  parked instead, so hanging origins never hold the slots proven endpoints need.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ EWMA_WEIGHT = 0.2
 SLOW_S = 1.0  # an endpoint slower than this is parked, not waited for
 ACTIVE_S = 1.0  # an endpoint counts as active this long after its last arrival
 MAX_TRACKED = 10_000
+UNPROVEN_IN_FLIGHT = 1  # in flight at once to an endpoint that has not answered yet (slow start)
 
 
 @dataclass(slots=True)
@@ -49,6 +61,7 @@ class EndpointQueue:
     last_arrival: float = 0.0
     parked_until: float = 0.0  # when the last delivery parked for being over its share is due back
     answered: bool = False  # an attempt finished: until then it does not count as competing for slots
+    suspect_in_flight: int = 0  # of in_flight, those started while it was unproven or slow (the suspect budget's)
 
     def latency(self, now: float) -> float:
         """The EWMA of answered attempts, raised to the age of the current stall while nothing finishes."""
@@ -57,6 +70,14 @@ class EndpointQueue:
 
     def slow(self, now: float) -> bool:
         return self.latency(now) > SLOW_S
+
+    def suspect(self, now: float) -> bool:
+        """Not proven healthy: it has not answered yet, or it is slow."""
+        return not self.answered or self.slow(now)
+
+    def connections(self, per_endpoint: int) -> int:
+        """How many deliveries it may have in flight: one until it has answered (slow start)."""
+        return per_endpoint if self.answered else UNPROVEN_IN_FLIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +98,11 @@ class EndpointLimiter:
         self.queue_wait_s = queue_wait_s
         self._queues: dict[str, EndpointQueue] = {}
         self._active: set[str] = set()  # healthy endpoints that answered, with an arrival in the last ACTIVE_S
+        self.suspect_budget = max(per_endpoint, pool // 2)
+        self._suspect_in_flight = 0
+        self._suspects: set[str] = set()  # endpoints with deliveries counted in the suspect budget
+        self._waiting_for_budget: dict[str, EndpointQueue] = {}  # in arrival order
+        self._budget_hung = False  # half the budget is held by deliveries stalled past SLOW_S (see tick)
 
     def little(self, queue: EndpointQueue, now: float) -> int:
         """How many more it may queue: what ``per_endpoint`` connections drain in ``queue_wait_s`` at its latency."""
@@ -102,7 +128,10 @@ class EndpointLimiter:
         slow = queue.slow(now)
         if queue.answered and not slow:
             self._active.add(origin)
-        waiting = queue.held - self.per_endpoint
+        if queue.suspect(now) and self._budget_hung and self._suspect_in_flight >= self.suspect_budget:
+            return Busy(f"{origin} is not proven healthy and such endpoints hold all {self.suspect_budget} connections "
+                        "allowed them, most of them stalled", SLOW_S, growing=True)
+        waiting = queue.held - queue.connections(self.per_endpoint)
         if waiting >= 0:
             if slow:
                 if waiting >= self.little(queue, now):
@@ -115,11 +144,12 @@ class EndpointLimiter:
 
     async def turn(self, queue: EndpointQueue) -> bool:
         """Wait for this delivery's turn (FIFO); False when it was sent away (the endpoint turned slow, or over its share)."""
-        if queue.in_flight < self.per_endpoint and not queue.waiters:
+        if not queue.waiters and self._may_start(queue, time.monotonic()):
             self._start(queue)
             return True
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         queue.waiters.append(turn)
+        self._note_blocked(queue)
         try:
             return await turn
         except asyncio.CancelledError:
@@ -132,14 +162,45 @@ class EndpointLimiter:
                     pass
             raise
 
+    def _may_start(self, queue: EndpointQueue, now: float) -> bool:
+        if queue.in_flight >= queue.connections(self.per_endpoint):
+            return False
+        return not queue.suspect(now) or self._suspect_in_flight < self.suspect_budget
+
+    def _note_blocked(self, queue: EndpointQueue) -> None:
+        """A queue whose waiters wait for room in the suspect budget (not for its own connections) is woken by
+        whichever suspect delivery ends first."""
+        if queue.waiters and queue.in_flight < queue.connections(self.per_endpoint):
+            self._waiting_for_budget.setdefault(queue.origin, queue)
+
     def _start(self, queue: EndpointQueue) -> None:
+        now = time.monotonic()
+        if queue.suspect(now):
+            queue.suspect_in_flight += 1
+            self._suspect_in_flight += 1
+            self._suspects.add(queue.origin)
         if queue.in_flight == 0:
-            queue.stalled_since = time.monotonic()
+            queue.stalled_since = now
         queue.in_flight += 1
+
+    def _dispatch(self, queue: EndpointQueue) -> None:
+        """Start its waiters, first come first, while it and the budget have room."""
+        now = time.monotonic()
+        while queue.waiters and self._may_start(queue, now):
+            turn = queue.waiters.popleft()
+            if not turn.done():
+                self._start(queue)
+                turn.set_result(True)
+        self._note_blocked(queue)
 
     def finished(self, queue: EndpointQueue, seconds: float | None) -> None:
         """The turn is over (``seconds`` the attempt took, None if none was made); the next waiter goes."""
         queue.in_flight -= 1
+        if queue.suspect_in_flight > queue.in_flight:
+            queue.suspect_in_flight -= 1
+            self._suspect_in_flight -= 1
+            if not queue.suspect_in_flight:
+                self._suspects.discard(queue.origin)
         if seconds is not None:  # one slow answer (a timeout, say) marks it slow at once; fast ones bring it back
             if seconds > SLOW_S:
                 queue.latency_s = max(seconds, queue.latency_s)
@@ -147,11 +208,13 @@ class EndpointLimiter:
                 queue.latency_s += EWMA_WEIGHT * (seconds - queue.latency_s)
             queue.answered = True
         queue.stalled_since = time.monotonic()
-        while queue.waiters and queue.in_flight < self.per_endpoint:
-            turn = queue.waiters.popleft()
-            if not turn.done():
-                self._start(queue)
-                turn.set_result(True)
+        self._dispatch(queue)
+        while self._waiting_for_budget and self._suspect_in_flight < self.suspect_budget:
+            origin, blocked = next(iter(self._waiting_for_budget.items()))
+            del self._waiting_for_budget[origin]
+            self._dispatch(blocked)
+            if origin in self._waiting_for_budget:  # still blocked: the budget is full again
+                break
 
     @staticmethod
     def leave(queue: EndpointQueue) -> None:
@@ -164,11 +227,14 @@ class EndpointLimiter:
         self._active = {o for o in self._active
                         if (queue := self._queues.get(o)) is not None and now - queue.last_arrival < ACTIVE_S and not queue.slow(now)}
         room = self.share() if len(self._active) > 1 else None
+        stalled = sum(q.suspect_in_flight for o in self._suspects if (q := self._queues.get(o)) is not None and q.slow(now))
+        self._budget_hung = stalled >= self.suspect_budget // 2
         sent_away = 0
         for queue in self._queues.values():
             if not queue.waiters:
                 continue
-            keep = 0 if queue.slow(now) else None if room is None else max(room, self.little(queue, now))
+            parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget
+            keep = 0 if queue.slow(now) or parked_for_budget else None if room is None else max(room, self.little(queue, now))
             while keep is not None and len(queue.waiters) > keep:
                 turn = queue.waiters.pop()  # the newest first: the oldest keep their place
                 if not turn.done():
@@ -179,6 +245,9 @@ class EndpointLimiter:
     def sent_away(self, queue: EndpointQueue) -> Busy:
         """Why a waiting delivery was sent away, and when to bring it back."""
         now = time.monotonic()
+        if queue.suspect(now) and self._budget_hung:
+            return Busy(f"{queue.origin} is not proven healthy and such endpoints hold all {self.suspect_budget} "
+                        "connections allowed them, most of them stalled", SLOW_S, growing=True)
         if queue.slow(now):
             return Busy(f"{queue.origin} turned slow ({queue.latency(now):.1f}s) while this delivery waited", queue.latency(now), growing=True)
         return Busy(f"{queue.origin} has {queue.held} deliveries queued while other endpoints wait", self._come_back_s(queue, now))
@@ -194,3 +263,4 @@ class EndpointLimiter:
         for origin in [o for o, queue in self._queues.items() if queue.held == 0]:
             del self._queues[origin]
             self._active.discard(origin)
+            self._waiting_for_budget.pop(origin, None)

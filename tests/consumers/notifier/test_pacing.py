@@ -124,6 +124,29 @@ async def test_a_hung_endpoint_keeps_to_its_connections_and_dead_letters_while_a
         await receiver.stop()
 
 
+async def test_a_receiver_hanging_on_many_origins_holds_half_the_slots_at_most(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a 5 ms endpoint that has answered once, and 150 origins (loopback addresses) that never answer
+    hang_hosts = [f"127.0.{10 + i // 250}.{1 + i % 250}" for i in range(150)]
+    receiver = await PacedReceiver(latency_s=0.005).start(["127.0.0.1", *hang_hosts])
+    try:
+        notifier = notifiers.start(env={"STREAMCREW_TIMEOUT_S": "30"})
+        await add_results(redis, keys, [receiver.url("/hook")], prefix="proven")
+        await receiver.wait_for(1, prefix="/hook", timeout=30)
+        # When results for the hanging origins (four each) come first, then 300 for the healthy endpoint
+        await add_results(redis, keys, [receiver.url("/hang", hang_hosts[n % 150]) for n in range(600)], prefix="hang")
+        await add_results(redis, keys, [receiver.url("/hook")] * 300, prefix="job")
+        # Then the healthy endpoint gets all of them while the hanging requests are still open (before the 30 s
+        # attempt timeout frees a slot): those hold at most half the notifier's 200 slots, one per origin
+        await receiver.wait_for(301, prefix="/hook", timeout=20)
+        assert receiver.most_hanging <= 100, receiver.most_hanging
+        assert not receiver.duplicates()
+        notifier.kill()
+    finally:
+        await receiver.stop()
+
+
 async def test_a_thousand_endpoints_each_get_theirs(redis: Redis, keys: Keys, notifiers: NotifierFactory) -> None:
     # Given 1,000 endpoints (one address each on loopback) and three results for each
     hosts = [f"127.0.{1 + i // 250}.{1 + i % 250}" for i in range(1000)]

@@ -197,9 +197,20 @@ def test_targets_dedupe_and_filter() -> None:
     assert targets({"id": "2", "agent": "echo", "status": "failed"}, subs) == ["http://a/", "http://c/"]
 
 
+def answered_once(limiter: EndpointLimiter, origin: str, seconds: float = 0.01) -> EndpointQueue:
+    """The queue of ``origin`` after one delivery to it was answered in ``seconds`` (no longer unproven)."""
+    queue = limiter.enter(origin)
+    assert isinstance(queue, EndpointQueue)
+    limiter._start(queue)
+    limiter.finished(queue, seconds)
+    limiter.leave(queue)
+    return queue
+
+
 async def test_a_lane_sends_in_arrival_order_at_most_per_endpoint_at_once() -> None:
-    # Given an endpoint queue with 2 connections and five deliveries arriving
+    # Given an endpoint queue with 2 connections that has answered once, and five deliveries arriving
     limiter = EndpointLimiter(2, pool=200, queue_wait_s=0.5)
+    answered_once(limiter, "http://a:80")
     queues = [limiter.enter("http://a:80") for _ in range(5)]
     assert all(isinstance(queue, EndpointQueue) for queue in queues)
     queue = queues[0]
@@ -257,6 +268,49 @@ async def test_a_healthy_endpoint_alone_queues_without_limit_and_a_hung_one_is_p
     await asyncio.sleep(0)
     assert limiter.tick() == 1
     assert await waiting is False
+
+
+async def test_an_endpoint_gets_one_connection_until_it_answers() -> None:
+    # Given a new endpoint with three deliveries
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    queue = limiter.enter("http://new:80")
+    assert isinstance(queue, EndpointQueue)
+    limiter.enter("http://new:80")
+    limiter.enter("http://new:80")
+    first = asyncio.ensure_future(limiter.turn(queue))
+    rest = [asyncio.ensure_future(limiter.turn(queue)) for _ in range(2)]
+    await asyncio.sleep(0)
+    # Then one goes, the others wait for its answer; once it answered, both go at once
+    assert await first and queue.in_flight == 1 and len(queue.waiters) == 2
+    limiter.finished(queue, 0.01)
+    assert all(await asyncio.gather(*rest)) and queue.in_flight == 2
+
+
+async def test_unproven_endpoints_share_half_the_pool_and_are_parked_once_it_hangs() -> None:
+    # Given a pool of 20 (a budget of 10 for endpoints not proven healthy) and one proven fast endpoint
+    limiter = EndpointLimiter(10, pool=20, queue_wait_s=0.5)
+    fast = answered_once(limiter, "http://fast:80")
+    # When 12 new endpoints get a delivery each
+    queues = [limiter.enter(f"http://new-{i}:80") for i in range(12)]
+    turns = [asyncio.ensure_future(limiter.turn(q)) for q in queues if isinstance(q, EndpointQueue)]
+    await asyncio.sleep(0)
+    # Then 10 are in flight and 2 wait for room, not parked; the proven endpoint still goes at once
+    assert sum(t.done() for t in turns) == 10 and len(turns) == 12
+    assert await limiter.turn(fast)
+    limiter.finished(fast, 0.01)
+    # And when one of the ten answers, the first waiting one goes
+    started = [q for q, t in zip(queues, turns) if t.done()]
+    limiter.finished(started[0], 0.01)  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert sum(t.done() for t in turns) == 11
+    # When the nine others stall past a second, the next tick parks the one still waiting, and new ones at once
+    for q in started[1:]:
+        q.stalled_since -= 5  # type: ignore[union-attr]
+    assert limiter.tick() == 1 and await turns[11] is False
+    refused = limiter.enter("http://new-12:80")
+    assert isinstance(refused, Busy) and refused.growing and "not proven healthy" in refused.reason
+    # While a proven healthy endpoint is still taken
+    assert isinstance(limiter.enter("http://fast:80"), EndpointQueue)
 
 
 def test_one_slow_answer_marks_an_endpoint_slow_and_fast_ones_bring_it_back() -> None:
