@@ -52,9 +52,11 @@ async def test_sigkilled_notifier_mid_backlog_loses_no_delivery(redis: Redis, ke
 async def test_sigterm_drain_hands_back_deliveries_under_way(
     redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
 ) -> None:
-    # Given a notifier whose five deliveries hang at the endpoint
-    receiver.hold("/hang")
+    # Given a notifier whose five deliveries hang at an endpoint that has answered before (so it gets 10 at once)
     first = notifiers.start("--grace", "0.5", "--lease", "30", env={"STREAMCREW_TIMEOUT_S": "20"})
+    await add_result(redis, keys, "job-ok", receiver.url("/ok"))
+    await wait_until(lambda: receiver.count("/ok") == 1, timeout=10, what="the endpoint's first answer")
+    receiver.hold("/hang")
     for n in range(5):
         await add_result(redis, keys, f"job-h{n}", receiver.url("/hang"))
     await wait_until(lambda: receiver.count("/hang") == 5, timeout=10, what="five deliveries hanging")
@@ -83,9 +85,10 @@ async def test_a_slow_endpoint_does_not_stall_the_others(
         for n in range(20):
             await add_result(redis, keys, f"slow-{n}", receiver.url("/slow"))
             await add_result(redis, keys, f"fast-{n}", fast.url("/fast"))
-        # Then every fast delivery arrives while the slow endpoint is still stuck with its two
+        # Then every fast delivery arrives while the slow endpoint is still stuck with its one (it never answered:
+        # one at a time until it does)
         await wait_until(lambda: len(ids(fast, "/fast")) == 20, timeout=15, what="the fast endpoint's deliveries")
-        assert receiver.count("/slow") == 2
+        assert receiver.count("/slow") == 1
         # And once the slow endpoint recovers, it gets everything too
         receiver.release("/slow")
         await wait_until(lambda: len(ids(receiver, "/slow")) == 20, timeout=20, what="the slow endpoint's deliveries")
