@@ -4,11 +4,14 @@ after a short idle time)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
+from streams.entries import Entry, Slot
+
 if TYPE_CHECKING:
-    from streams.runtime import Entry, GroupRuntime, Slot
+    from streams.runtime import GroupRuntime
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,7 @@ class Leases:
     def __init__(self, runtime: GroupRuntime) -> None:
         self.runtime = runtime
         self._cursors = {s: "0-0" for s in runtime.streams}
+        self._taking_up = asyncio.Lock()
 
     async def renew(self) -> list[Slot]:
         """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns the held ones no longer ours."""
@@ -50,38 +54,48 @@ class Leases:
             if free <= 0 or not rt.accepting:
                 break
             reply = await rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free)
-            cursor, entries = str(reply[0]), cast("list[Entry]", reply[1])
+            cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
             self._cursors[stream] = cursor
             if entries:
                 total += len(entries)
                 await rt.deliver(stream, entries, reclaimed=True)
         return total
 
-    async def take_up_orphans(self) -> int:
+    async def take_up_orphans(self, *, fresh_only: bool = False) -> int:
         """Hold and hand on entries pending under this consumer that no slot holds; returns how many.
+
+        ``fresh_only``: those a read just gave beyond the free slots, at once (idle under half the lease, so no
+        other consumer's sweep can be taking them); otherwise those idle ``ORPHAN_IDLE_S`` or more (see below).
 
         Redis can serve a read whose reply is then lost: the cluster client drops every connection when it
         refreshes its slot map (a reshard's MOVED, a failover), and the read, retried, takes new entries. What
         the lost reply carried sits in this consumer's pending list, renewed by no one, and would wait out the
         whole lease. XCLAIM with the same minimum idle time leaves alone any entry another consumer just took.
         """
+        async with self._taking_up:  # the read loop and the sweep never take up the same entry twice
+            return await self._take_up_orphans(fresh_only)
+
+    async def _take_up_orphans(self, fresh_only: bool) -> int:
         rt = self.runtime
         total = 0
-        min_idle_ms = int(min(ORPHAN_IDLE_S, rt.lease_s / 2) * 1000)
+        min_idle_ms = 0 if fresh_only else int(min(ORPHAN_IDLE_S, rt.lease_s / 2) * 1000)
+        fresh_ms = rt.lease_s * 1000 / 2
         for stream in rt.streams:
             free = min(rt.free_slots(), RECLAIM_BATCH)
             if free <= 0 or not rt.accepting:
                 break
             pending = await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
-                                                    consumername=rt.consumer, idle=min_idle_ms)
+                                                    consumername=rt.consumer, idle=min_idle_ms or None)
             held = set(rt.held())
-            ids = [eid for eid in (str(p["message_id"]) for p in pending) if (stream, eid) not in held][:free]
+            ids = [str(p["message_id"]) for p in pending
+                   if (stream, str(p["message_id"])) not in held and (not fresh_only or int(p["time_since_delivered"]) < fresh_ms)][:free]
             if not ids:
                 continue
-            entries = cast("list[Entry]", await rt.redis.xclaim(stream, rt.group, rt.consumer, min_idle_ms, cast("list[Any]", ids)))
-            if entries:
+            entries = cast(list[Entry], await rt.redis.xclaim(stream, rt.group, rt.consumer, min_idle_ms, cast("list[Any]", ids)))
+            if entries and not fresh_only:
                 log.warning("%s: took up %d entries of %s pending under this consumer but held by no slot (a read "
                             "whose reply was lost)", rt.group, len(entries), stream)
+            if entries:
                 total += len(entries)
                 await rt.deliver(stream, entries, reclaimed=False)
         return total

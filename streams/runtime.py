@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -20,6 +20,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from streams.connection import BLOCK_MS
+from streams.entries import Entry, EntryHandler, ReadReply, Slot
 from streams.groups import ensure_group
 from streams.leases import Leases
 from streams.outage import REDIS_DOWN, Backoff
@@ -27,9 +28,7 @@ from streams.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
-Entry = tuple[str, dict[str, str] | None]
-ReadReply = list[tuple[str, list[Entry]]] | None
-Slot = tuple[str, str]
+__all__ = ["Entry", "EntryHandler", "GroupRuntime", "Slot", "is_nogroup"]
 
 # One read takes at most this many entries, so a large pool fills in a few batches whose
 # start, run and settle overlap instead of moving through the pipeline in lockstep.
@@ -38,17 +37,6 @@ READ_BATCH = 500
 CLUSTER_BLOCK_MS = 100
 # After an error no loop expects, the loop goes on after this pause (not in a busy loop).
 UNEXPECTED_PAUSE_S = 1.0
-
-
-class EntryHandler(Protocol):
-    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
-        """Start work for freshly held entries; release each slot once it is settled."""
-
-    async def hand_back(self, slots: list[Slot]) -> None:
-        """Give unfinished entries back to the group at once (drain)."""
-
-    async def tick(self) -> None:
-        """Periodic upkeep (e.g. promoting due retries)."""
 
 
 def is_nogroup(exc: BaseException) -> bool:
@@ -112,6 +100,7 @@ class GroupRuntime:
         self._blocking_groups = list(by_slot.values())
         self._reader: asyncio.Task[None] | None = None
         self._helpers_stopped = False
+        self._overflowed = False  # a read gave more than the free slots: the rest waits, pending under this consumer
         self.leases = Leases(self)
 
     # -- slots ---------------------------------------------------------------
@@ -202,6 +191,10 @@ class GroupRuntime:
                 if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
                     continue
             try:
+                if self._overflowed:  # what is left over first, once a slot is free (it is already ours)
+                    self._overflowed = bool(await self.leases.take_up_orphans(fresh_only=True))
+                    if self._overflowed:  # maybe more left: again at the next free slot
+                        continue
                 got = await self._read_strict()
                 if not got and self.free_slots() > 0:
                     await self._read_blocking()
@@ -281,7 +274,13 @@ class GroupRuntime:
             await self.deliver(stream, entries, reclaimed=False)
 
     async def deliver(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
-        fresh = [(eid, fields) for eid, fields in entries if self._hold(stream, eid)]
+        fresh: list[Entry] = []
+        for eid, fields in entries:
+            if self.free_slots() <= 0:  # blocking reads on several slots at once can give more than is free
+                self._overflowed = True
+                break
+            if self._hold(stream, eid):
+                fresh.append((eid, fields))
         if not fresh:
             return
         assert self.handler is not None

@@ -50,3 +50,33 @@ async def test_entries_of_a_lost_reply_are_taken_up_before_their_lease_runs_out(
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.stop_helpers()
+
+
+async def test_a_read_giving_more_than_the_free_slots_never_holds_more_than_the_concurrency(redis: Redis) -> None:
+    # Given a runtime with one slot (30 s lease: its sweep runs every 10 s), holding the one entry it read
+    stream = "over-read:lane"
+    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=1, lease_s=30, block_ms=100)
+    handler = Holding(runtime)
+    first = await redis.xadd(stream, {"n": "first"})
+    task = asyncio.create_task(runtime.run())
+    try:
+        await wait_until(lambda: len(handler.got) == 1, timeout=10, what="the first entry")
+        # When it is handed three more its read took (blocking reads on several cluster slots at once can do that)
+        extra = [await redis.xadd(stream, {"n": str(i)}) for i in range(3)]
+        reply = await redis.xreadgroup("g", "me", {stream: ">"}, count=10)
+        await runtime.deliver(stream, reply[0][1], reclaimed=False)
+        # Then none of them is held beyond the one slot
+        assert runtime.in_flight == 1 and handler.got == [(first, False)]
+        # And as each slot frees (settled: acked, then released), the next goes at once, in order, as fresh work,
+        # well before the sweep could take it up
+        for done, following in zip([first, *extra], extra, strict=False):
+            await redis.xack(stream, "g", done)
+            runtime.release(stream, done)
+            await wait_until(lambda f=following: (f, False) in handler.got, timeout=5, what=f"{following} after {done}")
+            assert runtime.in_flight == 1
+        assert handler.got == [(eid, False) for eid in [first, *extra]]
+    finally:
+        runtime.stop_accepting()
+        await asyncio.gather(task, return_exceptions=True)
+        await runtime.stop_helpers()

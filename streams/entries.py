@@ -1,0 +1,21 @@
+"""What a consumer-group runtime hands its handler: entries as read, the slots that hold them, and the
+handler's side of the bargain."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+Entry = tuple[str, dict[str, str] | None]
+ReadReply = list[tuple[str, list[Entry]]] | None
+Slot = tuple[str, str]
+
+
+class EntryHandler(Protocol):
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        """Start work for freshly held entries; release each slot once it is settled."""
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        """Give unfinished entries back to the group at once (drain)."""
+
+    async def tick(self) -> None:
+        """Periodic upkeep (e.g. promoting due retries)."""
