@@ -170,17 +170,24 @@ async def paced(bench: Bench) -> bool:
     return ok
 
 
-async def hung(bench: Bench) -> bool:
+async def fast_alone_and_beside_hanging(bench: Bench, hang_hosts: list[str]) -> tuple[Run, Run, PacedReceiver]:
+    """The 5 ms endpoint's backlog alone, then with one delivery per ten to ``hang_hosts`` (in turn) that never answer."""
     n = bench.args.backlog
-    hang_host = "127.0.0.2"  # the hung endpoint: another address, so another endpoint for the notifier
-    limit = bench.args.fast_workers  # below what the shared cores can push, so the ratio shows scheduling, not CPU
-    receiver = await PacedReceiver(latency_s=0.005, limit=limit).start(["127.0.0.1", hang_host])
+    # the fast endpoint's workers: below what the shared cores can push, so the ratio shows scheduling, not CPU
+    receiver = await PacedReceiver(latency_s=0.005, limit=bench.args.fast_workers).start(["127.0.0.1", *hang_hosts])
     try:
         alone = await bench.run(receiver, [receiver.url("/hook")] * n)
-        mixed_hooks = [receiver.url("/hang", hang_host) if i % 11 == 10 else receiver.url("/hook") for i in range(n + n // 10)]
-        mixed = await bench.run(receiver, mixed_hooks)
+        hooks = [receiver.url("/hang", hang_hosts[(i // 11) % len(hang_hosts)]) if i % 11 == 10 else receiver.url("/hook")
+                 for i in range(n + n // 10)]
+        mixed = await bench.run(receiver, hooks)
     finally:
         await receiver.stop()
+    return alone, mixed, receiver
+
+
+async def hung(bench: Bench) -> bool:
+    n, limit = bench.args.backlog, bench.args.fast_workers
+    alone, mixed, receiver = await fast_alone_and_beside_hanging(bench, ["127.0.0.2"])  # another address: another endpoint
     ratio = mixed.seconds / alone.seconds
     print(f"hung: {n} to a 5 ms x {limit} workers endpoint alone {alone.seconds:.2f}s; beside a hung endpoint ({n // 10} hanging) "
           f"{mixed.seconds:.2f}s; ratio {ratio:.2f} (target <= 1.10); hung requests opened {receiver.hung_total}, "
@@ -189,17 +196,9 @@ async def hung(bench: Bench) -> bool:
 
 
 async def hangmany(bench: Bench) -> bool:
-    n = bench.args.backlog
+    n, limit = bench.args.backlog, bench.args.fast_workers
     hang_hosts = [f"127.0.10.{1 + i}" for i in range(150)]
-    limit = bench.args.fast_workers
-    receiver = await PacedReceiver(latency_s=0.005, limit=limit).start(["127.0.0.1", *hang_hosts])
-    try:
-        alone = await bench.run(receiver, [receiver.url("/hook")] * n)
-        hooks = [receiver.url("/hang", hang_hosts[(i // 11) % len(hang_hosts)]) if i % 11 == 10 else receiver.url("/hook")
-                 for i in range(n + n // 10)]
-        mixed = await bench.run(receiver, hooks)
-    finally:
-        await receiver.stop()
+    alone, mixed, receiver = await fast_alone_and_beside_hanging(bench, hang_hosts)
     ratio = mixed.seconds / alone.seconds
     print(f"hangmany: {n} to a 5 ms x {limit} workers endpoint alone {alone.seconds:.2f}s; beside {len(hang_hosts)} hanging "
           f"origins ({n // 10} hanging deliveries) {mixed.seconds:.2f}s; ratio {ratio:.2f} (target <= 1.25); most hanging "
