@@ -9,8 +9,9 @@ however many deliveries want it, one domain has at most ``per_domain``
 lookups in flight, and answers (good or bad) are cached. A lookup beyond
 ``per_domain`` fails at once (the delivery is retried later) rather than
 waiting for a slot: a silent DNS server then costs other names of its domain
-a retry, never a wait. A domain is the last two labels (no Public Suffix List
-here), so names under a shared suffix (``co.uk``, ``com.au``) share one bound.
+a retry, never a wait. A domain is a registrable domain by the Public Suffix
+List (``publicsuffixlist``, which ships the list: no download), so names under
+a shared suffix (``co.uk``, ``herokuapp.com``) do not share one bound.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import Sequence
 
 import aiodns
+from publicsuffixlist import PublicSuffixList
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -34,9 +36,14 @@ class Unresolvable(Exception):
     """Raised when a host name does not resolve now (retried: DNS may recover)."""
 
 
+_SUFFIXES = PublicSuffixList()
+
+
 def domain_of(host: str) -> str:
-    """The last two labels (``a.b.slow.test`` -> ``slow.test``): lookups under one domain share a bound."""
-    return ".".join(host.rsplit(".", 2)[-2:])
+    """The registrable domain (``a.b.slow.test`` -> ``slow.test``, ``x.evil.co.uk`` -> ``evil.co.uk``), or the
+    name itself when it is a public suffix or has none: lookups under one domain share a bound."""
+    name = host.lower().rstrip(".")
+    return _SUFFIXES.privatesuffix(name) or name
 
 
 class Resolver:

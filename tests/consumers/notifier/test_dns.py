@@ -67,3 +67,22 @@ async def test_a_lookup_beyond_the_domains_bound_fails_at_once_instead_of_waitin
             await asyncio.wait_for(next_try, 5)
     finally:
         await resolver.aclose()
+
+
+async def test_names_under_a_public_suffix_are_bounded_per_registrable_domain(silent_dns: SilentDns) -> None:
+    # Given 2 lookups under evil.co.uk that the DNS server never answers, with 2 allowed per domain
+    resolver = Resolver(timeout_s=1.0, per_domain=2, nameservers=[silent_dns.address])
+    hung = [asyncio.create_task(resolver.resolve(f"h{i}.evil.co.uk")) for i in range(2)]
+    try:
+        await silent_dns.wait_asked({"h0.evil.co.uk", "h1.evil.co.uk"}, timeout_s=5)
+        # When a name of another domain under the same suffix is looked up
+        other = asyncio.create_task(resolver.resolve("hooks.bank.co.uk"))
+        # Then it is really asked (co.uk is a public suffix, not one domain), not refused for evil.co.uk's lookups
+        await silent_dns.wait_asked({"hooks.bank.co.uk"}, timeout_s=5)
+        with pytest.raises(Unresolvable, match="DNS gave no answer"):
+            await asyncio.wait_for(other, 5)
+        for task in hung:
+            with pytest.raises(Unresolvable):
+                await asyncio.wait_for(task, 5)
+    finally:
+        await resolver.aclose()
