@@ -1,7 +1,8 @@
 """The agent functions the worker calls: validated input in, a crew's answer out.
 
 Each also takes the first design's payload (``DesignRequest``), answered by
-:func:`agents.crews.design.answer_design_request`.
+:func:`agents.crews.design.answer_design_request`, and its fan-out sub-task data
+(``DesignAction``, ``{"action": "analyze_reviews"}``), done by the specialist's action variant.
 """
 
 from __future__ import annotations
@@ -9,12 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from agents.crews.design import answer_design_request
-from agents.crews.models import DesignRequest, OrderRequest, ProductRequest, ReturnsRequest, SupportRequest
-from agents.crews.specialists import run_specialist
+from agents.crews.models import (
+    DesignAction,
+    DesignRequest,
+    OrderRequest,
+    ProductRequest,
+    ReturnsRequest,
+    SupportInput,
+    SupportRequest,
+)
+from agents.crews.specialists import ACTION, run_specialist
 from agents.crews.support import support
 from agents.registry import AgentContext
 
 # In a workflow, a crew's task carries the results of the steps it runs after (ctx.inputs), via the question.
+
+
+async def run_action(kind: str, data: DesignAction, ctx: AgentContext) -> dict[str, Any]:
+    """The first design's fan-out sub-task: the specialist's action variant does ``data.action`` (for the product
+    when one is named), with the earlier steps' answers."""
+    question = f"{data.question} (product {data.sku})" if data.sku else data.question
+    return await run_specialist(kind + ACTION, {"question": ctx.with_inputs(question)})
 
 
 async def order(request: OrderRequest, ctx: AgentContext) -> dict[str, Any]:
@@ -22,6 +38,8 @@ async def order(request: OrderRequest, ctx: AgentContext) -> dict[str, Any]:
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
+    if isinstance(data, DesignAction):
+        return await run_action("order", data, ctx)
     return await run_specialist("order", {"customer": "(not given)", "order_id": data.order_id, "question": ctx.with_inputs(data.question)})
 
 
@@ -30,7 +48,10 @@ async def returns(request: ReturnsRequest, ctx: AgentContext) -> dict[str, Any]:
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
-    inputs = {"customer": "(not given)", "order_id": data.order_id, "item": data.sku or "the whole order", "reason": data.reason, "question": ctx.with_inputs(data.question)}
+    if isinstance(data, DesignAction):
+        return await run_action("returns", data, ctx)
+    inputs = {"customer": "(not given)", "order_id": data.order_id, "item": data.sku or "the whole order", "reason": data.reason,
+              "question": ctx.with_inputs(data.question)}
     return await run_specialist("returns", inputs)
 
 
@@ -39,12 +60,16 @@ async def product(request: ProductRequest, ctx: AgentContext) -> dict[str, Any]:
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
+    if isinstance(data, DesignAction):
+        return await run_action("product", data, ctx)
     return await run_specialist("product", {"customer": "(not given)", "item": data.sku or "a product", "question": ctx.with_inputs(data.question)})
 
 
-async def support_desk(request: SupportRequest) -> dict[str, Any]:
+async def support_desk(request: SupportRequest, ctx: AgentContext) -> dict[str, Any]:
     """Route a customer's message to order, returns or product, and return that crew's answer."""
     data = request.root
     if isinstance(data, DesignRequest):
         return await answer_design_request(data)
+    if isinstance(data, DesignAction):
+        return await support(SupportInput(query=ctx.with_inputs(data.question), customer_id="(not given)"))
     return await support(data)

@@ -1,7 +1,8 @@
 """Input models of the support agents; invalid input ends the job ``rejected``.
 
-Each crew takes its own shape or the first design's ``{"customer_id", "request_type", "data"}``
-(contract §13); ``*Request`` picks the model by the presence of ``request_type``.
+Each crew takes its own shape, the first design's ``{"customer_id", "request_type", "data"}``
+(contract §13), or that design's fan-out sub-task data ``{"action": "analyze_reviews"}``;
+``*Request`` picks the model by the presence of ``request_type``, then of ``action``.
 
 Each model's ``examples`` is the request docs/agents.md shows (and runs, on the offline model).
 """
@@ -88,10 +89,25 @@ class DesignRequest(_Input):
     data: DesignData = Field(default_factory=DesignData, description="the request's details; its priority 0-10 picks the lane when the producer was given none")
 
 
+class DesignAction(_Input):
+    """The first design's fan-out sub-task data, ``{"action": "analyze_reviews"}``: the crew does that action, given the results of the steps it runs after."""
+
+    action: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_ -]*$",
+                        description="what to do, e.g. analyze_reviews, sentiment_analysis, generate_recommendation")
+    sku: str | None = Field(None, pattern=SKU, description="the product it concerns, if any")
+    priority: int | None = _priority()
+
+    @property
+    def question(self) -> str:
+        """``analyze_reviews`` -> "Analyze reviews." (the task the crew is given)."""
+        return self.action.replace("_", " ").replace("-", " ").strip().capitalize() + "."
+
+
 def _pick(own: type[BaseModel], value: Any) -> Any:
     # Validating here (not as a union) keeps error locations those of the chosen model: "order_id", not "OrderInput.order_id".
     if isinstance(value, dict):
-        return (DesignRequest if "request_type" in value else own).model_validate(value)
+        chosen = DesignRequest if "request_type" in value else DesignAction if "action" in value else own
+        return chosen.model_validate(value)
     return value
 
 
@@ -102,17 +118,17 @@ def _picker(own: type[BaseModel]) -> Any:
     return model_validator(mode="before")(classmethod(shape))
 
 
-class OrderRequest(RootModel[DesignRequest | OrderInput]):
+class OrderRequest(RootModel[DesignRequest | DesignAction | OrderInput]):
     _shape = _picker(OrderInput)
 
 
-class ReturnsRequest(RootModel[DesignRequest | ReturnsInput]):
+class ReturnsRequest(RootModel[DesignRequest | DesignAction | ReturnsInput]):
     _shape = _picker(ReturnsInput)
 
 
-class ProductRequest(RootModel[DesignRequest | ProductInput]):
+class ProductRequest(RootModel[DesignRequest | DesignAction | ProductInput]):
     _shape = _picker(ProductInput)
 
 
-class SupportRequest(RootModel[DesignRequest | SupportInput]):
+class SupportRequest(RootModel[DesignRequest | DesignAction | SupportInput]):
     _shape = _picker(SupportInput)

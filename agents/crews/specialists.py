@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crewai import Agent, Crew, Process, Task
@@ -57,6 +57,17 @@ SPECIALISTS: dict[str, Specialist] = {
         task="Customer {customer} asks about {item}: \"{question}\". Check stock and the knowledge base as needed and answer.",
     ),
 }
+
+# The first design's fan-out sub-tasks ({"action": "analyze_reviews"}) name an action, not a customer's request:
+# each specialist has a variant, "<kind>:action", whose task is that action, with its role and the tools that need
+# no order number (an action names none).
+ACTION = ":action"
+ORDER_TOOLS = ("lookup_order", "process_return")
+for _kind, _spec in list(SPECIALISTS.items()):
+    SPECIALISTS[_kind + ACTION] = replace(
+        _spec, tools=tuple(t for t in _spec.tools if t not in ORDER_TOOLS), task="As one step of an analysis of the shop's products and orders, do this: \"{question}\". Use your tools "
+                    "where they help and answer briefly.",
+        expected_output="A short analysis that uses the facts the tools returned.")
 
 
 def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
@@ -107,7 +118,7 @@ async def run_specialist(kind: str, inputs: dict[str, str]) -> dict[str, Any]:
     free.append(crew)
     task_output = output.tasks_output[0] if output.tasks_output else None
     return {
-        "agent": kind,
+        "agent": kind.removesuffix(ACTION),
         "answer": output.raw,
         "crew": {"agent_role": SPECIALISTS[kind].role, "task": task_output.description if task_output else None},
     }

@@ -270,3 +270,30 @@ async def test_a_workflow_ending_never_trims_results_a_group_has_not_read(redis,
     entries = await redis.xrange(keys.results, count=1)
     assert entries[0][1]["id"] == first.id
     assert await redis.xlen(keys.results) >= 252
+
+
+async def test_the_first_designs_fan_out_runs_as_written(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given the first design's complex product analysis with its own agents and sub-task data ({"action": ...}),
+    # on the offline LLM
+    start_workers(workers, 1, "--concurrency", "8")
+    wf = Workflow("wf-as-written")
+    wf.step("reviews", "product_info", {"action": "analyze_reviews"})
+    wf.step("pricing", "product_info", {"action": "analyze_pricing"})
+    wf.step("inventory", "product_info", {"action": "check_inventory"})
+    wf.step("sentiment", "returns_processing", {"action": "sentiment_analysis"}, after=["reviews"])
+    wf.step("recommendation", "order_processing", {"action": "generate_recommendation"}, after=["pricing", "sentiment"])
+    await producer.publish_workflow(wf)
+    # When it runs
+    event = await wait_event(redis, keys, "wf-as-written", timeout=120)
+    # Then every step completed with an answer, and the later steps were given the earlier ones' answers
+    assert event.status == "completed", event.error
+    steps = event.result["steps"]
+    assert set(steps) == {"reviews", "pricing", "inventory", "sentiment", "recommendation"}
+    assert all(s["status"] == "completed" and s["result"]["answer"] for s in steps.values()), steps
+    assert event.result["summary"] == "5 of 5 steps completed"
+    assert steps["recommendation"]["result"]["agent"] == "order"
+    assert "Sentiment analysis." in steps["sentiment"]["result"]["crew"]["task"]
+    assert "- reviews: " in steps["sentiment"]["result"]["crew"]["task"]
+    assert all(f"- {dep}: " in steps["recommendation"]["result"]["crew"]["task"] for dep in ("pricing", "sentiment"))
+    # And no tool was called without the order number it needs (an action names none)
+    assert all("validation failed" not in s["result"]["answer"] for s in steps.values()), steps
