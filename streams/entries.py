@@ -19,3 +19,9 @@ class EntryHandler(Protocol):
 
     async def tick(self) -> None:
         """Periodic upkeep (e.g. promoting due retries)."""
+
+
+class Release(Protocol):
+    """Frees an entry's slot (``GroupRuntime.release``); ``settled=False`` when it stays pending on purpose."""
+
+    def __call__(self, stream: str, entry_id: str, *, settled: bool = True) -> None: ...

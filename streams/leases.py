@@ -1,11 +1,13 @@
-"""Leases on pending entries: renewing those this consumer holds, and taking over those no live slot holds (a
-stalled consumer's, with XAUTOCLAIM after the lease; this consumer's own whose read reply was lost, with XCLAIM
-after a short idle time)."""
+"""Leases on pending entries: renewing those this consumer holds, and taking over those no live slot holds: a
+stalled consumer's (XAUTOCLAIM after the lease), this consumer's own whose read reply was lost (XCLAIM after a
+short idle time), and what a read gave beyond the free slots (first, as slots free). Also the group's upkeep of
+consumers idle with nothing pending."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from streams.entries import Entry, Slot
@@ -61,11 +63,9 @@ class Leases:
                 await rt.deliver(stream, entries, reclaimed=True)
         return total
 
-    async def take_up_orphans(self, *, fresh_only: bool = False) -> int:
-        """Hold and hand on entries pending under this consumer that no slot holds; returns how many.
-
-        ``fresh_only``: those a read just gave beyond the free slots, at once (idle under half the lease, so no
-        other consumer's sweep can be taking them); otherwise those idle ``ORPHAN_IDLE_S`` or more (see below).
+    async def take_up_orphans(self) -> int:
+        """Hold and hand on entries pending under this consumer, idle ``ORPHAN_IDLE_S``, that no slot holds and no
+        handler let go on purpose; returns how many.
 
         Redis can serve a read whose reply is then lost: the cluster client drops every connection when it
         refreshes its slot map (a reshard's MOVED, a failover), and the read, retried, takes new entries. What
@@ -73,29 +73,70 @@ class Leases:
         whole lease. XCLAIM with the same minimum idle time leaves alone any entry another consumer just took.
         """
         async with self._taking_up:  # the read loop and the sweep never take up the same entry twice
-            return await self._take_up_orphans(fresh_only)
+            rt = self.runtime
+            now = time.monotonic()
+            for slot in [slot for slot, since in rt.unsettled.items() if now - since > rt.lease_s]:
+                del rt.unsettled[slot]  # past the lease: the sweep's XAUTOCLAIM takes it, as before
+            total = 0
+            min_idle_ms = int(min(ORPHAN_IDLE_S, rt.lease_s / 2) * 1000)
+            for stream in rt.streams:
+                free = min(rt.free_slots(), RECLAIM_BATCH)
+                if free <= 0 or not rt.accepting:
+                    break
+                pending = await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
+                                                        consumername=rt.consumer, idle=min_idle_ms)
+                known = {*rt.held(), *rt.unsettled, *((stream, eid) for eid, _ in rt.leftover.get(stream, []))}
+                ids = [eid for eid in (str(p["message_id"]) for p in pending) if (stream, eid) not in known][:free]
+                if ids:
+                    entries = await self._claim(stream, ids, min_idle_ms)
+                    if entries:
+                        log.warning("%s: took up %d entries of %s pending under this consumer but held by no slot (a read "
+                                    "whose reply was lost)", rt.group, len(entries), stream)
+                        total += len(entries)
+                        await rt.deliver(stream, entries, reclaimed=False)
+            return total
 
-    async def _take_up_orphans(self, fresh_only: bool) -> int:
+    async def take_up_leftover(self) -> int:
+        """Hand on, as slots free and in order, what a read gave beyond the free slots; returns how many. Only those
+        read under half a lease ago are claimed (XCLAIM, min-idle 0: no other consumer's sweep can have taken them);
+        older ones are left to the sweep."""
+        async with self._taking_up:
+            rt = self.runtime
+            total = 0
+            for stream in [s for s in rt.streams if s in rt.leftover]:  # highest priority first
+                now = time.monotonic()
+                items = [(eid, read_at) for eid, read_at in rt.leftover.pop(stream) if now - read_at < rt.lease_s / 2]
+                free = max(0, rt.free_slots()) if rt.accepting else 0
+                take, rest = items[:free], items[free:]
+                if rest:
+                    rt.leftover[stream] = rest
+                if take:
+                    entries = await self._claim(stream, [eid for eid, _ in take], 0)
+                    total += len(entries)
+                    await rt.deliver(stream, entries, reclaimed=False)
+            return total
+
+    async def let_go_of_leftover(self) -> None:
+        """At drain: what a read gave beyond the free slots is marked idle past the lease (XCLAIM ... IDLE JUSTID),
+        so another consumer's next sweep takes it instead of waiting out the lease."""
         rt = self.runtime
-        total = 0
-        min_idle_ms = 0 if fresh_only else int(min(ORPHAN_IDLE_S, rt.lease_s / 2) * 1000)
-        fresh_ms = rt.lease_s * 1000 / 2
+        idle_ms = int(rt.lease_s * 1000) + 1
+        for stream, items in list(rt.leftover.items()):
+            fresh = [eid for eid, read_at in items if time.monotonic() - read_at < rt.lease_s / 2]
+            if fresh:
+                await rt.redis.xclaim(stream, rt.group, rt.consumer, 0, cast("list[Any]", fresh), idle=idle_ms, justid=True)
+        rt.leftover.clear()
+
+    async def forget_idle_consumers(self) -> list[str]:
+        """Drop the group's consumers idle past ``forget_idle_s`` with nothing pending; returns their names."""
+        rt = self.runtime
+        removed: list[str] = []
         for stream in rt.streams:
-            free = min(rt.free_slots(), RECLAIM_BATCH)
-            if free <= 0 or not rt.accepting:
-                break
-            pending = await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
-                                                    consumername=rt.consumer, idle=min_idle_ms or None)
-            held = set(rt.held())
-            ids = [str(p["message_id"]) for p in pending
-                   if (stream, str(p["message_id"])) not in held and (not fresh_only or int(p["time_since_delivered"]) < fresh_ms)][:free]
-            if not ids:
-                continue
-            entries = cast(list[Entry], await rt.redis.xclaim(stream, rt.group, rt.consumer, min_idle_ms, cast("list[Any]", ids)))
-            if entries and not fresh_only:
-                log.warning("%s: took up %d entries of %s pending under this consumer but held by no slot (a read "
-                            "whose reply was lost)", rt.group, len(entries), stream)
-            if entries:
-                total += len(entries)
-                await rt.deliver(stream, entries, reclaimed=False)
-        return total
+            removed += await rt.scripts.forget(keys=[stream], args=[rt.group, int(rt.forget_idle_s * 1000)])
+        if removed:
+            log.info("%s: removed %d idle consumers with nothing pending: %s", rt.group, len(removed), ", ".join(sorted(set(removed))))
+        return removed
+
+    async def _claim(self, stream: str, ids: list[str], min_idle_ms: int) -> list[Entry]:
+        rt = self.runtime
+        return cast(list[Entry], await rt.redis.xclaim(stream, rt.group, rt.consumer, min_idle_ms, cast("list[Any]", ids)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import cast
 
@@ -100,7 +101,9 @@ class GroupRuntime:
         self._blocking_groups = list(by_slot.values())
         self._reader: asyncio.Task[None] | None = None
         self._helpers_stopped = False
-        self._overflowed = False  # a read gave more than the free slots: the rest waits, pending under this consumer
+        # Pending under this consumer, held by no slot: a read's beyond the free slots, and those let go unsettled.
+        self.leftover: dict[str, list[tuple[str, float]]] = {}
+        self.unsettled: dict[Slot, float] = {}
         self.leases = Leases(self)
 
     # -- slots ---------------------------------------------------------------
@@ -131,7 +134,10 @@ class GroupRuntime:
     def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
         self._slots[(stream, entry_id)] = task
 
-    def release(self, stream: str, entry_id: str) -> None:
+    def release(self, stream: str, entry_id: str, *, settled: bool = True) -> None:
+        """Free an entry's slot; ``settled=False``: it stays pending on purpose, for the sweep after the lease."""
+        if not settled:
+            self.unsettled[(stream, entry_id)] = time.monotonic()
         if self._slots.pop((stream, entry_id), 0) != 0:
             self._freed.set()
             if not self._slots:
@@ -191,10 +197,8 @@ class GroupRuntime:
                 if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
                     continue
             try:
-                if self._overflowed:  # what is left over first, once a slot is free (it is already ours)
-                    self._overflowed = bool(await self.leases.take_up_orphans(fresh_only=True))
-                    if self._overflowed:  # maybe more left: again at the next free slot
-                        continue
+                if self.leftover and await self.leases.take_up_leftover():  # already ours: first, once a slot is free
+                    continue
                 got = await self._read_strict()
                 if not got and self.free_slots() > 0:
                     await self._read_blocking()
@@ -275,11 +279,14 @@ class GroupRuntime:
 
     async def deliver(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         fresh: list[Entry] = []
+        now = time.monotonic()
         for eid, fields in entries:
-            if self.free_slots() <= 0:  # blocking reads on several slots at once can give more than is free
-                self._overflowed = True
-                break
-            if self._hold(stream, eid):
+            if eid is None:  # Redis 6.2's XCLAIM answers nil for a pending entry deleted meanwhile
+                continue
+            if self.free_slots() <= 0 or not self._accepting:  # blocking reads on several slots at once give more
+                if (stream, eid) not in self._slots:
+                    self.leftover.setdefault(stream, []).append((eid, now))
+            elif self._hold(stream, eid):
                 fresh.append((eid, fields))
         if not fresh:
             return
@@ -294,7 +301,7 @@ class GroupRuntime:
             except Exception:
                 for eid, _ in fresh:  # not started: free their slots (not renewed, they are reclaimed after the lease)
                     if self._slots.get((stream, eid), 0) is None:
-                        self.release(stream, eid)
+                        self.release(stream, eid, settled=False)
                 raise
         backoff.ok()
 
@@ -355,17 +362,9 @@ class GroupRuntime:
         while not self._helpers_stopped:
             await asyncio.sleep(every_s)
             try:
-                await self.forget_idle_consumers()
+                await self.leases.forget_idle_consumers()
             except RedisError as exc:
                 log.debug("%s: consumer cleanup skipped: %s", self.group, exc)
-
-    async def forget_idle_consumers(self) -> list[str]:
-        removed: list[str] = []
-        for stream in self.streams:
-            removed += await self.scripts.forget(keys=[stream], args=[self.group, int(self.forget_idle_s * 1000)])
-        if removed:
-            log.info("%s: removed %d idle consumers with nothing pending: %s", self.group, len(removed), ", ".join(sorted(set(removed))))
-        return removed
 
     # -- drain ---------------------------------------------------------------
 
@@ -394,5 +393,6 @@ class GroupRuntime:
                     break
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)
+        await self.leases.let_go_of_leftover()
         await self.stop_helpers()
         return before - len(leftover), len(leftover)

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.batch import BatchWriter
+from streams.entries import Release
 from streams.envelope import flat
 from streams.keys import Keys
 from streams.replicated import Rerouted, call_and_wait
@@ -73,7 +74,7 @@ class Settler:
 
     def __init__(
         self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, results_maxlen: int, job_ttl_s: int,
-        release: Callable[[str, str], None], replica_acks: int = 0,
+        release: Release, replica_acks: int = 0,
     ) -> None:
         self._redis = redis
         self._replica_acks = replica_acks
@@ -129,6 +130,6 @@ class Settler:
         return reply
 
     def _done(self, op: SettleOp, wrote: bool) -> None:
-        self._release(op.stream, op.entry_id)
+        self._release(op.stream, op.entry_id, settled=wrote)  # not written: pending, left to the lease
         if op.on_written is not None:
             op.on_written(wrote)

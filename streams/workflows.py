@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
+from streams.entries import Release
 from streams.envelope import JobRequest, dumps, flat, now_ms
 from streams.keys import Keys
 from streams.scripts import Scripts
@@ -55,7 +56,7 @@ class WorkflowStarter:
     """
 
     def __init__(self, redis: Redis, settings: StreamSettings, *, group: str, worker: str,
-                 checker: StepChecker, reject: Reject, release: Callable[[str, str], None]) -> None:
+                 checker: StepChecker, reject: Reject, release: Release) -> None:
         self.settings = settings
         self.group = group
         self.worker = worker

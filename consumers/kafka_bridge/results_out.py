@@ -25,7 +25,7 @@ from streams.envelope import DeadLetter, now_ms
 from streams.errors import DecodeError
 from streams.keys import Keys
 from streams.outage import until_redis_answers
-from streams.runtime import Entry, Slot
+from streams.entries import Entry, Release, Slot
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 
@@ -33,7 +33,6 @@ KAFKA_BRIDGE_GROUP = "kafka-bridge"
 
 # Sends a record and returns a future resolved by the broker's acknowledgement (faust's ``Topic.send``).
 Send = Callable[[bytes, bytes], Awaitable[Awaitable[Any]]]
-Release = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +55,17 @@ class ResultsOut:
         self.redis = redis
         self.group = group
         self.send = send
-        self.release = release or (lambda stream, entry_id: None)
+        self.release: Release = release or (lambda stream, entry_id, settled=True: None)
 
     async def forward(self, batch: ResultBatch) -> list[str]:
         """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending (their slots are freed)."""
+        acked: list[str] = []
         try:
-            return await self._forward(batch)
+            acked = await self._forward(batch)
+            return acked
         finally:
-            for r in batch.records:
-                self.release(batch.stream, r.entry_id)
+            for r in batch.records:  # those not acked stay pending: sent again after the lease
+                self.release(batch.stream, r.entry_id, settled=r.entry_id in acked)
 
     async def _forward(self, batch: ResultBatch) -> list[str]:
         try:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from consumers.notifier.store import CommitOp, Store
 from streams.batch import BatchWriter
+from streams.entries import Release
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ Item = tuple[CommitOp, Written | None]
 class Committer:
     """Queues :class:`CommitOp` s on their partition's writer, then frees each entry's runtime slot."""
 
-    def __init__(self, stores: Sequence[Store], *, group: str, consumer: str, release: Callable[[str, str], None],
+    def __init__(self, stores: Sequence[Store], *, group: str, consumer: str, release: Release,
                  hold: Callable[[int], bool] | None = None, hold_s: float = 0.0) -> None:
         self.group = group
         self.consumer = consumer
@@ -90,6 +91,6 @@ class Committer:
 
     def _done(self, item: Item, wrote: bool) -> None:
         op, on_written = item
-        self._release(op.stream, op.entry_id)
+        self._release(op.stream, op.entry_id, settled=wrote)  # not written: pending, left to the lease
         if on_written is not None:
             on_written(wrote)

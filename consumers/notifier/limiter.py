@@ -172,6 +172,8 @@ class EndpointLimiter:
         whichever suspect delivery ends first."""
         if queue.waiters and queue.in_flight < queue.connections(self.per_endpoint):
             self._waiting_for_budget.setdefault(queue.origin, queue)
+        else:  # its waiters wait for its own connections now (it answered, or it has none waiting)
+            self._waiting_for_budget.pop(queue.origin, None)
 
     def _start(self, queue: EndpointQueue) -> None:
         now = time.monotonic()
@@ -233,7 +235,7 @@ class EndpointLimiter:
         for queue in self._queues.values():
             if not queue.waiters:
                 continue
-            parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget
+            parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget and queue.suspect(now)
             keep = 0 if queue.slow(now) or parked_for_budget else None if room is None else max(room, self.little(queue, now))
             while keep is not None and len(queue.waiters) > keep:
                 turn = queue.waiters.pop()  # the newest first: the oldest keep their place

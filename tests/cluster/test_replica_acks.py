@@ -27,7 +27,7 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
 ) -> None:
     partitions = partition_keys(Keys(cluster_prefix), PARTITIONS)
     settler = Settler(cluster_redis, partitions, group="workers", results_maxlen=100, job_ttl_s=60,
-                      release=lambda s, e: None, replica_acks=1)
+                      release=lambda s, e, settled=True: None, replica_acks=1)
     p0 = partitions[0]
     replica = cluster.nodes[cluster.online_replica_of(cluster.master_of_slot(key_slot(p0.results.encode())))]
     # Given the partition master's pool holding several connections (as a busy worker's does)

@@ -43,7 +43,7 @@ async def test_idle_consumers_without_pending_entries_are_forgotten(redis, keys:
     await redis.xgroup_createconsumer(keys.lane("normal"), "workers", "gone")
     runtime = GroupRuntime(redis, streams=[keys.lane("normal")], group="workers", consumer="me", concurrency=1, lease_s=1, forget_idle_s=0.0)
     # When the cleanup runs
-    removed = await runtime.forget_idle_consumers()
+    removed = await runtime.leases.forget_idle_consumers()
     # Then only the one with nothing pending is removed
     assert removed == ["gone"]
     names = [c["name"] for c in await redis.xinfo_consumers(keys.lane("normal"), "workers")]

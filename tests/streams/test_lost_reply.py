@@ -80,3 +80,55 @@ async def test_a_read_giving_more_than_the_free_slots_never_holds_more_than_the_
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.stop_helpers()
+
+
+class LettingGo(Holding):
+    """Lets every entry go unsettled (as the Kafka bridge does when Kafka refuses a send)."""
+
+    def __init__(self, runtime: GroupRuntime) -> None:
+        super().__init__(runtime)
+        self.runtime = runtime
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        await super().on_entries(stream, entries, reclaimed=reclaimed)
+        for eid, _ in entries:
+            self.runtime.release(stream, eid, settled=False)
+
+
+async def test_an_entry_a_handler_lets_go_unsettled_is_left_to_the_lease(redis: Redis) -> None:
+    # Given a runtime (6 s lease: sweeps every 3 s, orphans taken up after 2 s idle) whose handler lets go unsettled
+    stream = "let-go:lane"
+    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=2, lease_s=6, block_ms=100)
+    handler = LettingGo(runtime)
+    entry = await redis.xadd(stream, {"n": "1"})
+    task = asyncio.create_task(runtime.run())
+    try:
+        await wait_until(lambda: len(handler.got) == 1, timeout=10, what="the first delivery")
+        # When sweeps run while it is pending (idle past 2 s, held by no slot)
+        await wait_until(lambda: len(handler.got) == 2, timeout=20, what="the sweep to reclaim it after the lease")
+        # Then it came again only as a reclaim after the 6 s lease, not as a lost read's entry at the first sweep
+        assert handler.got == [(entry, False), (entry, True)]
+    finally:
+        runtime.stop_accepting()
+        await asyncio.gather(task, return_exceptions=True)
+        await runtime.stop_helpers()
+
+
+async def test_the_drain_lets_what_a_read_gave_beyond_the_free_slots_go_at_once(redis: Redis) -> None:
+    # Given a runtime with one slot that was handed three entries (one held, two left over, pending under it)
+    stream = "drain-leftover:lane"
+    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=1, lease_s=60, block_ms=100)
+    Holding(runtime)
+    ids = [await redis.xadd(stream, {"n": str(i)}) for i in range(3)]
+    reply = await redis.xreadgroup("g", "me", {stream: ">"}, count=3)
+    await runtime.deliver(stream, reply[0][1], reclaimed=False)
+    assert runtime.in_flight == 1 and [eid for eid, _ in runtime.leftover[stream]] == ids[1:]
+    # When it drains
+    await runtime.drain(0.1)
+    # Then the two left over look idle past the lease: another consumer's next sweep takes them, not after 60 s
+    pending = {p["message_id"]: p["time_since_delivered"] for p in await redis.xpending_range(stream, "g", min="-", max="+", count=10)}
+    assert all(pending[eid] > 60_000 for eid in ids[1:]), pending
+    taken = await redis.xautoclaim(stream, "g", "other", 60_000, "0-0", count=10)
+    assert set(ids[1:]) <= {eid for eid, _ in taken[1]}

@@ -95,7 +95,7 @@ async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_
     async def deliver(batch: ResultBatch) -> None:
         batches.append(batch)
 
-    reader = ResultsReader(redis, (keys,), deliver=deliver, release=lambda s, e: None, consumer="test-bridge", lease_s=60)
+    reader = ResultsReader(redis, (keys,), deliver=deliver, release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
     reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
     await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
     (batch,) = batches
@@ -133,7 +133,7 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
         await redis.xadd(keys.results, JobResult(id=f"job-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
     reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
     batches: list[ResultBatch] = []
-    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e: None, consumer="test-bridge", lease_s=60)
+    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
     await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
 
     async def send(key: bytes, value: bytes) -> asyncio.Future[object]:

@@ -313,6 +313,35 @@ async def test_unproven_endpoints_share_half_the_pool_and_are_parked_once_it_han
     assert isinstance(limiter.enter("http://fast:80"), EndpointQueue)
 
 
+async def test_a_proven_endpoint_that_once_waited_for_the_budget_keeps_its_waiters() -> None:
+    # Given a budget of 4 held by 4 hanging new endpoints, and a proven endpoint that turned slow for a moment,
+    # so that its next delivery waited for room in the budget
+    limiter = EndpointLimiter(4, pool=8, queue_wait_s=0.5)
+    good = answered_once(limiter, "http://good:80")
+    for i in range(4):
+        hang = limiter.enter(f"http://hang-{i}:80")
+        assert isinstance(hang, EndpointQueue) and await limiter.turn(hang)
+        hang.stalled_since -= 5
+    limiter.enter("http://good:80")
+    assert await limiter.turn(good)
+    good.stalled_since -= 2  # its one delivery in flight for 2 s: slow
+    limiter.enter("http://good:80")
+    waiting = asyncio.ensure_future(limiter.turn(good))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    # When that delivery answers fast (healthy again), the waiting one goes, and more queue for its own connections
+    limiter.finished(good, 0.05)
+    assert await waiting
+    for _ in range(6):
+        limiter.enter("http://good:80")
+    turns = [asyncio.ensure_future(limiter.turn(good)) for _ in range(6)]
+    await asyncio.sleep(0)
+    # Then while the hanging ones hold the budget, a tick sends none of the proven endpoint's waiters away
+    assert limiter.tick() == 0 and not any(t.done() and not t.result() for t in turns)
+    for t in turns:
+        t.cancel()
+
+
 def test_one_slow_answer_marks_an_endpoint_slow_and_fast_ones_bring_it_back() -> None:
     limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
     queue = limiter.enter("http://a:80")
