@@ -1,9 +1,14 @@
-"""A read Redis served but whose reply never arrived leaves entries pending under the consumer: it takes them up
-soon, not after the whole lease (the cluster client drops its connections on a reshard's MOVED or a failover)."""
+"""Entries pending under a runtime's consumer that no slot holds: a read Redis served whose reply never arrived
+(the cluster client drops its connections on a reshard's MOVED or a failover) is taken up soon, not after the
+whole lease; what a read gave beyond the free slots goes first as slots free; what a handler lets go unsettled
+waits for the lease."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from redis.asyncio import Redis
 
 from streams.runtime import Entry, GroupRuntime, Slot
@@ -27,40 +32,51 @@ class Holding:
         pass
 
 
-async def test_entries_of_a_lost_reply_are_taken_up_before_their_lease_runs_out(redis: Redis) -> None:
-    # Given entries read under a consumer's name whose reply was lost (here: read by another client as "me")
-    stream = "lost-reply:lane"
+async def runtime_on(redis: Redis, stream: str, *, concurrency: int, lease_s: float) -> GroupRuntime:
+    """A runtime of consumer "me" in group "g" over ``stream`` (created empty)."""
     await redis.xgroup_create(stream, "g", id="0", mkstream=True)
-    lost = [await redis.xadd(stream, {"n": f"lost-{i}"}) for i in range(3)]
-    reply = await redis.xreadgroup("g", "me", {stream: ">"}, count=10)
-    assert [eid for eid, _ in reply[0][1]] == lost
-    # And a runtime of that consumer, with a 30 s lease, that reads two more itself
-    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=10, lease_s=30, block_ms=100)
-    handler = Holding(runtime)
-    held = [await redis.xadd(stream, {"n": str(i)}) for i in range(2)]
+    return GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=concurrency, lease_s=lease_s, block_ms=100)
+
+
+@asynccontextmanager
+async def running(runtime: GroupRuntime) -> AsyncIterator[None]:
+    """The runtime reading, renewing and sweeping for the block; stopped after it."""
     task = asyncio.create_task(runtime.run())
     try:
-        await wait_until(lambda: len(handler.got) >= 2, timeout=10, what="the runtime's own read")
-        # Then it takes the lost ones up at its first sweep (10 s in), as fresh work, not as a reclaim after the
-        # 30 s lease; the two it holds (idle past 2 s by then too) are not handed on twice
-        await wait_until(lambda: len(handler.got) >= 5, timeout=20, what="the lost reply's entries to be taken up")
-        assert handler.got == [(eid, False) for eid in held + lost]
-        assert runtime.in_flight == 5
+        yield
     finally:
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.stop_helpers()
 
 
+async def test_entries_of_a_lost_reply_are_taken_up_before_their_lease_runs_out(redis: Redis) -> None:
+    # Given a runtime of consumer "me" with a 30 s lease, and entries read under its name whose reply was lost
+    # (here: read by another client as "me" before it starts)
+    stream = "lost-reply:lane"
+    runtime = await runtime_on(redis, stream, concurrency=10, lease_s=30)
+    lost = [await redis.xadd(stream, {"n": f"lost-{i}"}) for i in range(3)]
+    reply = await redis.xreadgroup("g", "me", {stream: ">"}, count=10)
+    assert [eid for eid, _ in reply[0][1]] == lost
+    # And two more it reads itself
+    handler = Holding(runtime)
+    held = [await redis.xadd(stream, {"n": str(i)}) for i in range(2)]
+    async with running(runtime):
+        await wait_until(lambda: len(handler.got) >= 2, timeout=10, what="the runtime's own read")
+        # Then it takes the lost ones up at its first sweep (10 s in), as fresh work, not as a reclaim after the
+        # 30 s lease; the two it holds (idle past 2 s by then too) are not handed on twice
+        await wait_until(lambda: len(handler.got) >= 5, timeout=20, what="the lost reply's entries to be taken up")
+        assert handler.got == [(eid, False) for eid in held + lost]
+        assert runtime.in_flight == 5
+
+
 async def test_a_read_giving_more_than_the_free_slots_never_holds_more_than_the_concurrency(redis: Redis) -> None:
     # Given a runtime with one slot (30 s lease: its sweep runs every 10 s), holding the one entry it read
     stream = "over-read:lane"
-    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
-    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=1, lease_s=30, block_ms=100)
+    runtime = await runtime_on(redis, stream, concurrency=1, lease_s=30)
     handler = Holding(runtime)
     first = await redis.xadd(stream, {"n": "first"})
-    task = asyncio.create_task(runtime.run())
-    try:
+    async with running(runtime):
         await wait_until(lambda: len(handler.got) == 1, timeout=10, what="the first entry")
         # When it is handed three more its read took (blocking reads on several cluster slots at once can do that)
         extra = [await redis.xadd(stream, {"n": str(i)}) for i in range(3)]
@@ -76,10 +92,6 @@ async def test_a_read_giving_more_than_the_free_slots_never_holds_more_than_the_
             await wait_until(lambda f=following: (f, False) in handler.got, timeout=5, what=f"{following} after {done}")
             assert runtime.in_flight == 1
         assert handler.got == [(eid, False) for eid in [first, *extra]]
-    finally:
-        runtime.stop_accepting()
-        await asyncio.gather(task, return_exceptions=True)
-        await runtime.stop_helpers()
 
 
 class LettingGo(Holding):
@@ -98,28 +110,21 @@ class LettingGo(Holding):
 async def test_an_entry_a_handler_lets_go_unsettled_is_left_to_the_lease(redis: Redis) -> None:
     # Given a runtime (6 s lease: sweeps every 3 s, orphans taken up after 2 s idle) whose handler lets go unsettled
     stream = "let-go:lane"
-    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
-    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=2, lease_s=6, block_ms=100)
+    runtime = await runtime_on(redis, stream, concurrency=2, lease_s=6)
     handler = LettingGo(runtime)
     entry = await redis.xadd(stream, {"n": "1"})
-    task = asyncio.create_task(runtime.run())
-    try:
+    async with running(runtime):
         await wait_until(lambda: len(handler.got) == 1, timeout=10, what="the first delivery")
         # When sweeps run while it is pending (idle past 2 s, held by no slot)
         await wait_until(lambda: len(handler.got) == 2, timeout=20, what="the sweep to reclaim it after the lease")
         # Then it came again only as a reclaim after the 6 s lease, not as a lost read's entry at the first sweep
         assert handler.got == [(entry, False), (entry, True)]
-    finally:
-        runtime.stop_accepting()
-        await asyncio.gather(task, return_exceptions=True)
-        await runtime.stop_helpers()
 
 
 async def test_the_drain_lets_what_a_read_gave_beyond_the_free_slots_go_at_once(redis: Redis) -> None:
     # Given a runtime with one slot that was handed three entries (one held, two left over, pending under it)
     stream = "drain-leftover:lane"
-    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
-    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=1, lease_s=60, block_ms=100)
+    runtime = await runtime_on(redis, stream, concurrency=1, lease_s=60)
     Holding(runtime)
     ids = [await redis.xadd(stream, {"n": str(i)}) for i in range(3)]
     reply = await redis.xreadgroup("g", "me", {stream: ">"}, count=3)
