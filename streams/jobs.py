@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, is_valid_job_id, may_carry_id, now_ms, result_fields
+from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, now_ms, result_fields
+from streams.job_ids import is_valid_job_id, may_carry_id
 from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.keys import LANES, Keys, partition_keys

@@ -11,7 +11,8 @@ import orjson
 from redis.asyncio import Redis
 
 from streams import metrics
-from streams.envelope import JobRequest, flat, lane_for_priority, lane_for_request, now_ms, reserved_id_problem
+from streams.envelope import JobRequest, flat, lane_for_priority, lane_for_request, now_ms
+from streams.job_ids import reserved_id_problem
 from streams.raw import request_bytes
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups

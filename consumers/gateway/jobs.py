@@ -15,7 +15,8 @@ from consumers.gateway.errors import ApiError
 from consumers.gateway.models import ID_PATTERN, JobAccepted, JobResultView, JobSubmission, JobView
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_links, job_view, json_response
 from consumers.gateway.state import GatewayState, gateway_state
-from streams.envelope import DATA_CHECKED, JOB_ID_MAX, JobRequest, lane_for_request, now_ms
+from streams.envelope import DATA_CHECKED, JobRequest, lane_for_request, now_ms
+from streams.job_ids import JOB_ID_MAX
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.keys import keys_for_job
 from streams.records import JobRecord, get_job

@@ -19,7 +19,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from streams.envelope import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, MAX_EPOCH_MS, JobResult, Status, encode_data, reserved_id_problem
+from streams.envelope import MAX_EPOCH_MS, JobResult, Status, encode_data
+from streams.job_ids import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, reserved_id_problem
 from streams.keys import LANES
 
 # One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from streams.dead import list_dead, replay
-from streams.envelope import is_generated_id
+from streams.job_ids import is_generated_id
 from streams.keys import Keys, partition_of
 from streams.producer import Producer
 from streams.records import get_job
