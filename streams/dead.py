@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import cast
 
@@ -121,6 +122,8 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
         raise StreamcrewError(f"dead letter {entry_id} came from {letter.source_stream!r}, not a lane; cannot replay")
     fields = dict(letter.request)
     fields["id"] = letter.id
+    if _passed(fields.get("deadline")):  # kept, it would expire the replayed job at once: an operator's replay means "run it"
+        del fields["deadline"]
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
     if ENTRY_ID.match(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
@@ -134,6 +137,14 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if not new_id:
         raise DeadLetterNotFound(f"dead letter {entry_id} vanished while replaying (replayed elsewhere?)")
     return letter.id
+
+
+def _passed(deadline: str | None) -> bool:
+    """Whether a request's ``deadline`` (epoch ms) is behind us; one that is not a number is left for the worker to judge."""
+    try:
+        return deadline is not None and int(deadline) <= time.time() * 1000
+    except ValueError:
+        return False
 
 
 async def present(redis: Redis, stream: str, reason: str | None = None) -> AsyncIterator[list[str]]:

@@ -1,5 +1,7 @@
 """Retries with backoff, exhaustion to the dead stream, and replay of dead letters."""
 
+import time
+
 from streams.dead import list_dead, replay
 from streams.keys import Keys
 from streams.records import get_job
@@ -59,3 +61,32 @@ async def test_deadline_passed_before_start_expires(redis, keys: Keys, producer,
     assert result.status == "expired"
     (letter,) = await list_dead(redis, keys)
     assert letter.reason == "expired"
+
+
+async def test_replaying_an_expired_job_runs_it(redis, keys: Keys, producer, workers) -> None:
+    # Given a job that expired: its deadline passed before a worker started it
+    await producer.publish("echo", {"n": 1}, id="late-again", deadline=1)
+    workers.start()
+    (expired,) = await wait_results(redis, keys, 1, timeout=20)
+    assert expired.status == "expired"
+    (letter,) = await list_dead(redis, keys)
+    # When an operator replays it
+    assert await replay(redis, keys, letter.entry_id) == "late-again"
+    # Then it runs: the passed deadline is not carried into the replay (it would expire the job again at once)
+    got = await wait_results(redis, keys, 2, timeout=20)
+    assert [r.status for r in got] == ["expired", "completed"], [r.error for r in got]
+    assert await list_dead(redis, keys) == []
+
+
+async def test_replay_keeps_a_deadline_still_ahead(redis, keys: Keys, producer, workers) -> None:
+    # Given a dead letter (rejected: unknown agent) whose deadline is still an hour away
+    ahead = int(time.time() * 1000) + 3_600_000
+    await producer.publish("no-such-agent", {}, id="keeps-deadline", deadline=ahead)
+    workers.start()
+    await wait_results(redis, keys, 1, timeout=20)
+    workers.close()  # no worker: the replayed request stays in its lane to be read
+    (letter,) = await list_dead(redis, keys)
+    # When it is replayed, the request back in its lane still carries that deadline
+    await replay(redis, keys, letter.entry_id)
+    entries = await redis.xrange(keys.lane("normal"))
+    assert entries and entries[-1][1].get("deadline") == str(ahead)
