@@ -12,6 +12,8 @@ from agents.registry import AgentRegistry
 from streams.errors import Reject
 
 CREW_AGENTS = ("order", "product", "returns", "support")
+# The first design's names for three of the crews (contract §13), served with or without CrewAI.
+DESIGN_ALIASES = {"order_processing": "order", "returns_processing": "returns", "product_info": "product"}
 CREWAI_EXTRA = "pip install 'streamcrew[crewai]'"
 
 
@@ -41,6 +43,9 @@ def builtin_registry(only: Iterable[str] | None = None) -> AgentRegistry:
     else:
         for name in crews:
             registry.add(_needs_crewai(name), name=name)
+        for alias, target in DESIGN_ALIASES.items():  # so their jobs get the same advice, not "unknown agent"
+            if target in crews:
+                registry.alias(alias, target)
     return registry
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agents.builtin import DESIGN_ALIASES as DESIGN_ALIASES  # noqa: PLC0414 - re-exported by agents.crews
 from agents.crews.models import DesignRequest, SupportInput
 from agents.crews.specialists import run_specialist
 from agents.crews.support import support
 from streams.errors import Reject
 
 SPECIALIST_FOR_TYPE = {"order": "order", "return": "returns", "returns": "returns", "product": "product"}
-DESIGN_ALIASES = {"order_processing": "order", "returns_processing": "returns", "product_info": "product"}
 
 
 def _message(request: DesignRequest) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,16 @@ poll `GET /jobs/{job_id}`, wait on `GET /jobs/{job_id}/result`, stream `GET /job
 notifier call your webhook. Errors are `{"error": {"code", "message"}}`."""
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (the address the gateway binds) is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost: it may resolve to any interface
+
+
 def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI:
     """The gateway app; with ``redis`` given it uses (and does not close) that client."""
 
@@ -40,6 +51,9 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,
                  "on" if settings.api_keys else "off",
                  f"{settings.rate_limit_per_s}/s burst {settings.effective_burst}" if settings.rate_limit_per_s else "off")
+        if not settings.api_keys and not is_loopback_host(settings.host):
+            log.warning("the gateway listens on %s without API keys: anyone who reaches that address can submit jobs, "
+                        "read every job and replay or purge dead letters; set STREAMCREW_API_KEYS", settings.host)
         try:
             yield
         finally:

@@ -55,16 +55,19 @@ async def test_bare_install_worker_serves_echo_and_explains_crews(
         producer = Producer(redis, keys)  # type: ignore[arg-type]
         await producer.publish("echo", {"hello": "bare"}, id="bare-echo")
         await producer.publish("order", {"order_id": "ORD-12345"}, id="bare-order")
+        await producer.publish("order_processing", {"order_id": "ORD-12345"}, id="bare-design-order")  # the first design's name
 
-        async def both_ended() -> bool:
-            return int(await redis.xlen(keys.results)) >= 2  # type: ignore[attr-defined]
+        async def all_ended() -> bool:
+            return int(await redis.xlen(keys.results)) >= 3  # type: ignore[attr-defined]
 
-        await wait_until(both_ended, timeout=30, what="the echo and order results")
+        await wait_until(all_ended, timeout=30, what="the echo and the two order results")
         ended = {f["id"]: f for _, f in await redis.xrange(keys.results)}  # type: ignore[attr-defined]
         assert ended["bare-echo"]["status"] == "completed", ended
         assert '"hello":"bare"' in ended["bare-echo"]["result"]
         assert ended["bare-order"]["status"] == "rejected"
         assert EXTRA in ended["bare-order"]["error"]
+        assert ended["bare-design-order"]["status"] == "rejected"
+        assert EXTRA in ended["bare-design-order"]["error"], ended["bare-design-order"]["error"]
         assert worker.alive()
     finally:
         worker.stop()
