@@ -219,6 +219,10 @@ def serve(
     options = MockOptions(latency_s, jitter_s, rate_limit, error_rate, key_rps, retry_after_s, seed)
     sock = socket.socket(fileno=fd) if fd is not None else _listening_socket(host, port)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    print(f"mock-llm on http://{shown}:{bound_port}/v1: point the workers at it with "
+          f"STREAMCREW_LLM_BASE_URL=http://{shown}:{bound_port}/v1", file=sys.stderr, flush=True)
     uvicorn.Server(_config(build_app(options, record=False))).run(sockets=[sock])
 
 

@@ -46,7 +46,10 @@ def stats_table(figures: dict[str, Any]) -> Group:
 
 def dead_table(letters: Sequence[DeadLetter]) -> Table:
     table = Table(title=f"{len(letters)} dead letters")
-    for column in ("entry", "job id", "agent", "reason", "attempts", "dead at", "error"):
+    # The entry ID (what `dead replay` takes) and the job id are never wrapped, so they can be copied whole
+    table.add_column("entry", no_wrap=True)
+    table.add_column("job id", no_wrap=True)
+    for column in ("agent", "reason", "attempts", "dead at", "error"):
         table.add_column(column, overflow="fold")
     for d in letters:
         when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

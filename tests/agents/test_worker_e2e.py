@@ -95,6 +95,8 @@ class MockProcess:
                 return False
 
         await wait_until(healthy, timeout=20, what="mock-llm to answer /healthz")
+        # It says where it listens, as the value the workers' setting takes
+        assert f"STREAMCREW_LLM_BASE_URL={self.openai_base_url}" in self.child.log_text(), self.child.log_text()
 
     def stop(self) -> None:
         if self.child is not None:

@@ -35,6 +35,8 @@ def test_failed_job_exit_code_and_dead_letter_commands(redis_url: str, prefix: s
     listed = cli(redis_url, prefix, "dead", "list", "--json")
     (letter,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (letter["id"], letter["reason"]) == ("doomed", "exhausted")
+    table = cli(redis_url, prefix, "dead", "list", env={"COLUMNS": "80"})  # a pipe, 80 columns: the IDs stay whole
+    assert letter["entry_id"] in table.stdout and "doomed" in table.stdout, table.stdout
     replayed = cli(redis_url, prefix, "dead", "replay", letter["entry_id"])
     assert json.loads(replayed.stdout) == {"replayed": ["doomed"], "skipped": 0}
     purge = cli(redis_url, prefix, "dead", "purge", "--yes")
