@@ -26,6 +26,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from consumers.gateway.models import NAME_PATTERN
+
 log = logging.getLogger("streamcrew.gateway")
 
 MAX_DETAILS = 20
@@ -88,6 +90,8 @@ def describe_validation(exc: RequestValidationError) -> tuple[str, list[dict[str
     details = []
     for err in exc.errors()[:MAX_DETAILS]:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == NAME_PATTERN:
+            msg = "must not contain whitespace or control characters"  # said in words, not as the regex
         details.append({"field": _where(err.get("loc", ())), "message": msg, "type": str(err.get("type", ""))})
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
     return message, details

@@ -31,6 +31,7 @@ INVALID = [
     ({"agent": "echo", "data": {}, "colour": "red"}, "colour", "Extra inputs"),
     ({"agent": "nosuchagent", "data": {}}, "agent", "unknown agent 'nosuchagent'"),
     ({"agent": "echo", "data": {}, "deadline": 10**15}, "deadline", "less than or equal to"),  # past the year 9999
+    ({"agent": "echo", "data": {}, "tenant": "acme corp"}, "tenant", "must not contain whitespace or control characters"),
 ]
 
 
@@ -49,6 +50,13 @@ async def test_invalid_bodies_are_422_naming_the_field(client) -> None:  # type:
         assert error["code"] == "invalid_request"
         assert error["message"].startswith(f"{field}:") or f"; {field}:" in error["message"], (body, error)
         assert words in error["message"], (body, error["message"])
+
+
+async def test_a_task_user_id_with_a_space_is_refused_in_words(client) -> None:  # type: ignore[no-untyped-def]
+    response = await client.post("/tasks", json={"query": "hello", "user_id": "user 001"})
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert message == "user_id: must not contain whitespace or control characters", message
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity"])
