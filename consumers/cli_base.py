@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError
 from rich.console import Console
 from rich.markup import escape
 
@@ -95,6 +96,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return uvloop.run(coro) if uvloop else asyncio.run(coro)
     except RedisConnectionError as exc:
         err.print(f"[red]cannot reach Redis: {exc}[/red]")
+        raise typer.Exit(Exit.UNAVAILABLE) from None
+    except NoPermissionError as exc:
+        err.print(f"[red]Redis refused a command: {exc}; the Redis user needs the prefix's keys (~<prefix>:*) and "
+                  "the commands of docs/operations.md, 'A Redis user of its own'[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except StreamcrewError as exc:
         err.print(f"[red]{exc}[/red]")

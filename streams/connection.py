@@ -10,6 +10,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # Blocking reads wait at most this long, so the socket timeout must be larger.
@@ -120,14 +121,35 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     return client
 
 
+def hello_facts(reply: Any) -> dict[str, str] | None:
+    """The string fields of a ``HELLO`` reply (``version``, ``mode``: standalone or cluster), or None if it is not one."""
+    if not isinstance(reply, dict):
+        return None
+    facts = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else v) for k, v in reply.items()}
+    return {k: v for k, v in facts.items() if isinstance(v, str)} if "version" in facts else None
+
+
+async def _server_facts(redis: Redis, section: str) -> tuple[dict[str, str] | None, dict[str, Any]]:
+    """``HELLO`` (no arguments): any ACL user may send it, while INFO is in ``@dangerous``, which least-privilege
+    users lack; INFO ``section`` only where HELLO is refused (a proxy, a renamed command)."""
+    try:
+        # No arguments: no protocol switch. A cluster client sends it to one node (it names no key to route by).
+        # (A node, not a flag: redis-py 8.1 routes a flag by the command's keys first, and HELLO names none.)
+        options: dict[str, Any] = {"target_nodes": redis.get_default_node()} if isinstance(redis, RedisCluster) else {}
+        facts = hello_facts(await redis.execute_command("HELLO", **options))  # type: ignore[no-untyped-call]
+    except ResponseError:
+        facts = None
+    return (facts, {}) if facts else (None, dict(await redis.info(section)))
+
+
 async def cluster_enabled(url: str) -> bool:
-    """Whether the server at ``url`` is a Redis Cluster node (``INFO cluster`` -> ``cluster_enabled:1``)."""
+    """Whether the server at ``url`` is a Redis Cluster node (HELLO's ``mode``, else INFO's ``cluster_enabled``)."""
     probe = connect(url, max_connections=1)
     try:
-        info = await probe.info("cluster")
+        facts, info = await _server_facts(probe, "cluster")
     finally:
         await probe.aclose()
-    return str(info.get("cluster_enabled", 0)) == "1"
+    return facts["mode"] == "cluster" if facts else str(info.get("cluster_enabled", 0)) == "1"
 
 
 async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:
@@ -145,8 +167,9 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
 
 
 async def server_version(redis: Redis) -> tuple[int, ...]:
-    info = await redis.info("server")
-    return tuple(int(p) for p in str(info["redis_version"]).split(".")[:3])
+    facts, info = await _server_facts(redis, "server")
+    version = facts["version"] if facts else str(info["redis_version"])
+    return tuple(int(p) for p in version.split(".")[:3])
 
 
 async def require_version(redis: Redis) -> tuple[int, ...]:

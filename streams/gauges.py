@@ -20,12 +20,22 @@ from typing import Any
 
 import redis as sync_redis
 from prometheus_client.core import GaugeMetricFamily
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, ResponseError
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from streams.connection import hello_facts
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 
 log = logging.getLogger(__name__)
+
+
+def _clustered(probe: sync_redis.Redis) -> bool:
+    """Whether ``probe``'s server is a cluster node: HELLO (any ACL user), else INFO (``@dangerous``)."""
+    try:
+        facts = hello_facts(probe.execute_command("HELLO"))  # type: ignore[no-untyped-call]  # no arguments: no protocol switch
+    except ResponseError:
+        facts = None
+    return facts["mode"] == "cluster" if facts else str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
 
 
 def _ms(entry_id: str | None) -> int | None:
@@ -67,7 +77,7 @@ class StreamGauges(Collector):
             options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
             probe = sync_redis.Redis.from_url(self._url, **options)
             try:
-                clustered = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+                clustered = _clustered(probe)
             finally:
                 probe.close()
             self._redis = sync_redis.RedisCluster.from_url(self._url, **options) if clustered else sync_redis.Redis.from_url(self._url, **options)
