@@ -266,14 +266,18 @@ def demo(
     chaos: Annotated[bool, typer.Option("--chaos/--no-chaos", help="SIGKILL one worker half-way")] = True,
     serve: Annotated[bool, typer.Option("--serve", help="keep the gateway running after the report")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON (no live view)")] = False,
+    use_llm: Annotated[bool, typer.Option("--use-llm", help="call the endpoint of STREAMCREW_LLM_BASE_URL (spends tokens: about 1,000 a request); without it the demo uses its offline model")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="on an outside Redis (--redis-url, STREAMCREW_REDIS_URL): keep the demo's keys (<prefix>-demo-<pid>:*) instead of deleting them at the end")] = False,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """The whole pipeline on an embedded Redis and an offline LLM (unless STREAMCREW_REDIS_URL / STREAMCREW_LLM_BASE_URL are set)."""
+    """The whole pipeline on an embedded Redis (unless STREAMCREW_REDIS_URL is set) and an offline LLM (unless --use-llm)."""
     from rich.markup import escape
 
     from agents.builtin import CREWAI_EXTRA, crewai_installed
+    from agents.llm import LLMSettings
     from consumers.demo import DemoOptions, run_demo
+    from streams.urls import loggable_url
 
     if not crewai_installed():
         err.print(f"[red]the demo runs the CrewAI support crews: {escape(CREWAI_EXTRA)}[/red]")
@@ -282,8 +286,13 @@ def demo(
         err.print("[red]--requests must be at least 1[/red]")
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    llm = build(LLMSettings)
+    if use_llm and llm.base_url is None:
+        err.print("[red]--use-llm needs STREAMCREW_LLM_BASE_URL (and usually STREAMCREW_LLM_API_KEYS): see docs/llm.md[/red]")
+        raise typer.Exit(Exit.USAGE)
     setup_logging("warning")
-    options = DemoOptions(requests=requests, rate=rate, workers=workers, concurrency=concurrency, chaos=chaos, serve=serve, as_json=as_json)
+    options = DemoOptions(requests=requests, rate=rate, workers=workers, concurrency=concurrency, chaos=chaos, serve=serve, as_json=as_json,
+                          keep=keep, use_llm=use_llm, llm_endpoint=loggable_url(llm.base_url) if llm.base_url else None)
     report = run(run_demo(settings, options))
     raise typer.Exit(Exit.OK if report["ok"] else Exit.JOB_FAILED)
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import base64
 import contextlib
+import json
 import os
 import secrets
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -21,10 +20,11 @@ from redis.asyncio import Redis
 from rich.console import Console
 from rich.live import Live
 
+from consumers.demo.cleanup import INTERRUPTING, delete_prefix, interrupted_by
 from consumers.demo.receiver import Receiver
 from consumers.demo.tally import Tally, percentiles
 from consumers.demo.traffic import Malformed, Planned, plan
-from consumers.demo.view import live_view, print_report
+from consumers.demo.view import live_view, print_curl, print_report
 from consumers.processes import Child, streamcrew_cmd
 from streams.config import StreamSettings
 from streams.connection import connect_detected
@@ -37,6 +37,7 @@ from streams.urls import loggable_url
 RESULTS_TIMEOUT_S = 180.0
 WEBHOOKS_TIMEOUT_S = 30.0
 POLL_S = 0.25
+STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -48,6 +49,18 @@ class DemoOptions:
     chaos: bool = True
     serve: bool = False
     as_json: bool = False
+    keep: bool = False  # leave the demo's keys in an outside Redis
+    use_llm: bool = False  # let the workers call the configured LLM endpoint
+    llm_endpoint: str | None = None  # that endpoint (STREAMCREW_LLM_BASE_URL) as it may be shown, or None
+
+    @property
+    def llm_line(self) -> str:
+        """Which model the demo's agents reach, in the words of its stderr line and its report."""
+        if self.llm_endpoint is None:
+            return "offline model (no STREAMCREW_LLM_BASE_URL)"
+        if self.use_llm:
+            return f"{self.llm_endpoint} (STREAMCREW_LLM_BASE_URL, --use-llm)"
+        return f"offline model (STREAMCREW_LLM_BASE_URL {self.llm_endpoint} not called without --use-llm)"
 
 
 def _catalogue_ids() -> tuple[list[str], list[str]]:
@@ -76,6 +89,8 @@ class Demo:
         self.env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_LEASE_S": "3",
                     "STREAMCREW_RETRY_BACKOFF_S": "0.2", "STREAMCREW_WEBHOOK_SECRET": self.secret, "STREAMCREW_LOG_LEVEL": "warning",
                     "STREAMCREW_PARTITIONS": str(partitions)}
+        if not options.use_llm:  # a blank base URL is the offline model: no tokens spent unless asked
+            self.env |= {"STREAMCREW_LLM_BASE_URL": "", "STREAMCREW_LLM_API_KEYS": ""}
 
     def _spawn(self, name: str, *args: str, port: int | None = None) -> Child:
         env = {**self.env, "STREAMCREW_METRICS_PORT": str(port or 0)}
@@ -145,9 +160,13 @@ class Demo:
         self.start_worker()
 
     def stop(self) -> None:
+        """SIGTERM every child at once, then wait for them together (SIGKILL past the grace)."""
         for child in self.children:
-            if child.alive():
-                child.stop(10)
+            child.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in self.children:
+            if child.wait(max(0.0, deadline - time.monotonic())) is None:
+                child.kill()
         self.receiver.stop()
 
 
@@ -162,25 +181,30 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
         await demo.wait_gateway(http)
         t0 = time.monotonic()
         sender = asyncio.create_task(demo.send(http, good, bad))
-        chaos_done = not demo.options.chaos
-        with Live(console=console, refresh_per_second=4, transient=False) if show else contextlib.nullcontext() as live:
-            deadline = time.monotonic() + RESULTS_TIMEOUT_S
-            webhooks_deadline = None
-            while time.monotonic() < deadline:
-                await tally.poll(http)
-                tally.metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in demo.worker_ports]
-                if not chaos_done and tally.results >= total // 2:
-                    demo.chaos()
-                    chaos_done = True
-                if live is not None:
-                    live.update(live_view(tally, total=total, elapsed_s=time.monotonic() - t0, webhooks=demo.receiver.count(), events=demo.events))
-                if sender.done() and sender.exception():
-                    raise sender.exception()  # type: ignore[misc]
-                if tally.results >= total:
-                    webhooks_deadline = webhooks_deadline or time.monotonic() + WEBHOOKS_TIMEOUT_S
-                    if demo.receiver.count()[0] >= total or time.monotonic() > webhooks_deadline:
-                        break
-                await asyncio.sleep(POLL_S)
+        try:
+            chaos_done = not demo.options.chaos
+            with Live(console=console, refresh_per_second=4, transient=False) if show else contextlib.nullcontext() as live:
+                deadline = time.monotonic() + RESULTS_TIMEOUT_S
+                webhooks_deadline = None
+                while time.monotonic() < deadline:
+                    await tally.poll(http)
+                    tally.metrics_urls = [f"http://127.0.0.1:{p}/metrics" for p in demo.worker_ports]
+                    if not chaos_done and tally.results >= total // 2:
+                        demo.chaos()
+                        chaos_done = True
+                    if live is not None:
+                        live.update(live_view(tally, total=total, elapsed_s=time.monotonic() - t0, webhooks=demo.receiver.count(), events=demo.events))
+                    if sender.done() and sender.exception():
+                        raise sender.exception()  # type: ignore[misc]
+                    if tally.results >= total:
+                        webhooks_deadline = webhooks_deadline or time.monotonic() + WEBHOOKS_TIMEOUT_S
+                        if demo.receiver.count()[0] >= total or time.monotonic() > webhooks_deadline:
+                            break
+                    await asyncio.sleep(POLL_S)
+        finally:  # an interrupted run must not leave it sending into a Redis that is going away
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
         seconds = time.monotonic() - t0
         await tally.poll(http)
     expected = {p.job_id for p in good} | {m.job_id for m in bad}
@@ -207,49 +231,66 @@ async def play(demo: Demo, console: Console) -> dict[str, Any]:
         "chaos": "; ".join(e for e in demo.events if "SIGKILL" in e) or "off (--no-chaos)",
         "samples": tally.samples,
         "redis": loggable_url(demo.url),
+        "prefix": demo.prefix,
+        "llm": demo.options.llm_line,
         "gateway": demo.gateway_url,
     }
 
 
 async def run_demo(settings: StreamSettings, options: DemoOptions) -> dict[str, Any]:
-    """Run the demo; returns the report (also printed, as JSON with ``--json``)."""
+    """Run the demo; returns the report (also printed, as JSON with ``--json``).
+
+    SIGTERM and SIGHUP end it as Ctrl-C does. On an outside Redis (``settings.redis_url``) it works under
+    the prefix ``<prefix>-demo-<pid>`` and deletes that prefix's keys at the end, unless ``options.keep``.
+    """
+    async with interrupted_by(*INTERRUPTING):
+        return await _run(settings, options)
+
+
+async def _run(settings: StreamSettings, options: DemoOptions) -> dict[str, Any]:
     err = Console(stderr=True)
     out = Console()
     with tempfile.TemporaryDirectory(prefix="streamcrew-demo-") as tmp, contextlib.ExitStack() as stack:
+        outside = bool(settings.redis_url)
         if settings.redis_url:
             url, prefix = settings.redis_url, f"{settings.prefix}-demo-{os.getpid()}"
-            where = f"Redis at {loggable_url(url)} (prefix {prefix})"
+            fate = "kept: --keep" if options.keep else "deleted at the end"
+            where = f"Redis at {loggable_url(url)} (prefix {prefix}, its keys {fate})"
         else:
             server = stack.enter_context(embedded_redis())
             url, prefix = server.url, settings.prefix
             where = f"embedded Redis ({server.binary}) at {url}"
-        if not options.as_json:
-            err.print(f"[dim]{where}; logs in {tmp}[/dim]")
+        err.print(f"{where}; logs in {tmp}", style="dim", markup=False, highlight=False, soft_wrap=True)
+        if options.llm_endpoint and not options.use_llm:
+            err.print(f"LLM: {options.llm_line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         demo = Demo(url, await connect_detected(url), prefix, settings.partitions, options, Path(tmp))
         try:
             report = await play(demo, err)
             report["ok"] = (report["lost"] == 0 and report["duplicated"] == 0 and report["results"] == report["requests"]
                             and report["workflows"]["steps_duplicated"] == 0)
             if options.as_json:
-                print(json.dumps(report))
+                print(json.dumps(report), flush=True)
             else:
                 print_report(report, out)
             if options.serve:
-                _print_curl(out, demo.gateway_url)
+                print_curl(out, demo.gateway_url)
                 with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
                     await asyncio.Event().wait()
         finally:
             demo.stop()
-            await demo.redis.aclose()
+            try:
+                if outside:
+                    await _leave_redis(demo, err)
+            finally:
+                await demo.redis.aclose()
     return report
 
 
-def _print_curl(out: Console, base: str) -> None:
-    out.print(f"\n[bold]the gateway is still running at {base} (Ctrl-C to stop):[/bold]")
-    out.print(f"curl -s {base}/queue/stats")
-    out.print(f"curl -s -X POST {base}/jobs -H 'content-type: application/json' "
-              "-d '{\"agent\": \"support\", \"data\": {\"query\": \"where is my order ORD-10001?\", \"customer_id\": \"CUST-0001\"}}'")
-    out.print(f"curl -s {base}/jobs/bf-00001")
-    out.print(f"curl -s {base}/jobs/bf-00001/result")
-    out.print(f"curl -s {base}/dead")
-    sys.stdout.flush()
+async def _leave_redis(demo: Demo, err: Console) -> None:
+    """Delete the demo's keys from an outside Redis, or say where they were kept."""
+    where = f"Redis at {loggable_url(demo.url)}"
+    if demo.options.keep:
+        err.print(f"kept the demo's keys in {where}: SCAN MATCH '{demo.prefix}:*'", style="dim", markup=False, highlight=False, soft_wrap=True)
+        return
+    deleted = await delete_prefix(demo.redis, demo.prefix)
+    err.print(f"deleted the demo's {deleted} keys ({demo.prefix}:*) from {where}", style="dim", markup=False, highlight=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""The demo's live terminal view and its final report (rich)."""
+"""The demo's live terminal view, its final report and the curl commands of ``--serve`` (rich)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,30 @@ def print_report(report: dict[str, Any], console: Console) -> None:
                   f"({report['webhooks']['bad_signatures']} bad)")
     for model, tokens in report["tokens"].items():
         table.add_row(f"LLM {model}", f"{tokens:,} tokens, ${report['cost_usd'].get(model, 0.0):.4f}")
-    table.add_row("LLM", "offline model (no STREAMCREW_LLM_BASE_URL)" if report["offline"] else "configured endpoint")
+    table.add_row("LLM", report["llm"])
     table.add_row("chaos", report["chaos"])
     console.print(table)
     console.print("[bold]three sample answers[/bold]")
     for sample in report["samples"]:
         console.print_json(json.dumps(sample))
+
+
+SAMPLE_JOB = {"agent": "support", "data": {"query": "where is my order ORD-10001?", "customer_id": "CUST-0001"}}
+
+
+def curl_examples(base: str) -> list[str]:
+    """What to try on the gateway ``--serve`` keeps; a long command goes on with ``\\`` (it pastes as one)."""
+    return [
+        f"curl -s {base}/queue/stats",
+        f"curl -s -X POST {base}/jobs -H 'content-type: application/json' \\\n  -d '{json.dumps(SAMPLE_JOB)}'",
+        f"curl -s {base}/jobs/bf-00001",
+        f"curl -s {base}/jobs/bf-00001/result",
+        f"curl -s {base}/dead",
+    ]
+
+
+def print_curl(out: Console, base: str) -> None:
+    out.print(f"\n[bold]the gateway is still running at {base} (Ctrl-C to stop):[/bold]", soft_wrap=True)
+    for command in curl_examples(base):  # soft_wrap: rich inserts no line break of its own
+        out.print(command, markup=False, highlight=False, soft_wrap=True)
+    out.file.flush()
