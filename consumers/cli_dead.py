@@ -106,15 +106,21 @@ def dead_purge(
 @webhooks_dead_app.command("list")
 def webhooks_dead_list(
     count: Count = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines (the URL and event as stored)")] = False,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """List webhook deliveries that exhausted their retries, every partition's merged (JSON lines)."""
+    """List webhook deliveries that exhausted their retries, every partition's merged."""
     from consumers.notifier import list_webhook_dead
+    from consumers.views import webhook_dead_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
-    for letter in run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count, partitions=settings.partitions))):
-        print(letter.model_dump_json())
+    letters = run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count, partitions=settings.partitions)))
+    if as_json:
+        for letter in letters:
+            print(letter.model_dump_json())
+    else:
+        out.print(webhook_dead_table(letters))
 
 
 @webhooks_dead_app.command("replay")

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 
 from consumers.monitor import report_rows
 from streams.envelope import DeadLetter
+from streams.urls import loggable_url
+
+if TYPE_CHECKING:
+    from consumers.notifier.dead import WebhookDeadLetter
 
 QUEUE_ROWS = frozenset({"Queue Depth", "Processing", "Retrying", "Dead Letters", "Window"})  # shown in the tables above
 
@@ -54,4 +58,17 @@ def dead_table(letters: Sequence[DeadLetter]) -> Table:
     for d in letters:
         when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), when, d.error[:200])
+    return table
+
+
+def webhook_dead_table(letters: Sequence[WebhookDeadLetter]) -> Table:
+    """The URL as the notifier logs it (no credentials, no query); ``--json`` gives the stored one."""
+    table = Table(title=f"{len(letters)} webhook dead letters")
+    table.add_column("entry", no_wrap=True)
+    table.add_column("job id", no_wrap=True)
+    for column in ("url", "attempts", "last status", "dead at", "error"):
+        table.add_column(column, overflow="fold")
+    for d in letters:
+        when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status), when, d.error[:200])
     return table

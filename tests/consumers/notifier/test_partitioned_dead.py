@@ -27,9 +27,9 @@ from tests.support import wait_until
 TWIN = "1-0"
 
 
-def cli(redis_url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(redis_url: str, prefix: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(streamcrew_cmd("webhooks", "dead", *args, "--redis-url", redis_url, "--prefix", prefix),
-                          capture_output=True, text=True, timeout=30, env={**os.environ, **PARTITIONED})
+                          capture_output=True, text=True, timeout=30, env={**os.environ, **PARTITIONED, **(env or {})})
 
 
 def partition(name: str) -> int:
@@ -62,7 +62,7 @@ async def test_webhook_dead_letters_across_partitions(
         gateway = await gateways.start(PARTITIONED)
         async with gateway.client() as client:
             # Then the CLI lists them oldest first across partitions, each named <entry ID>:<partition> of its own partition
-            listed = cli(redis_url, prefix, "list")
+            listed = cli(redis_url, prefix, "list", "--json")
             assert listed.returncode == 0, listed.stderr
             letters = [json.loads(line) for line in listed.stdout.splitlines()]
             names = [d["entry_id"] for d in letters]
@@ -70,6 +70,9 @@ async def test_webhook_dead_letters_across_partitions(
             assert names[:2] == [f"{TWIN}:1", f"{TWIN}:2"]
             assert all(d["id"] == f"twin-{partition(d['entry_id'])}" or d["id"].startswith(f"p{partition(d['entry_id'])}-") for d in letters)
             assert {d["id"] for d in letters if d["last_status"] == 410} == {f"p{p}-{n}" for p in range(PARTITIONS) for n in range(2)}
+            # And as a table (80 columns, a pipe) every entry name stays whole, to be copied into `webhooks dead replay`
+            table = cli(redis_url, prefix, "list", env={"COLUMNS": "80"}).stdout
+            assert all(name in table for name in names), table
             # And HTTP pages of 3 cover the same list exactly once
             paged, after = [], None
             while True:
@@ -113,6 +116,6 @@ async def test_webhook_dead_letters_across_partitions(
             await redis.xadd(parts[p].webhooks_dead, {"id": f"x{p}", "url": receiver.url("/x"), "event": "{}"})
         purged = cli(redis_url, prefix, "purge", "--yes")
         assert json.loads(purged.stdout) == {"purged": 2}, purged.stderr
-        assert cli(redis_url, prefix, "list").stdout == ""
+        assert cli(redis_url, prefix, "list", "--json").stdout == ""
     finally:
         gateways.close()
