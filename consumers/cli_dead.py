@@ -76,7 +76,7 @@ def dead_replay(
     replayed, skipped = run(go())
     for reason in skipped:
         err.print(f"[yellow]skipped: {reason}[/yellow]")
-    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
     raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
 
 
@@ -141,7 +141,7 @@ def webhooks_dead_replay(
         settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids, partitions=settings.partitions)))
     for reason in skipped:
         err.print(f"[yellow]skipped: {reason}[/yellow]")
-    print(json.dumps({"replayed": replayed, "skipped": len(skipped)}))
+    print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
     raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
 
 
