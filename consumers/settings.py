@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from typing import Annotated
+
 from pydantic import Field, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from streams.config import StreamSettings
 from streams.keys import parse_partitions
@@ -30,8 +34,9 @@ class WorkerSettings(ServesPartitions):
     """``streamcrew worker``: every field is also a ``STREAMCREW_*`` variable."""
 
     concurrency: int = Field(default=100, ge=1, le=100_000, description="jobs run at once by one worker process")
-    agents: list[str] | None = Field(default=None, description="agents this worker serves (default: all registered)")
-    app: list[str] = Field(default_factory=list, description="modules to import that register user agents")
+    # NoDecode: a plain "a,b" from the environment reaches _split_commas (pydantic-settings would parse it as JSON)
+    agents: Annotated[list[str] | None, NoDecode] = Field(default=None, description="agents this worker serves (default: all registered)")
+    app: Annotated[list[str], NoDecode] = Field(default_factory=list, description="modules to import that register user agents")
     metrics_port: int = Field(default=DEFAULT_WORKER_METRICS_PORT, ge=0, le=65535, description="port of /metrics; 0 = off")
     grace_s: float = Field(default=30.0, ge=0, description="seconds a draining worker lets in-flight jobs finish before handing them back")
     log_level: str = Field(default="info", description="debug, info, warning or error")
@@ -40,6 +45,12 @@ class WorkerSettings(ServesPartitions):
     @field_validator("agents", "app", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
+        """``a,b`` (as the docs write it), or a JSON list (``["a", "b"]``, what pydantic-settings alone read)."""
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError(f"not a JSON list of names: {value[:100]!r}") from None
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
