@@ -9,6 +9,8 @@ exact for that window, and there is no second copy of them to keep consistent.
 - percentiles are nearest-rank: each one is a value some job really had.
 - ``cost_usd`` sums the known costs; ``unpriced`` counts results whose model has no price; in
   ``by_model`` and ``by_tenant`` a ``cost_usd`` is null when all its LLM use was unpriced.
+- a workflow's own result is counted as a result, but not its ``usage``: that is the sum of its
+  steps', and each step's result carries its own (counting both would count the spend twice).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from redis.asyncio import Redis
 from streams.envelope import JobResult, Status, entry_order
 from streams.errors import DecodeError
 from streams.keys import Keys
+from streams.workflow import WORKFLOW_AGENT
 
 DEFAULT_WINDOW = 1000
 MAX_WINDOW = 10_000
@@ -99,7 +102,7 @@ def summarize(results: Iterable[JobResult], *, window: int = DEFAULT_WINDOW) -> 
         if result.status == Status.COMPLETED and result.submitted_at is not None and result.finished_at is not None:
             latencies.append(max(0, result.finished_at - result.submitted_at))
         job_tokens, job_cost, job_unpriced = 0, None, False
-        if result.usage:
+        if result.usage and result.agent != WORKFLOW_AGENT:  # a workflow's usage sums its steps', each a result too
             job_tokens, job_cost = _tokens(result.usage), _cost(result.usage)
             job_unpriced = job_cost is None
             tokens += job_tokens

@@ -91,3 +91,20 @@ async def test_queue_stats_carry_the_window_and_an_empty_one_is_all_zero(redis, 
 def test_summarize_takes_any_iterable() -> None:
     figures = summarize(iter([result(1, wait_ms=5, run_ms=10)]), window=1)
     assert figures["latency_ms"]["p99"] == 15 and figures["queue_wait_ms"]["avg"] == 5.0
+
+
+def test_a_workflows_usage_is_not_counted_on_top_of_its_steps() -> None:
+    # Given a workflow of two LLM steps: each step's result carries its usage, the workflow's result their sum
+    steps = [JobResult(id=f"wf-1::s{i}", agent="ask", status=Status.COMPLETED, attempts=1, submitted_at=T0, started_at=T0,
+                       finished_at=T0 + 5, result={}, tenant="acme",
+                       usage={"model": "m", "prompt_tokens": 10 * i, "completion_tokens": 1, "cost_usd": 0.001 * i})
+             for i in (1, 2)]
+    workflow = JobResult(id="wf-1", agent="workflow", status=Status.COMPLETED, attempts=1, submitted_at=T0, started_at=T0,
+                         finished_at=T0 + 9, result={}, tenant="acme",
+                         usage={"model": "m", "prompt_tokens": 30, "completion_tokens": 2, "cost_usd": 0.003})
+    figures = summarize([workflow, *steps])
+    # Then the spend is the steps' once, in the totals, per model and per tenant; the workflow still counts as a result
+    assert (figures["tokens"], figures["cost_usd"]) == (32, 0.003)
+    assert figures["by_model"]["m"] == {"results": 2, "tokens": 32, "cost_usd": 0.003, "unpriced": 0}
+    assert figures["by_tenant"]["acme"] == {"results": 3, "tokens": 32, "cost_usd": 0.003, "unpriced": 0}
+    assert figures["completed"] == 3
