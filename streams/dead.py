@@ -20,8 +20,9 @@ from redis.asyncio import Redis
 from streams.envelope import DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
-from streams.keys import LANES, Keys, partition_keys
+from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
 from streams.scripts import Scripts
+from streams.workflow import WORKFLOW_AGENT
 
 Entries = list[tuple[str, dict[str, str]]]
 StreamOf = Callable[[Keys], str]  # which dead stream of a prefix's (or a partition's) keys
@@ -149,6 +150,12 @@ def _passed(deadline: str | None) -> bool:
 
 async def present(redis: Redis, stream: str, reason: str | None = None) -> AsyncIterator[list[str]]:
     """Pages of the entry IDs of the dead letters in ``stream`` now (with ``reason``, when given), not later ones."""
+    async for entries in _present_entries(redis, stream, reason):
+        yield [eid for eid, _ in entries]
+
+
+async def _present_entries(redis: Redis, stream: str, reason: str | None = None) -> AsyncIterator[Entries]:
+    """:func:`present`, with each entry's fields."""
     last = cast(Entries, await redis.xrevrange(stream, count=1))
     if not last:
         return
@@ -157,20 +164,34 @@ async def present(redis: Redis, stream: str, reason: str | None = None) -> Async
         entries = cast(Entries, await redis.xrange(stream, min=start, max=end, count=PAGE))
         if not entries:
             return
-        yield [eid for eid, fields in entries if reason is None or fields.get("reason") == reason]
+        yield [(eid, fields) for eid, fields in entries if reason is None or fields.get("reason") == reason]
         start = "(" + entries[-1][0]
+
+
+def _workflows_of(job_id: str) -> list[str]:
+    """The workflows a step id belongs to, innermost first (``a::b::c`` -> ``a::b``, ``a``); none for other ids."""
+    parts = job_id.split(STEP_SEPARATOR)
+    return [STEP_SEPARATOR.join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
 
 
 async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> tuple[list[str], list[str]]:
     """Replay every dead letter present now in every partition (not those that land while it runs), or those with ``reason``.
 
     Returns ``(replayed job ids, skipped with reasons)``.
+    A step's dead letter is left to its workflow's when that is replayed too: the workflow's replay runs the
+    step again and removes the step's letter, so replaying both would run the step twice. A workflow and its
+    steps share a partition (contract §10).
     """
     replayed: list[str] = []
     skipped: list[str] = []
     for where in partition_keys(keys, partitions):
-        async for page in present(redis, where.dead, reason):
-            for eid in page:
+        workflows = {fields.get("id", "") async for page in _present_entries(redis, where.dead, reason)
+                     for _, fields in page if fields.get("agent") == WORKFLOW_AGENT}
+        async for page in _present_entries(redis, where.dead, reason):
+            for eid, fields in page:
+                job_id = fields.get("id", "")
+                if any(w in workflows for w in _workflows_of(job_id)):
+                    continue  # its workflow's replay runs it and removes this letter: not a refusal to report
                 try:
                     replayed.append(await _replay_one(redis, where, eid))
                 except StreamcrewError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.dead import list_dead, replay
+from streams.dead import list_dead, replay, replay_all
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
@@ -164,6 +164,28 @@ async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys
     assert flaky is not None and flaky.attempts == 2
     # and no dead letter is left: the step's went with the workflow's replay
     assert not [d for d in await list_dead(redis, keys) if d.id.startswith("wf-replay")]
+
+
+async def test_replay_all_runs_a_failed_step_once_through_its_workflow(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a failed workflow: its step's dead letter and its own are both present
+    start_workers(workers, 1, "--concurrency", "4")
+    wf = Workflow("wf-replay-all")
+    wf.step("flaky", "echo", {"fail_first": 1}, max_attempts=1)
+    wf.step("after", "echo", {"n": 2}, after=["flaky"])
+    await producer.publish_workflow(wf)
+    assert (await wait_event(redis, keys, "wf-replay-all")).status == "failed"
+    assert {d.id for d in await list_dead(redis, keys)} == {"wf-replay-all", "wf-replay-all::flaky"}
+    # When every dead letter is replayed (the runbook's `streamcrew dead replay --all`)
+    replayed, skipped = await replay_all(redis, keys)
+    # Then only the workflow is replayed, and its replay runs the failed step once more: not once alone and once in it
+    assert (replayed, skipped) == (["wf-replay-all"], [])
+    done = await wait_event(redis, keys, "wf-replay-all", n=2)
+    assert done.status == "completed", done.error
+    await producer.publish("echo", {}, id="marker-after-replay")  # one worker, FIFO lane: a stray run would be in by now
+    await wait_event(redis, keys, "marker-after-replay")
+    counts = await event_counts(redis, keys)
+    assert counts["wf-replay-all::flaky"] == 2 and counts["wf-replay-all::after"] == 1, counts
+    assert await list_dead(redis, keys) == []
 
 
 async def test_a_resubmitted_workflow_id_runs_once(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
