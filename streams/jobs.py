@@ -39,6 +39,7 @@ PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 SUMMARY_EVERY_S = 10.0
+RECLAIM_IDS_LOGGED = 10  # job ids named in a reclaim line; the count says how many more
 
 
 class JobExecutor(Protocol):
@@ -120,7 +121,9 @@ class JobProcessor:
         lane = self.keys.lane_name(stream)
         if reclaimed:
             metrics.reclaimed(lane).inc(len(entries))
-            log.warning("reclaimed %d %s entries idle past the lease (their consumer died or hung)", len(entries), lane)
+            ids = [explicit_id(raw) or self._keys_of[stream].generated_id(eid) for eid, raw in entries if raw is not None]
+            log.warning("reclaimed %d %s entries idle past the lease (their consumer died or hung): jobs %s%s", len(entries), lane,
+                        ", ".join(ids[:RECLAIM_IDS_LOGGED]), f" and {len(ids) - RECLAIM_IDS_LOGGED} more" if len(ids) > RECLAIM_IDS_LOGGED else "")
         claimed: list[Claimed] = []
         workflows: list[ClaimedWorkflow] = []
         for entry_id, raw in entries:

@@ -31,7 +31,10 @@ async def test_sigkilled_worker_jobs_are_completed_once_by_another(redis, keys: 
     assert sorted(r.id for r in got) == sorted(f"j{i}" for i in range(20))
     assert all(r.status == "completed" and r.attempts == 2 for r in got), got
     assert await _pending(redis, keys) == 0
-    assert "reclaimed 20 normal entries" in rescuer.log_text()
+    line = next((ln for ln in rescuer.log_text().splitlines() if "reclaimed 20 normal entries" in ln), "")
+    assert line, rescuer.log_text()[-2000:]
+    named = line.split(": jobs ", 1)[1].split(" and ")[0].split(", ")  # the first ten job ids, then how many more
+    assert len(named) == 10 and set(named) <= {f"j{i}" for i in range(20)} and line.endswith(" and 10 more"), line
 
 
 async def _count_running(redis, keys: Keys, n: int) -> bool:
