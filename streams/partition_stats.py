@@ -21,10 +21,24 @@ def _merge_stream(parts: list[dict[str, Any]]) -> dict[str, Any]:
         out[name] = None if any(v is None for v in values) else sum(values)
     ages = [p["oldest_pending_age_s"] for p in parts if p["oldest_pending_age_s"] is not None]
     out["oldest_pending_age_s"] = max(ages) if ages else None
-    out["consumers"] = [c for p in parts for c in p["consumers"]]
+    out["consumers"] = _merge_consumers([c for p in parts for c in p["consumers"]])
     out["last_delivered_id"] = None
     out["stream"] = str(parts[0]["stream"]).replace(":{0}:", ":{*}:", 1)
     return out
+
+
+def _merge_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per consumer name (a worker reads every partition's lane): its pending summed, its idle time the
+    shortest (it is as idle as its latest read anywhere). Each partition's own list stays under ``partitions``."""
+    merged: dict[str, dict[str, Any]] = {}
+    for c in consumers:
+        if (seen := merged.get(c["name"])) is None:
+            merged[c["name"]] = dict(c)
+            continue
+        seen["pending"] = (seen.get("pending") or 0) + (c.get("pending") or 0)
+        idles = [i for i in (seen.get("idle_s"), c.get("idle_s")) if i is not None]
+        seen["idle_s"] = min(idles) if idles else None
+    return list(merged.values())
 
 
 async def partitioned_queue_stats(

@@ -121,3 +121,19 @@ async def test_stats_window_covers_the_latest_results_of_every_partition(redis, 
     assert figures["window"]["results"] == 4 and figures["results"]["length"] == 5
     assert (figures["completed"], figures["failed"]) == (3, 1)
     assert figures["window"]["oldest_finished_at"] == 1700000000101
+
+
+async def test_stats_list_each_consumer_once_over_the_partitions(redis, keys: Keys) -> None:
+    # Given a consumer holding one entry of the normal lane in each of 4 partitions, and one that read nothing
+    every = partition_keys(keys, N)
+    for k in every:
+        await ensure_groups(redis, standard_groups(k))
+        await redis.xadd(k.lane("normal"), {"agent": "echo", "data": "{}"})
+        await redis.xreadgroup("workers", "w-one", {k.lane("normal"): ">"}, count=1)
+    for k in every[:2]:
+        await redis.xgroup_createconsumer(k.lane("normal"), "workers", "w-two")
+    # When stats sum the partitions
+    lane = (await partitioned_queue_stats(redis, keys, N, window=None))["lanes"]["normal"]
+    # Then each consumer is listed once, with what it holds in all of them (each partition's list stays under partitions)
+    assert sorted((c["name"], c["pending"]) for c in lane["consumers"]) == [("w-one", 4), ("w-two", 0)]
+    assert lane["pending"] == 4
