@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 from collections.abc import Coroutine
 from enum import IntEnum
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError
@@ -62,13 +64,24 @@ def build(cls: type[T], **overrides: Any) -> T:
         settings = cls(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         for e in exc.errors():
-            where = f"setting {'.'.join(map(str, e['loc']))}" if e["loc"] else "settings"  # a model validator's error names no field
+            # a model validator's error names no field
+            where = f"setting {'.'.join(map(str, e['loc']))} ({_env_name(cls, str(e['loc'][0]))})" if e["loc"] else "settings"
             err.print(f"[red]invalid {where}: {escape(e['msg'].removeprefix('Value error, '))}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+    except SettingsError as exc:  # a variable of a structured setting that is not JSON: said without its value
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = _env_name(cls, field.group(1)) if field else "a STREAMCREW_ variable"
+        err.print(f"[red]invalid setting {name}: not valid JSON[/red]")
         raise typer.Exit(Exit.USAGE) from None
     if isinstance(settings, StreamSettings) and settings.redis_url and (problem := _redis_url_problem(settings.redis_url)):
         err.print(f"[red]invalid setting redis_url: {escape(problem)}[/red]")
         raise typer.Exit(Exit.USAGE)
     return settings
+
+
+def _env_name(cls: type[Any], field: str) -> str:
+    """The environment variable of settings field ``field`` (``max_retries`` -> ``STREAMCREW_LLM_MAX_RETRIES``)."""
+    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
 
 def _redis_url_problem(url: str) -> str | None:

@@ -171,11 +171,11 @@ def test_a_malformed_subscriptions_setting_is_described_never_quoted(
     as_file = tmp_path / "subs.json"
     as_file.write_bytes(orjson.dumps({"url": url, "secret": secret}))
     cases = [
-        (orjson.dumps({"url": url, "secret": secret}).decode(), "invalid setting subscriptions: subscriptions must be a JSON list of objects, got a JSON object"),
+        (orjson.dumps({"url": url, "secret": secret}).decode(), "invalid setting subscriptions (STREAMCREW_SUBSCRIPTIONS): subscriptions must be a JSON list of objects, got a JSON object"),
         (str(as_file), "got a JSON object"),
         (f'"{url}" {secret}', "neither a JSON list nor a file"),
-        (orjson.dumps([{"url": url.replace("https", "ftp"), "secret": secret}]).decode(), "invalid setting subscriptions.0.url: subscription url must be http:// or https://"),
-        (orjson.dumps([{"url": url, "secret": "whsek_" + secret[6:]}]).decode(), "invalid setting subscriptions.0.secret: secret 1 does not start"),
+        (orjson.dumps([{"url": url.replace("https", "ftp"), "secret": secret}]).decode(), "invalid setting subscriptions.0.url (STREAMCREW_SUBSCRIPTIONS): subscription url must be http:// or https://"),
+        (orjson.dumps([{"url": url, "secret": "whsek_" + secret[6:]}]).decode(), "invalid setting subscriptions.0.secret (STREAMCREW_SUBSCRIPTIONS): secret 1 does not start"),
     ]
     for value, says in cases:
         monkeypatch.setenv("STREAMCREW_SUBSCRIPTIONS", value)
