@@ -184,3 +184,11 @@ def test_submit_refuses_an_id_outside_the_alphabet(redis_url: str, prefix: str, 
     done = cli(redis_url, prefix, "submit", "echo", "--id", job_id)
     assert done.returncode == 2, done.stderr
     assert words in " ".join(done.stderr.split())
+
+
+def test_a_structured_variable_that_is_not_json_is_one_line(prefix: str) -> None:
+    # Given STREAMCREW_LLM_PRICES (JSON) set to a file name, as one might confuse it with STREAMCREW_LLM_PRICE_FILE
+    done = cli(None, prefix, "worker", "--agents", "echo", env={"STREAMCREW_LLM_PRICES": "prices-secret-name.json"})
+    # Then the worker refuses to start in one line naming the variable, not its value, and no traceback
+    assert done.returncode == 2, done.stderr
+    assert " ".join(done.stderr.split()) == "invalid setting STREAMCREW_LLM_PRICES: not valid JSON", done.stderr
