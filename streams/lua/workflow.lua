@@ -78,8 +78,13 @@ local function wf_end(C, h, wid, status, err, worker)
   end
   local all = redis.call('HMGET', h, unpack(names))
   local parts, ok, done = {}, 0, 0
+  -- The workflow's usage sums its steps' (those whose result carried usage), mirroring a job's ledger
+  -- (agents/usage.py): cost_usd is unknown (null) as soon as one step's is null or absent, never a guess;
+  -- 'offline': true when any step's usage has it (a job's rule: one offline call marks the job), so a total
+  -- never passes offline answers off as a real model's, whether every step or only some ran offline;
+  -- model: the distinct model names of all steps (a step's own list split at ','), sorted, comma-separated.
   local u = {prompt_tokens = 0, completion_tokens = 0, cost_usd = 0}
-  local models, used = {}, false
+  local models, used, offline = {}, false, false
   for i, sid in ipairs(order) do
     local s = {all[4 * i - 3], all[4 * i - 2], all[4 * i - 1], all[4 * i]}
     local st = s[1]
@@ -115,8 +120,16 @@ local function wf_end(C, h, wid, status, err, worker)
         used = true
         u.prompt_tokens = u.prompt_tokens + (tonumber(use.prompt_tokens) or 0)
         u.completion_tokens = u.completion_tokens + (tonumber(use.completion_tokens) or 0)
-        u.cost_usd = u.cost_usd + (tonumber(use.cost_usd) or 0)
-        if use.model then models[tostring(use.model)] = true end
+        local cost = tonumber(use.cost_usd)  -- nil for JSON null (cjson.null) or absent
+        if cost == nil or u.cost_usd == cjson.null then
+          u.cost_usd = cjson.null
+        else
+          u.cost_usd = u.cost_usd + cost
+        end
+        if use.offline == true then offline = true end
+        if type(use.model) == 'string' then
+          for name in string.gmatch(use.model, '[^,]+') do models[name] = true end
+        end
       end
     end
   end
@@ -131,6 +144,8 @@ local function wf_end(C, h, wid, status, err, worker)
     for name in pairs(models) do names[#names + 1] = name end
     table.sort(names)
     u.model = table.concat(names, ',')
+    if u.cost_usd ~= cjson.null then u.cost_usd = math.floor(u.cost_usd * 1e8 + 0.5) / 1e8 end  -- as a job's
+    if offline then u.offline = true end
     ev[#ev + 1] = 'usage'; ev[#ev + 1] = cjson.encode(u)
   end
   for _, name in ipairs({'webhook', 'tenant', 'traceparent'}) do

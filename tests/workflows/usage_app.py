@@ -1,0 +1,19 @@
+"""A worker ``--app`` module for the workflow usage tests: ``usage_probe`` records the LLM calls its data lists.
+
+Each call in ``data["calls"]`` (``{"model", "prompt", "completion", "cost", "offline"}``, ``cost`` null for a
+model with no price) goes into the job's ledger exactly as an LLM client's would (``record_usage``), so the
+step's ``usage`` comes from the real worker and the workflow's total from the real Lua.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import AgentContext, agent, record_usage
+
+
+@agent("usage_probe")
+async def usage_probe(data: dict[str, Any], ctx: AgentContext) -> dict[str, Any]:
+    for call in data.get("calls", []):
+        record_usage(call["model"], call["prompt"], call["completion"], call["cost"], offline=call.get("offline", False))
+    return {"calls": len(data.get("calls", []))}
