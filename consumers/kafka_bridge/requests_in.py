@@ -56,9 +56,14 @@ class RequestsIn:
         """Publish or dead-letter every record; waits out Redis outages (the offsets wait with it)."""
         by_lane: dict[str, list[tuple[JobRequest, RecordIn]]] = defaultdict(list)
         invalid: list[tuple[Invalid, RecordIn]] = []
-        for record in records:
+        seen: set[str] = set()
+        repeats: list[str] = []  # a key again in this batch: the batch is published lane by lane, so without this
+        for record in records:  # the copy in an earlier-published lane, not the first record, would be the job
             parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
-            if isinstance(parsed, Parsed):
+            if isinstance(parsed, Parsed) and parsed.request.id is not None and parsed.request.id in seen:
+                repeats.append(parsed.request.id)
+            elif isinstance(parsed, Parsed):
+                seen.update([parsed.request.id] if parsed.request.id is not None else [])
                 by_lane[parsed.lane].append((parsed.request, record))
             else:
                 invalid.append((parsed, record))
@@ -77,6 +82,7 @@ class RequestsIn:
                 outcome = BatchOutcome()
                 await backoff.failed(exc)
         backoff.ok()
+        outcome.duplicates += repeats
         metrics.records("in", "published").inc(len(outcome.published))
         metrics.records("in", "duplicate").inc(len(outcome.duplicates))
         metrics.records("in", "invalid").inc(len(outcome.invalid))

@@ -172,3 +172,20 @@ async def test_a_request_that_encodes_past_the_limit_is_dead_lettered_and_its_ba
     assert outcome.published == ["job-small", "job-small-2"] and outcome.invalid == ["job-big" + "-" * 40]
     (letter,) = [f for _, f in await redis.xrange(keys.dead)]
     assert letter["reason"] == "invalid" and "byte limit" in letter["error"] and letter["source_id"] == "0-1"
+
+
+async def test_the_first_record_of_a_key_in_a_batch_is_the_job(redis: Any, keys: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+
+    # Given one batch: another job for the high lane, then a key for the normal lane, then that key again (changed)
+    # for the high lane; a batch is published lane by lane, in the order each lane first appears (high first here)
+    records = [RecordIn(b"job-other", request(priority=9), Coordinates("t", 0, 0)),
+               RecordIn(b"job-key", request(data={"n": 1}), Coordinates("t", 0, 1)),
+               RecordIn(b"job-key", request(data={"n": 2}, priority=9), Coordinates("t", 0, 2))]
+    outcome = await RequestsIn(redis, keys, max_request_bytes=10_000).handle(records)
+    # Then the key's first record is the job, as over the gateway, and the later one a duplicate
+    assert (sorted(outcome.published), outcome.duplicates) == (["job-key", "job-other"], ["job-key"])
+    assert [f["id"] for _, f in await redis.xrange(keys.lane("high"))] == ["job-other"]
+    (entry,) = await redis.xrange(keys.lane("normal"))
+    assert entry[1]["id"] == "job-key" and orjson.loads(entry[1]["data"]) == {"n": 1}
