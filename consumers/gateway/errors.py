@@ -122,7 +122,9 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 
 async def _redis_down(_: Request, exc: Exception) -> Response:
     log.warning("redis unavailable: %s", exc)
-    return error_response(503, "redis_unavailable", "the job store (Redis) is unreachable; retry later",
+    return error_response(503, "redis_unavailable",
+                          "the job store (Redis) cannot serve this now (unreachable, or a cluster failing over or moving "
+                          "this job's partition); retry later",
                           headers={"Retry-After": "1"})
 
 
