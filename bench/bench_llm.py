@@ -27,6 +27,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -190,6 +191,9 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="directory for py-spy raw profiles of the worker")
     parser.add_argument("--worker-arg", action="append", default=[], help="extra worker argument (repeatable), e.g. --worker-arg=--app --worker-arg=mymod")
     args = parser.parse_args()
+    if not args.skip_crews and args.crew_jobs < 3 * args.crew_concurrency:  # crews: first result to last, the steady state
+        print(f"warning: --crew-jobs {args.crew_jobs:,} for {args.crew_concurrency:,} slots: a rate from the first result to "
+              "the last needs at least 3x the slots", file=sys.stderr)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []

@@ -125,6 +125,7 @@ class Bench:
             cpu = psutil.Process(notifier.pid).cpu_times()
             notifier.stop()
             busy = sum(int(n) for n in re.findall(r" busy=(\d+)", notifier.log_text()))
+            log_path.unlink(missing_ok=True)  # kept only when a case fails (its message names it)
             return Run(seconds, len(got), busy, displacement([a.webhook_id for a in got], order),
                        cpu.user + cpu.system - ready_cpu.user - ready_cpu.system, receiver.connections)
         finally:
@@ -253,16 +254,16 @@ CASES = {"baseline": baseline, "paced": paced, "hung": hung, "hangmany": hangman
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=["all", *CASES], default="all")
-    parser.add_argument("--results", type=int, default=10_000)
-    parser.add_argument("--backlog", type=int, default=5_000)
-    parser.add_argument("--concurrency", type=int, default=200)
-    parser.add_argument("--per-endpoint", type=int, default=10)
+    parser.add_argument("--results", type=int, default=10_000, help="baseline case: results delivered to one fast endpoint")
+    parser.add_argument("--backlog", type=int, default=5_000, help="the other cases: results in the backlog each delivers")
+    parser.add_argument("--concurrency", type=int, default=200, help="the notifier's deliveries in flight (its default)")
+    parser.add_argument("--per-endpoint", type=int, default=10, help="deliveries in flight per endpoint (its default)")
     parser.add_argument("--partitions", type=int, default=1, help="results spread over this many partitions (STREAMCREW_PARTITIONS)")
     parser.add_argument("--fast-workers", type=int, default=2, help="hung case: the 5 ms endpoint's workers (capacity 200/s each)")
     parser.add_argument("--pace", type=paces, default=paces("5x4,20x10,50x10"),
                         help="paced case: endpoints as LATENCY_MSxWORKERS, comma-separated (default 5x4,20x10,50x10)")
     parser.add_argument("--ceiling", type=float, default=0.0, help="paced and many cases: this baseline rate instead of measuring it first")
-    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds a case may take")
     parser.add_argument("--log-level", default="", help="the notifier's (default: its own, info)")
     parser.add_argument("--redis-url", default=os.environ.get("STREAMCREW_REDIS_URL"))
     args = parser.parse_args()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -135,6 +136,9 @@ def main() -> None:
     parser.add_argument("--redis-url")
     args = parser.parse_args()
     n_jobs = args.workflows * STEPS
+    if n_jobs < 10 * args.concurrency:  # rates run from the first result to the last: a few batches say nothing
+        print(f"warning: {n_jobs:,} jobs for {args.concurrency:,} slots; rates need at least 10x the slots "
+              f"(--workflows {-(-10 * args.concurrency // STEPS):,} or fewer --concurrency)", file=sys.stderr)
     ratios: list[float] = []
     fan_in: list[float] = []
     wf_e2e: list[float] = []
