@@ -48,27 +48,30 @@ def stats_table(figures: dict[str, Any]) -> Group:
     return Group(streams, consumers, totals, recent)
 
 
-def dead_table(letters: Sequence[DeadLetter]) -> Table:
-    table = Table(title=f"{len(letters)} dead letters")
-    # The entry ID (what `dead replay` takes) and the job id are never wrapped, so they can be copied whole
+def _letters_table(title: str, columns: Sequence[str]) -> Table:
+    """A dead-letter table: the entry ID (what `replay` takes) and the job id are never wrapped, so they copy whole."""
+    table = Table(title=title)
     table.add_column("entry", no_wrap=True)
     table.add_column("job id", no_wrap=True)
-    for column in ("agent", "reason", "attempts", "dead at", "error"):
+    for column in columns:
         table.add_column(column, overflow="fold")
+    return table
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def dead_table(letters: Sequence[DeadLetter]) -> Table:
+    table = _letters_table(f"{len(letters)} dead letters", ("agent", "reason", "attempts", "dead at", "error"))
     for d in letters:
-        when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), when, d.error[:200])
+        table.add_row(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), _when(d.dead_at), d.error[:200])
     return table
 
 
 def webhook_dead_table(letters: Sequence[WebhookDeadLetter]) -> Table:
     """The URL as the notifier logs it (no credentials, no query); ``--json`` gives the stored one."""
-    table = Table(title=f"{len(letters)} webhook dead letters")
-    table.add_column("entry", no_wrap=True)
-    table.add_column("job id", no_wrap=True)
-    for column in ("url", "attempts", "last status", "dead at", "error"):
-        table.add_column(column, overflow="fold")
+    table = _letters_table(f"{len(letters)} webhook dead letters", ("url", "attempts", "last status", "dead at", "error"))
     for d in letters:
-        when = datetime.fromtimestamp(d.dead_at / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status), when, d.error[:200])
+        table.add_row(d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status), _when(d.dead_at), d.error[:200])
     return table
