@@ -33,7 +33,7 @@ webhooks_dead_app = typer.Typer(help="Inspect, replay and purge webhook dead let
 webhooks_app.add_typer(webhooks_dead_app, name="dead")
 app.add_typer(webhooks_app, name="webhooks")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error is one line, also in a pipe or a log (no wrapping at 80 columns)
 
 
 class Exit(IntEnum):
