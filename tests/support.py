@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpx
+
 from consumers.processes import Child, streamcrew_cmd
 
 
@@ -21,6 +23,19 @@ async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(every)
+
+
+async def wait_serving(child: Child, url: str, *, timeout: float, what: str) -> None:
+    """Wait until ``url`` answers 200; fail at once, with its log, if ``child`` (the server) exited."""
+    async def answers() -> bool:
+        assert child.alive(), f"{what}: the process exited:\n{child.log_text()[-3000:]}"
+        try:
+            async with httpx.AsyncClient() as client:
+                return (await client.get(url, timeout=1)).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await wait_until(answers, timeout=timeout, what=what)
 
 
 def wait_for_log(child: Child, text: str, *, timeout: float = 90.0) -> None:

@@ -24,7 +24,7 @@ from consumers.processes import Child, streamcrew_cmd
 from streams.embedded import free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
-from tests.support import WorkerFactory, results, wait_results, wait_until
+from tests.support import WorkerFactory, results, wait_results, wait_serving, wait_until
 
 MODEL = "deepseek-v3.2"
 PRICE_PER_M = (0.42, 0.42)  # USD per million prompt / completion tokens (the seed price table)
@@ -86,15 +86,7 @@ class MockProcess:
         self.starts += 1
         self.child = Child(streamcrew_cmd("mock-llm", "--port", str(self.port), *args), log_path=self.log_dir / f"mock-llm-{self.starts}.log")
 
-        async def healthy() -> bool:
-            assert self.child is not None and self.child.alive(), f"mock-llm exited:\n{self.child.log_text() if self.child else ''}"
-            try:
-                async with httpx.AsyncClient() as client:
-                    return (await client.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1)).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await wait_until(healthy, timeout=20, what="mock-llm to answer /healthz")
+        await wait_serving(self.child, f"http://127.0.0.1:{self.port}/healthz", timeout=20, what="mock-llm to answer /healthz")
         # It says where it listens, as the value the workers' setting takes
         assert f"STREAMCREW_LLM_BASE_URL={self.openai_base_url}" in self.child.log_text(), self.child.log_text()
 

@@ -18,8 +18,9 @@ import pytest
 
 from consumers.processes import Child
 from streams.keys import Keys
+from streams.embedded import free_port
 from streams.producer import Producer
-from tests.support import wait_for_log, wait_until
+from tests.support import wait_for_log, wait_serving, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRA = "pip install 'streamcrew[crewai]'"
@@ -80,23 +81,11 @@ async def test_bare_install_worker_serves_echo_and_explains_crews(
 @pytest.mark.slow
 async def test_bare_install_serves_mock_llm(bare_venv: Path, tmp_path: Path) -> None:
     # Given the bare install's `streamcrew mock-llm` (the README lists it in the bare install)
-    import httpx
-
-    from streams.embedded import free_port
-
     port = free_port()
     mock = Child([str(bare_venv / "bin" / "streamcrew"), "mock-llm", "--port", str(port)], log_path=tmp_path / "mock.log",
                  cwd=tmp_path, repo_on_path=False)
     try:
-        async def answers() -> bool:
-            assert mock.alive(), mock.log_text()[-3000:]
-            try:
-                async with httpx.AsyncClient() as client:
-                    return (await client.get(f"http://127.0.0.1:{port}/healthz", timeout=1)).status_code == 200
-            except httpx.TransportError:
-                return False
-
         # Then it serves (it asks uvicorn for httptools: a base dependency)
-        await wait_until(answers, timeout=30, what="the bare install's mock-llm to answer /healthz")
+        await wait_serving(mock, f"http://127.0.0.1:{port}/healthz", timeout=30, what="the bare install's mock-llm to answer /healthz")
     finally:
         mock.stop()
