@@ -129,6 +129,11 @@ def hello_facts(reply: Any) -> dict[str, str] | None:
     return {k: v for k, v in facts.items() if isinstance(v, str)} if "version" in facts else None
 
 
+def says_cluster(facts: dict[str, str] | None, info: dict[str, Any]) -> bool:
+    """Whether a server is a cluster node, from HELLO's facts, else from its INFO cluster section."""
+    return facts["mode"] == "cluster" if facts else str(info.get("cluster_enabled", 0)) == "1"
+
+
 async def _server_facts(redis: Redis, section: str) -> tuple[dict[str, str] | None, dict[str, Any]]:
     """``HELLO`` (no arguments): any ACL user may send it, while INFO is in ``@dangerous``, which least-privilege
     users lack; INFO ``section`` only where HELLO is refused (a proxy, a renamed command)."""
@@ -149,7 +154,7 @@ async def cluster_enabled(url: str) -> bool:
         facts, info = await _server_facts(probe, "cluster")
     finally:
         await probe.aclose()
-    return facts["mode"] == "cluster" if facts else str(info.get("cluster_enabled", 0)) == "1"
+    return says_cluster(facts, info)
 
 
 async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:

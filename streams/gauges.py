@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisClusterException, ResponseError
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
-from streams.connection import hello_facts
+from streams.connection import hello_facts, says_cluster
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def _clustered(probe: sync_redis.Redis) -> bool:
         facts = hello_facts(probe.execute_command("HELLO"))  # type: ignore[no-untyped-call]  # no arguments: no protocol switch
     except ResponseError:
         facts = None
-    return facts["mode"] == "cluster" if facts else str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+    return says_cluster(facts, {} if facts else probe.info("cluster"))
 
 
 def _ms(entry_id: str | None) -> int | None:

@@ -60,13 +60,14 @@ class RequestsIn:
         repeats: list[str] = []  # a key again in this batch: the batch is published lane by lane, so without this
         for record in records:  # the copy in an earlier-published lane, not the first record, would be the job
             parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
-            if isinstance(parsed, Parsed) and parsed.request.id is not None and parsed.request.id in seen:
-                repeats.append(parsed.request.id)
-            elif isinstance(parsed, Parsed):
-                seen.update([parsed.request.id] if parsed.request.id is not None else [])
-                by_lane[parsed.lane].append((parsed.request, record))
-            else:
+            if not isinstance(parsed, Parsed):
                 invalid.append((parsed, record))
+            elif (job_id := parsed.request.id) is not None and job_id in seen:
+                repeats.append(job_id)
+            else:
+                if job_id is not None:
+                    seen.add(job_id)
+                by_lane[parsed.lane].append((parsed.request, record))
         outcome = BatchOutcome()
         backoff = Backoff("kafka-bridge publish")
         while True:
