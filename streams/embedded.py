@@ -14,9 +14,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import redis
 
 from streams.errors import RedisUnavailable
 
@@ -39,6 +42,27 @@ def path_binary() -> str | None:
     found = [p for d in os.environ.get("PATH", "").split(os.pathsep) if d and (p := shutil.which("redis-server", path=d))]
     system = [p for p in found if not Path(p).resolve().is_relative_to(Path(sys.prefix).resolve())]
     return (system or found or [None])[0]  # type: ignore[list-item]
+
+
+def dies_with_parent(args: list[str]) -> list[str]:
+    """``args`` run under util-linux's ``setpriv --pdeathsig KILL`` where it exists (Linux): the server then goes
+    when its starter dies, even by SIGKILL, instead of outliving a killed demo or test run. Only from the main
+    thread: the kernel sends the signal when the starting *thread* ends, and a pool thread may end any time."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return args
+    return [setpriv, "--pdeathsig", "KILL", "--", *args]
+
+
+def answers(port: int) -> bool:
+    """Whether a Redis on 127.0.0.1:``port`` answers PING (redis-py speaks the protocol)."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.2, socket_connect_timeout=0.2)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def free_port() -> int:
@@ -68,15 +92,13 @@ class RedisServer:
                 "--logfile", str(Path(self.directory) / "redis.log")]
         if self.persist:
             args += ["--appendfsync", "always"]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(dies_with_parent(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RedisUnavailable(f"{self.binary} exited with {self.process.returncode}; see {self.directory}/redis.log")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                conn.sendall(b"PING\r\n")
-                if conn.recv(16).startswith(b"+PONG"):
-                    return self
+            if answers(self.port):
+                return self
             time.sleep(0.02)
         self.stop()
         raise RedisUnavailable(f"{self.binary} did not answer on port {self.port} within {START_TIMEOUT_S}s")

@@ -20,7 +20,7 @@ from pathlib import Path
 import redis as sync_redis
 from redis.crc import key_slot
 
-from streams.embedded import path_binary
+from streams.embedded import dies_with_parent, path_binary
 
 NODE_TIMEOUT_MS = 1000
 READY_TIMEOUT_S = 30.0
@@ -77,12 +77,12 @@ class LocalCluster:
     def _start_node(self, port: int) -> None:
         node_dir = self.directory / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)
-        self.nodes[port] = subprocess.Popen(
+        self.nodes[port] = subprocess.Popen(dies_with_parent(
             [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir), "--daemonize", "no",
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
              "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after Redis' default 5 s
-             "--logfile", str(node_dir / "redis.log")],
+             "--logfile", str(node_dir / "redis.log")]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def client(self, port: int) -> sync_redis.Redis:

