@@ -29,7 +29,7 @@ def builtin_registry(only: Iterable[str] | None = None) -> AgentRegistry:
     ``rejected`` naming the extra to install: a clear result, never a crash. With
     CrewAI present a broken crews module fails here, loudly.
     """
-    wanted = set(only) if only is not None else None
+    wanted = {DESIGN_ALIASES.get(name, name) for name in only} if only is not None else None  # an alias wants its crew
     registry = AgentRegistry()
     register_echo(registry)
     register_ask(registry)

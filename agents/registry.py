@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from streams.workflow import WORKFLOW_AGENT
+
 
 @dataclass(frozen=True, slots=True)
 class AgentContext:
@@ -58,6 +60,15 @@ class AgentSpec:
 
 class UnknownAgent(KeyError):
     """Raised when no agent of that name is registered."""
+
+    def __init__(self, name: str, known: Iterable[str] = ()) -> None:
+        super().__init__(name)
+        self.name = name
+        self.known = sorted(known)
+
+    def __str__(self) -> str:
+        known = f"; known: {', '.join(self.known)}" if self.known else ""
+        return f"unknown agent {self.name!r}{known}"
 
 
 class AgentRegistry:
@@ -117,7 +128,7 @@ class AgentRegistry:
         try:
             return self._specs[name]
         except KeyError:
-            raise UnknownAgent(name) from None
+            raise UnknownAgent(name, self._specs) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs
@@ -126,10 +137,12 @@ class AgentRegistry:
         return sorted(self._specs)
 
     def subset(self, names: Iterable[str]) -> AgentRegistry:
-        """A registry with only ``names`` and their aliases; an unknown name is an error, not a silent no-op."""
+        """A registry with only ``names`` and their aliases; an unknown name is an error, not a silent no-op.
+        ``workflow`` may be named: every worker runs workflows (contract §9), it is not a registered agent."""
         chosen = AgentRegistry()
         for name in names:
-            chosen._specs[name] = self.get(name)
+            if name != WORKFLOW_AGENT:
+                chosen._specs[name] = self.get(name)
         for alias, target in self._aliases.items():
             if target in chosen._specs:
                 chosen.alias(alias, target)

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from agents import AgentContext, AgentRegistry, default_registry, run_agent
 from agents import llm as agents_llm
-from agents.builtin import CREWAI_EXTRA, builtin_registry, missing_crewai
+from agents.registry import UnknownAgent
+from agents.builtin import CREW_AGENTS, CREWAI_EXTRA, DESIGN_ALIASES, builtin_registry, missing_crewai
 from agents.llm import LLMSettings
 from consumers.lifecycle import serve_until_stopped, settle_heap, stop_on_signals
 from consumers.metrics_server import serve_metrics
@@ -27,6 +28,7 @@ from streams.groups import ensure_groups, standard_groups
 from streams.jobs import JobProcessor, lanes_in_priority, serving_partitions
 from streams.keys import WORKERS_GROUP, Keys
 from streams.urls import loggable_url
+from streams.workflow import WORKFLOW_AGENT
 from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.worker")
@@ -40,14 +42,17 @@ class AgentExecutor:
         self.settings = settings
         self.pool = pool
 
+    def unknown(self, agent: str) -> str:
+        # A worker cannot pass a job on: every worker of the prefix reads the same lanes (docs/agents.md).
+        return (f"unknown agent {agent!r}; this worker serves: {', '.join(self.registry.names())} "
+                "(all workers of one prefix must serve the same agents)")
+
     def check(self, request: JobRequest) -> str | None:
-        if request.agent in self.registry:
-            return None
-        return f"unknown agent {request.agent!r}; this worker serves: {', '.join(self.registry.names())}"
+        return None if request.agent in self.registry else self.unknown(request.agent)
 
     def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
         if agent not in self.registry:
-            return f"unknown agent {agent!r}; this worker serves: {', '.join(self.registry.names())}"
+            return self.unknown(agent)
         spec = self.registry.get(agent)
         if spec.input_model is not None:
             try:
@@ -81,7 +86,10 @@ def load_registry(settings: WorkerSettings) -> AgentRegistry:
     for name in default_registry.names():
         spec = default_registry.get(name)
         registry.add(spec.fn, name=name, input_model=spec.input_model, timeout_s=spec.timeout_s, max_attempts=spec.max_attempts)
-    return registry.subset(settings.agents) if settings.agents else registry
+    try:
+        return registry.subset(settings.agents) if settings.agents else registry
+    except UnknownAgent as exc:  # name every agent it could serve, the crews too (not loaded unless named)
+        raise UnknownAgent(exc.name, {*registry.names(), *CREW_AGENTS, *DESIGN_ALIASES, WORKFLOW_AGENT}) from None
 
 
 def consumer_name() -> str:
