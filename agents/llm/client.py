@@ -18,6 +18,7 @@ and a provider's error text is cleaned of our keys before it is cut short.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import random
 import re
@@ -41,6 +42,7 @@ from streams.retry_after import parse_retry_after
 log = logging.getLogger(__name__)
 
 _KEYLIKE = re.compile(r"\b(?:sk|pk|key|api)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
+_AUTH_VALUE = re.compile(r"\b(Basic|Bearer)\s+[A-Za-z0-9+/=._~-]{4,}", re.IGNORECASE)  # a quoted Authorization header
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _ERROR_BODY_BYTES = 64 * 1024  # ample for a provider's error message; the rest is never read
 _MESSAGE_CHARS = 160  # of a provider's error text, in our error
@@ -74,6 +76,7 @@ class LLMClient:
         self.settings = settings
         self.model = settings.model
         self._url = yarl.URL(providers.endpoint(settings.base_url, settings.provider))
+        self._url_secrets = url_secrets(self._url)  # a provider may quote them back in an error
         self.endpoint = f"{self._url.host}:{self._url.port}"  # what errors name: never credentials or the query
         if self._url.user is not None and settings.provider == "openai" and settings.api_keys:
             self._url = self._url.with_user(None)  # the key's Bearer header is the authorization
@@ -223,8 +226,10 @@ class LLMClient:
         for key in self.keys.keys:
             if key.secret:
                 text = text.replace(key.secret, key.label)
-        text = _mask_key_runs(text, [key.secret for key in self.keys.keys if key.secret])
-        return _KEYLIKE.sub("[redacted]", text)
+        for secret in self._url_secrets:  # the endpoint URL's credentials and query values, longest first
+            text = text.replace(secret, "[redacted]")
+        text = _mask_key_runs(text, [key.secret for key in self.keys.keys if key.secret] + self._url_secrets)
+        return _AUTH_VALUE.sub(r"\1 [redacted]", _KEYLIKE.sub("[redacted]", text))
 
     def _result(self, reply: Reply) -> ChatResult:
         cost = self._prices.cost(self.model, reply.prompt_tokens, reply.completion_tokens)
@@ -244,6 +249,19 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[by
             response.close()
             return b"".join(chunks)[:limit], False
     return b"".join(chunks), True
+
+
+def url_secrets(url: yarl.URL) -> list[str]:
+    """What of an endpoint URL must not be repeated: its user, password, the pair and its Basic (base64) form,
+    and each query value (``?token=...``), raw and decoded; longest first, so no part is replaced before its whole."""
+    found: set[str] = set()
+    if url.user is not None or url.password is not None:
+        pair = f"{url.user or ''}:{url.password or ''}"
+        found |= {url.user or "", url.password or "", url.raw_user or "", url.raw_password or "", pair,
+                  base64.b64encode(pair.encode()).decode()}
+    for name, value in url.query.items():
+        found |= {value, yarl.URL.build(query={name: value}).raw_query_string.split("=", 1)[1]}
+    return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)  # shorter: no secret, and would mangle the text
 
 
 def _mask_key_runs(text: str, secrets: list[str]) -> str:

@@ -219,6 +219,31 @@ async def test_no_run_of_8_characters_of_a_key_reaches_the_error(peer: Start, me
     assert not leaks, error
 
 
+@pytest.mark.parametrize("api_keys", [SECRET, ""], ids=["with-api-key", "url-credentials-only"])
+async def test_a_provider_quoting_the_url_credentials_and_query_back_leaks_none_of_them(
+    peer: Start, caplog: pytest.LogCaptureFixture, api_keys: str,
+) -> None:
+    # Given a base URL with a user, a password and a token in its query, and an endpoint that quotes them in its 401
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        quoted = ("bad credentials Basic bGxtdXNlcjpaWlBBU1NXT1JENzc= (llmuser:ZZPASSWORD77) "
+                  "for url /v1/chat/completions?token=QQTOKEN5551 token=QQTOKEN5551 Bearer QQTOKEN5551")
+        writer.write(response(401, orjson.dumps({"error": {"message": quoted}})))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    caplog.set_level(logging.DEBUG)
+    host = p.url.removeprefix("http://")
+    client = client_for(p.url, base_url=f"http://llmuser:ZZPASSWORD77@{host}/v1?token=QQTOKEN5551", api_keys=api_keys)
+    # When a call is made
+    caught = await failed_call(client, LLMRequestError)
+    # Then the error (which reaches the result, the dead letter and the tenant) keeps the provider's words, no secret
+    error = str(caught.value)
+    assert "HTTP 401" in error and "bad credentials" in error, error
+    for secret in ("ZZPASSWORD77", "QQTOKEN5551", "bGxtdXNlcjpaWlBBU1NXT1JENzc=", "llmuser"):
+        assert secret not in error and secret not in caplog.text, (secret, error)
+
+
 # The endpoint URL: a base URL's query stays after the path.
 
 async def test_a_base_url_with_a_query_keeps_it_after_the_path(peer: Start, caplog: pytest.LogCaptureFixture) -> None:
