@@ -53,6 +53,26 @@ class GatewaySettings(StreamSettings):
     def _split_commas(cls, value: object) -> object:
         return _split(value)
 
+    @field_validator("api_keys")
+    @classmethod
+    def _each_key_bound_once(cls, value: list[SecretStr]) -> list[SecretStr]:
+        """A slip must not widen access: ``key:`` (a template's unset tenant) would be an operator key, and a key
+        listed twice would be bound to the last tenant named. Messages name the entry's position, never the key."""
+        seen: set[str] = set()
+        for n, entry in enumerate(value, 1):
+            key, sep, tenant = entry.get_secret_value().partition(":")
+            if not key:
+                raise ValueError(f"entry {n} has no key before its ':'")
+            if sep and not tenant:
+                raise ValueError(f"entry {n} ends in ':' with no tenant, which would make it an operator key; "
+                                 "write 'key' for an operator key or 'key:tenant' to bind one")
+            if any(c.isspace() for c in tenant):
+                raise ValueError(f"entry {n}'s tenant holds whitespace")
+            if key in seen:
+                raise ValueError(f"entry {n} repeats an earlier entry's key; list each key once, with one tenant at most")
+            seen.add(key)
+        return value
+
     @field_validator("known_agents")
     @classmethod
     def _empty_is_unset(cls, value: list[str] | None) -> list[str] | None:
