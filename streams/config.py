@@ -18,6 +18,10 @@ class StreamSettings(BaseSettings):
     prefix: str = Field(default="streamcrew", min_length=1, description="key prefix")
     lease_s: float = Field(default=60.0, gt=0, description="seconds a claimed job may go without a heartbeat before it is reclaimed")
     max_request_bytes: int = Field(default=1_048_576, gt=0, description="largest encoded request accepted")
+    max_result_bytes: int = Field(
+        default=1_048_576, gt=0,
+        description="largest encoded result kept: a larger one fails its job; a workflow's result leaves out step results beyond it",
+    )
     results_maxlen: int = Field(
         default=1_000_000, gt=0,
         description="result events kept once every consumer group has acknowledged them; events a group still needs are kept beyond it",

@@ -23,6 +23,9 @@ from streams.job_ids import STEP_ID_RESERVED, check_job_id, may_carry_id
 from streams.keys import LANES
 from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes
 
+# Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
+INPUTS_OMITTED = "inputs_omitted"
+
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
 MAX_EPOCH_MS = 253_402_300_799_999
@@ -238,6 +241,9 @@ class JobRequest(BaseModel):
             raise DecodeError("field 'data' holds an integer beyond 64 bits (it would be read as a float)", raw)
         values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
         values["data"] = data
+        if INPUTS_OMITTED in raw:  # workflow.lua left them out rather than build and store a request that large
+            raise DecodeError(f"the step's inputs (its dependencies' results) are {raw[INPUTS_OMITTED][:20]} bytes together, "
+                              "over STREAMCREW_MAX_RESULT_BYTES", raw)
         if "inputs" in raw:
             try:
                 values["inputs"] = orjson.loads(raw["inputs"])

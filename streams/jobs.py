@@ -102,7 +102,7 @@ class JobProcessor:
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
         self.settler = Settler(
-            redis, self.partitions, group=runtime.group, results_maxlen=settings.results_maxlen,
+            redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
             job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
         )
         self.workflows = WorkflowStarter(
@@ -254,6 +254,11 @@ class JobProcessor:
             finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
             traceparent=r.traceparent, parent=r.parent, step=r.step,
         )
+        if status == Status.COMPLETED and (size := _too_large(event["result"], self.settings.max_result_bytes)):
+            error = f"result is {size} bytes, over the {self.settings.max_result_bytes}-byte limit (STREAMCREW_MAX_RESULT_BYTES)"
+            self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
+                         dead_reason="too_large", report=report)  # not retried: an agent's answer to the same input
+            return
         dead = None
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
@@ -331,6 +336,14 @@ def explicit_id(raw: Mapping[str, str]) -> str | None:
     if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
         return None
     return job_id
+
+
+def _too_large(encoded: str, limit: int) -> int:
+    """The UTF-8 size of ``encoded`` when it is over ``limit``, else 0; encoded only when its length leaves a doubt."""
+    if len(encoded) * 4 <= limit:  # 4 bytes per character at most: the common case costs no encoding
+        return 0
+    size = len(encoded.encode())
+    return size if size > limit else 0
 
 
 def _readded(c: Claimed) -> dict[str, str]:

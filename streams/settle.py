@@ -73,7 +73,7 @@ class Settler:
     """Queues settle ops and writes them with ``settle.lua`` in batches; ``release`` frees the runtime's slot."""
 
     def __init__(
-        self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, results_maxlen: int, job_ttl_s: int,
+        self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, max_result_bytes: int, job_ttl_s: int,
         release: Release, replica_acks: int = 0,
     ) -> None:
         self._redis = redis
@@ -83,7 +83,7 @@ class Settler:
         partitions = [keys] if isinstance(keys, Keys) else list(keys)
         self._partition_of = {lane: i for i, k in enumerate(partitions) for lane in k.lanes}
         self._heads: list[list[str | int]] = [
-            [k.job_prefix, group, results_maxlen, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
+            [k.job_prefix, group, max_result_bytes, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)

@@ -20,7 +20,7 @@ from streams import dead
 from streams.errors import DeadLetterNotFound, StreamcrewError
 
 router = APIRouter(tags=["operations"])
-Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "step_failed"] | None,
+Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "too_large", "step_failed"] | None,
                    Query(description="only dead letters of this reason (default: all)")]
 WebhookEntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
                                      description="webhook dead letter's entry_id: its entry ID, then :<partition> with partitions")]

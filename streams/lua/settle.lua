@@ -1,5 +1,5 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
--- KEYS: results, dead, delayed, the slot guard; ARGV: job_prefix, group, results_maxlen (unused), job_ttl_s, lane_prefix, ops
+-- KEYS: results, dead, delayed, the slot guard; ARGV: job_prefix, group, max_result_bytes (a workflow's result), job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
@@ -11,11 +11,11 @@
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
 -- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
-local job_prefix, group, maxlen, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local job_prefix, group, max_result, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
 local acks = {}  -- lane -> entry ids, acked together at the end (the script is atomic either way)
-local C = wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
+local C = wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
 local function fenced_by(rec, src)
   return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
 end

@@ -1,6 +1,6 @@
 -- End workflows whose timeout_s passed while steps still ran: one 'expired' result event each (workflow.lua
 -- is prepended; any worker may run it, the workflow's status fences a second run).
--- KEYS: timeouts, results, dead of one partition, the slot guard; ARGV: job_prefix, lane_prefix (that partition's), maxlen, ttl, now_ms,
+-- KEYS: timeouts, results, dead of one partition, the slot guard; ARGV: job_prefix, lane_prefix (that partition's), max_result_bytes, ttl, now_ms,
 -- limit, worker. Workflow and job keys come from those prefixes: KEYS[1]'s hash tag, one slot.
 -- Returns per expired workflow {id, status, duration_ms}.
 local C = wf_context(ARGV[1], ARGV[2], KEYS[2], KEYS[3], ARGV[3], ARGV[4])

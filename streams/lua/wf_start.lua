@@ -2,7 +2,7 @@
 -- state, publish its runnable steps and ack its entry, all at once; a replayed workflow resumes (completed
 -- steps keep their results, the others run again).
 -- KEYS: lane stream, results, dead, timeouts, the slot guard (publish.lua says why); ARGV: job_prefix, lane_prefix, lane_name, group, worker, ttl,
--- maxlen, workflows as one JSON array of
+-- max_result_bytes, workflows as one JSON array of
 --   [entry_id, job_id, explicit ('1' when the request named its id), submitted_at, on_failure, timeout_s ('' = none),
 --    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, n_after, after JSON, kids JSON,
 --    request fields JSON ([k, v, ...])], ...]]

@@ -14,9 +14,10 @@ local function wf_step_id(wid, sid)
   return wid .. '::' .. sid
 end
 
-local function wf_context(job_prefix, lane_prefix, results, dead, maxlen, ttl)
+-- max_result: bytes of step results a workflow's result repeats at most (STREAMCREW_MAX_RESULT_BYTES).
+local function wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
   return {job_prefix = job_prefix, wf_prefix = string.sub(job_prefix, 1, #job_prefix - 4) .. 'wf:',
-          lane_prefix = lane_prefix, results = results, dead = dead, maxlen = maxlen, ttl = ttl}
+          lane_prefix = lane_prefix, results = results, dead = dead, max_result = tonumber(max_result), ttl = ttl}
 end
 
 local function wf_now()
@@ -37,10 +38,17 @@ local function wf_publish(C, h, wid, sid, now, p)
     local names = {}
     for i, a in ipairs(after) do names[i] = a .. '|res' end
     local got = redis.call('HMGET', h, unpack(names))
-    local parts = {}
-    for i, a in ipairs(after) do parts[i] = cjson.encode(a) .. ':' .. (got[i] or 'null') end
-    fields[#fields + 1] = 'inputs'
-    fields[#fields + 1] = '{' .. table.concat(parts, ',') .. '}'
+    local size = 0
+    for i = 1, #after do size = size + #(got[i] or 'null') end
+    if size > C.max_result then  -- not built: the worker rejects the step (streams.envelope.INPUTS_OMITTED)
+      fields[#fields + 1] = 'inputs_omitted'
+      fields[#fields + 1] = tostring(size)
+    else
+      local parts = {}
+      for i, a in ipairs(after) do parts[i] = cjson.encode(a) .. ':' .. (got[i] or 'null') end
+      fields[#fields + 1] = 'inputs'
+      fields[#fields + 1] = '{' .. table.concat(parts, ',') .. '}'
+    end
   end
   local lane = f[3]
   local eid = redis.call('XADD', C.lane_prefix .. lane, '*', unpack(fields))
@@ -78,6 +86,7 @@ local function wf_end(C, h, wid, status, err, worker)
   end
   local all = redis.call('HMGET', h, unpack(names))
   local parts, ok, done = {}, 0, 0
+  local room = C.max_result  -- a step result that would take the workflow's result past it is left out (its own record keeps it)
   -- The workflow's usage sums its steps' (those whose result carried usage), mirroring a job's ledger
   -- (agents/usage.py): cost_usd is unknown (null) as soon as one step's is null or absent, never a guess;
   -- 'offline': true when any step's usage has it (a job's rule: one offline call marks the job), so a total
@@ -107,7 +116,13 @@ local function wf_end(C, h, wid, status, err, worker)
     local entry
     if st == 'completed' then
       ok = ok + 1
-      entry = '{"status":"completed","result":' .. (s[2] or 'null') .. '}'
+      local raw = s[2] or 'null'
+      if #raw > room then
+        entry = '{"status":"completed","result":null,"result_omitted":' .. #raw .. '}'
+      else
+        room = room - #raw
+        entry = '{"status":"completed","result":' .. raw .. '}'
+      end
     elseif s[3] then
       entry = '{"status":' .. cjson.encode(st) .. ',"error":' .. cjson.encode(s[3]) .. '}'
     else

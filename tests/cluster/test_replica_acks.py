@@ -26,7 +26,7 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, caplog,
 ) -> None:
     partitions = partition_keys(Keys(cluster_prefix), PARTITIONS)
-    settler = Settler(cluster_redis, partitions, group="workers", results_maxlen=100, job_ttl_s=60,
+    settler = Settler(cluster_redis, partitions, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
                       release=lambda s, e, settled=True: None, replica_acks=1)
     p0 = partitions[0]
     replica = cluster.nodes[cluster.online_replica_of(cluster.master_of_slot(key_slot(p0.results.encode())))]

@@ -27,7 +27,7 @@ from tests.support import wait_until
 
 
 def settler(redis: Redis, keys: Keys) -> Settler:
-    return Settler(redis, keys, group="workers", results_maxlen=100, job_ttl_s=60, release=lambda s, e, settled=True: None, replica_acks=1)
+    return Settler(redis, keys, group="workers", max_result_bytes=1_048_576, job_ttl_s=60, release=lambda s, e, settled=True: None, replica_acks=1)
 
 
 async def wait_calls(redis: Redis) -> int:

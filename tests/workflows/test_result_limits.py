@@ -1,0 +1,85 @@
+"""STREAMCREW_MAX_RESULT_BYTES: no result grows past it, so a small request cannot make a huge event.
+
+A security review built a ~10 KB workflow whose echo steps carry their inputs forward: its fan-in event came to
+57 MB, blocked Redis for 1.5 s and the gateway for minutes. A job's result over the limit now fails the job (not
+retried, dead letter ``too_large``); a workflow's result repeats step results only up to the limit and names the
+size of those it leaves out (their own jobs keep them). Real Redis, real worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.workflow import Workflow
+from tests.support import WorkerFactory
+from tests.workflows.support import events_of, start_workers, wait_event
+
+LIMIT = 3000
+BLOB = "x" * 1200  # one echo result ~1.2 KB: two fit in LIMIT, three do not
+
+
+async def test_a_result_over_the_limit_fails_its_job_once(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a worker whose results may be 3,000 bytes at most
+    workers.env["STREAMCREW_MAX_RESULT_BYTES"] = str(LIMIT)
+    start_workers(workers, 1)
+    # When one echo job's result would be ~4 KB and another's ~1 KB (multi-byte characters count as bytes)
+    await producer.publish("echo", {"blob": "é" * 2000}, id="too-big", max_attempts=3)
+    await producer.publish("echo", {"blob": BLOB[:900]}, id="fits")
+    big = await wait_event(redis, keys, "too-big")
+    small = await wait_event(redis, keys, "fits")
+    # Then the large one failed on its first attempt, saying why, with a dead letter; the small one completed
+    assert (big.status, big.attempts, big.result) == ("failed", 1, None), big
+    assert "over the 3000-byte limit (STREAMCREW_MAX_RESULT_BYTES)" in (big.error or ""), big.error
+    letters = [f for _, f in await redis.xrange(keys.dead) if f["id"] == "too-big"]
+    assert [f["reason"] for f in letters] == ["too_large"], letters
+    assert small.status == "completed" and small.result == {"echo": {"blob": BLOB[:900]}}
+
+
+async def test_a_workflow_result_repeats_step_results_up_to_the_limit(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given the same limit and a workflow of three independent steps whose results are ~1.2 KB each
+    workers.env["STREAMCREW_MAX_RESULT_BYTES"] = str(LIMIT)
+    start_workers(workers, 1)
+    wf = Workflow("wf-wide")
+    for sid in ("a", "b", "c"):
+        wf.step(sid, "echo", {"blob": BLOB})
+    await producer.publish_workflow(wf)
+    # When it completes
+    event = await wait_event(redis, keys, "wf-wide", timeout=60)
+    assert event.status == "completed", event.error
+    steps = event.result["steps"]
+    # Then two steps' results are in it and the third is named by its size, not repeated
+    omitted = {sid: s for sid, s in steps.items() if s["result"] is None}
+    kept = {sid: s for sid, s in steps.items() if s["result"] is not None}
+    assert len(kept) == 2 and len(omitted) == 1, steps
+    ((sid, entry),) = omitted.items()
+    assert entry["status"] == "completed" and entry["result_omitted"] > 1200, entry
+    assert len(json.dumps(event.result)) < LIMIT + 500
+    # And that step's own result event has it whole
+    (own,) = await events_of(redis, keys, f"wf-wide::{sid}")
+    assert own.status == "completed" and own.result == {"echo": {"blob": BLOB}, "inputs": {}}
+
+
+async def test_a_step_whose_inputs_pass_the_limit_is_rejected_without_building_them(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given the same limit and a step after three steps whose results (~1.2 KB each) pass it together
+    workers.env["STREAMCREW_MAX_RESULT_BYTES"] = str(LIMIT)
+    start_workers(workers, 1)
+    wf = Workflow("wf-fan-in")
+    for sid in ("a", "b", "c"):
+        wf.step(sid, "echo", {"blob": BLOB})
+    wf.step("d", "echo", {}, after=["a", "b", "c"])
+    await producer.publish_workflow(wf)
+    # When it runs
+    event = await wait_event(redis, keys, "wf-fan-in", timeout=60)
+    # Then the step is rejected, saying its inputs are too large together (its request never carried them)
+    d = await wait_event(redis, keys, "wf-fan-in::d")
+    assert d.status == "rejected", d
+    assert "inputs (its dependencies' results) are" in (d.error or "") and "STREAMCREW_MAX_RESULT_BYTES" in (d.error or ""), d.error
+    (letter,) = [f for _, f in await redis.xrange(keys.dead) if f["id"] == "wf-fan-in::d"]
+    request = json.loads(letter["request"])
+    assert "inputs" not in request and int(request["inputs_omitted"]) > LIMIT, request
+    # And the workflow ends failed, naming the step
+    assert event.status == "failed" and "d" in (event.error or ""), event
