@@ -40,6 +40,7 @@ TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 SUMMARY_EVERY_S = 10.0
 RECLAIM_IDS_LOGGED = 10  # job ids named in a reclaim line; the count says how many more
+MAX_ERROR_CHARS = 4096  # of an error text kept in a result (bounded_error)
 
 
 class JobExecutor(Protocol):
@@ -224,6 +225,7 @@ class JobProcessor:
 
     def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None, report: Callable[[bool], None] | None = None) -> str:
         c = run.claimed
+        error = bounded_error(error)
         if run.used >= c.max_attempts:
             self._finish(c, Status.FAILED, attempts=run.attempt, started_at=run.started_at,
                          error=f"{error} (attempt {run.used} of {c.max_attempts})", dead_reason="exhausted", report=report)
@@ -249,6 +251,7 @@ class JobProcessor:
     ) -> None:
         r = c.request
         finished = now_ms()
+        error = None if error is None else bounded_error(error)
         event = result_fields(
             c.job_id, r.agent, status, attempts, result=result, error=error, submitted_at=c.submitted_at, started_at=started_at,
             finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
@@ -336,6 +339,14 @@ def explicit_id(raw: Mapping[str, str]) -> str | None:
     if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
         return None
     return job_id
+
+
+def bounded_error(error: str) -> str:
+    """An agent's error text, cut to ``MAX_ERROR_CHARS``: an exception may quote a whole input, and the text is
+    copied to the result, the record, the dead letter and the webhook."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
 
 
 def _too_large(encoded: str, limit: int) -> int:

@@ -9,6 +9,7 @@ size of those it leaves out (their own jobs keep them). Real Redis, real worker 
 from __future__ import annotations
 
 import json
+import os
 
 from streams.keys import Keys
 from streams.producer import Producer
@@ -83,3 +84,33 @@ async def test_a_step_whose_inputs_pass_the_limit_is_rejected_without_building_t
     assert "inputs" not in request and int(request["inputs_omitted"]) > LIMIT, request
     # And the workflow ends failed, naming the step
     assert event.status == "failed" and "d" in (event.error or ""), event
+
+
+LOUD = '''
+from agents import agent
+
+
+@agent("loud_failure", max_attempts=1)
+async def run(data: dict) -> dict:
+    raise ValueError("x" * 100_000)  # an exception that quotes a large input
+'''
+
+
+async def test_an_error_text_is_cut_to_a_bounded_size(redis, keys: Keys, producer: Producer, redis_url: str, prefix: str, tmp_path) -> None:
+    # Given an agent whose exception message is 100,000 characters
+    (tmp_path / "loud_app.py").write_text(LOUD)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    workers = WorkerFactory(redis_url, prefix, tmp_path)
+    try:
+        workers.start("--app", "loud_app", env={"PYTHONPATH": path})
+        # When its job fails
+        await producer.publish("loud_failure", {}, id="loud")
+        event = await wait_event(redis, keys, "loud")
+    finally:
+        workers.close()
+    # Then the result, the record and the dead letter keep its start and say how much was cut, not all of it
+    assert event.status == "failed" and event.error is not None
+    assert event.error.startswith("ValueError: xxx") and "characters cut" in event.error and len(event.error) < 5000, len(event.error)
+    (letter,) = [f for _, f in await redis.xrange(keys.dead) if f["id"] == "loud"]
+    assert len(letter["error"]) < 5000
+    assert len(await redis.hget(keys.job("loud"), "error")) < 5000
