@@ -25,6 +25,7 @@ from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes
 
 # Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
 INPUTS_OMITTED = "inputs_omitted"
+WORKFLOW_INPUTS_SHARES = 16  # workflow.lua's WF_INPUTS_SHARES: the workflow's steps' inputs together, in result limits
 
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
@@ -242,8 +243,7 @@ class JobRequest(BaseModel):
         values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
         values["data"] = data
         if INPUTS_OMITTED in raw:  # workflow.lua left them out rather than build and store a request that large
-            raise DecodeError(f"the step's inputs (its dependencies' results) are {raw[INPUTS_OMITTED][:20]} bytes together, "
-                              "over STREAMCREW_MAX_RESULT_BYTES", raw)
+            raise DecodeError(_inputs_omitted(raw[INPUTS_OMITTED]), raw)
         if "inputs" in raw:
             try:
                 values["inputs"] = orjson.loads(raw["inputs"])
@@ -256,6 +256,15 @@ class JobRequest(BaseModel):
         if request.max_attempts is not None and raw.get("max_attempts", "").strip() != str(request.max_attempts):
             raise DecodeError(f"field 'max_attempts' must be an integer >= 1, got {raw['max_attempts']!r}", raw)
         return request
+
+
+def _inputs_omitted(value: str) -> str:
+    """Why workflow.lua left a step's inputs out: ``<bytes>`` over the step's limit, ``workflow:<bytes>`` over the workflow's."""
+    scope, _, size = value.rpartition(":")
+    if scope == "workflow":
+        return (f"the workflow's step inputs would come to {size[:20]} bytes in all, over {WORKFLOW_INPUTS_SHARES} times "
+                "STREAMCREW_MAX_RESULT_BYTES")
+    return f"the step's inputs (its dependencies' results) are {size[:20]} bytes together, over STREAMCREW_MAX_RESULT_BYTES"
 
 
 def _describe(exc: ValidationError) -> str:

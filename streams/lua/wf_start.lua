@@ -55,6 +55,7 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
       end
     else  -- a replay: keep what completed, run the rest again
       decision = 'resume'
+      redis.call('HDEL', h, 'inputs_bytes')  -- the steps published again get the workflow's inputs budget afresh
       for _, sid in ipairs(cjson.decode(redis.call('HGET', h, 'order'))) do
         local st = redis.call('HGET', h, sid .. '|st')
         if st == 'completed' then

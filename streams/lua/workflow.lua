@@ -1,6 +1,6 @@
 -- Workflow fan-out / fan-in (contract §9): a library prepended to settle.lua, wf_start.lua and wf_expire.lua.
 -- One hash per workflow, <prefix>:wf:<id> (wf_prefix is the job prefix's '<prefix>:' + 'wf:'), holding
---   status (running|completed|failed|expired), lane, on_failure, timeout_s, order (JSON step ids), total, done, ok,
+--   status (running|completed|failed|expired), lane, on_failure, timeout_s, order (JSON step ids), total, done, ok, inputs_bytes,
 --   submitted_at, started_at, attempts, webhook, tenant, traceparent, request, source_stream, source_id, first_error
 -- and per step '<step>|st' (pending|queued|completed|failed|rejected|expired|skipped), '|res' (raw JSON result),
 --   '|err', '|use' (usage JSON), '|dead' (its dead letter's entry ID), '|deps' (after-steps not yet completed),
@@ -8,6 +8,7 @@
 -- A step job's id is '<workflow id>::<step id>' (streams.workflow.step_job_id): its partition is its workflow's.
 -- Keys are built only from the prefixes and ids, so with partitions every key has the hash tag of the caller's
 -- KEYS[1] (one slot: the partition's).
+local WF_INPUTS_SHARES = 16  -- a workflow's steps' inputs together: this many times STREAMCREW_MAX_RESULT_BYTES
 local WF_ENDED = {completed = true, failed = true, rejected = true, expired = true, skipped = true}
 
 local function wf_step_id(wid, sid)
@@ -40,9 +41,17 @@ local function wf_publish(C, h, wid, sid, now, p)
     local got = redis.call('HMGET', h, unpack(names))
     local size = 0
     for i = 1, #after do size = size + #(got[i] or 'null') end
-    if size > C.max_result then  -- not built: the worker rejects the step (streams.envelope.INPUTS_OMITTED)
+    -- Not built past a step's limit, or the workflow's (WF_INPUTS_SHARES of it for all its steps together,
+    -- so one settle publishing a wide fan-out never copies gigabytes): the worker rejects the step
+    -- (streams.envelope.INPUTS_OMITTED).
+    local spent = size <= C.max_result and redis.call('HINCRBY', h, 'inputs_bytes', size) or 0
+    if size > C.max_result then
       fields[#fields + 1] = 'inputs_omitted'
       fields[#fields + 1] = tostring(size)
+    elseif spent > C.max_result * WF_INPUTS_SHARES then
+      redis.call('HINCRBY', h, 'inputs_bytes', -size)
+      fields[#fields + 1] = 'inputs_omitted'
+      fields[#fields + 1] = 'workflow:' .. spent
     else
       local parts = {}
       for i, a in ipairs(after) do parts[i] = cjson.encode(a) .. ':' .. (got[i] or 'null') end

@@ -114,3 +114,27 @@ async def test_an_error_text_is_cut_to_a_bounded_size(redis, keys: Keys, produce
     (letter,) = [f for _, f in await redis.xrange(keys.dead) if f["id"] == "loud"]
     assert len(letter["error"]) < 5000
     assert len(await redis.hget(keys.job("loud"), "error")) < 5000
+
+
+async def test_a_wide_fan_out_copies_inputs_only_up_to_the_workflows_budget(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given the same limit (the workflow's budget for inputs: 16 x 3,000 bytes) and 50 steps after one ~1.2 KB result
+    workers.env["STREAMCREW_MAX_RESULT_BYTES"] = str(LIMIT)
+    start_workers(workers, 1)
+    wf = Workflow("wf-fan-out", on_failure="continue")
+    wf.step("a", "echo", {"blob": BLOB})
+    for n in range(50):
+        wf.step(f"d{n}", "echo", {}, after=["a"])
+    await producer.publish_workflow(wf)
+    # When it ends
+    event = await wait_event(redis, keys, "wf-fan-out", timeout=90)
+    steps = event.result["steps"]
+    completed = [sid for sid, s in steps.items() if sid != "a" and s["status"] == "completed"]
+    rejected = {sid: s for sid, s in steps.items() if s["status"] == "rejected"}
+    # Then the steps whose inputs fit the budget ran with them, and the others were rejected saying why
+    size = int(await redis.hget(f"{keys.prefix}:wf:wf-fan-out", "inputs_bytes"))
+    assert 16 * LIMIT - 1300 < size <= 16 * LIMIT, size  # used up to the last step that fitted
+    assert 30 <= len(completed) < 50 and len(completed) + len(rejected) == 50, steps.keys()
+    assert all("over 16 times STREAMCREW_MAX_RESULT_BYTES" in s["error"] for s in rejected.values()), rejected
+    assert event.status == "failed"
