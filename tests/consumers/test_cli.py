@@ -69,7 +69,7 @@ async def test_stats_reports_lag_on_redis7(redis_url: str, prefix: str, producer
     (("dead", "list", "--count", "0"), "'--count'"),
     (("dead", "list", "--count", "-1"), "'--count'"),
     (("webhooks", "dead", "list", "--count", "0"), "'--count'"),
-    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, step_failed"),
+    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, too_large, step_failed"),
     (("dead", "purge", "--yes", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason"),
     (("worker", "--log-level", "verbose"), "invalid setting log_level: 'verbose' is not one of debug, info, warning, error, critical"),
     (("notifier", "--log-level", "loud"), "invalid setting log_level: 'loud'"),
