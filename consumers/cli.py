@@ -11,7 +11,7 @@ import typer
 
 from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks dead`
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
-from consumers.cli_base import Exit, Prefix, RedisUrl, app, build, err, out, run, setup_logging
+from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
 from streams.workflow import WORKFLOW_AGENT
 
@@ -25,6 +25,7 @@ def worker(
     app_module: Annotated[list[str] | None, typer.Option("--app", help="module to import that registers agents (repeatable)")] = None,
     lease: Annotated[float | None, typer.Option(help="lease seconds \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9101]")] = None,
+    metrics_host: MetricsHost = None,
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 30]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     partitions: Annotated[str | None, typer.Option("--partitions", help="partitions to read, e.g. 0-3,5 \\[env STREAMCREW_SERVE_PARTITIONS, default: all]")] = None,
@@ -40,7 +41,7 @@ def worker(
     from consumers.worker import load_registry, run_worker
 
     settings = build(WorkerSettings, agents=agents, concurrency=concurrency, app=app_module or None, lease_s=lease,
-                     metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix,
+                     metrics_port=metrics_port, metrics_host=metrics_host, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix,
                      serve_partitions=partitions)
     llm = build(LLMSettings, base_url=llm_base_url, api_keys=llm_api_keys, model=llm_model)
     setup_logging(settings.log_level)
@@ -60,6 +61,7 @@ def notifier(
     concurrency: Annotated[int | None, typer.Option(help="deliveries in flight \\[env STREAMCREW_CONCURRENCY, default 200]")] = None,
     lease: Annotated[float | None, typer.Option(help="lease seconds \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9102]")] = None,
+    metrics_host: MetricsHost = None,
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 20]")] = None,
     webhook_secret: Annotated[str | None, typer.Option(help="whsec_ secret(s), space-separated (prefer the env variable) \\[env STREAMCREW_WEBHOOK_SECRET]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
@@ -71,7 +73,7 @@ def notifier(
     from consumers.notifier import NotifierSettings, run_notifier
 
     settings = build(NotifierSettings, allow_private=allow_private, max_attempts=max_attempts, backoff_s=backoff, webhook_secret=webhook_secret,
-                     concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, grace_s=grace,
+                     concurrency=concurrency, lease_s=lease, metrics_port=metrics_port, metrics_host=metrics_host, grace_s=grace,
                      log_level=log_level, redis_url=redis_url, prefix=prefix, serve_partitions=partitions)
     setup_logging(settings.log_level)
     raise typer.Exit(run(run_notifier(settings)))

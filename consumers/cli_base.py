@@ -45,6 +45,7 @@ class Exit(IntEnum):
 
 
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL \\[env STREAMCREW_REDIS_URL]", show_default=False)]
+MetricsHost = Annotated[str | None, typer.Option("--metrics-host", help="address /metrics listens on \\[env STREAMCREW_METRICS_HOST, default 0.0.0.0]", show_default=False)]
 Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix \\[env STREAMCREW_PREFIX]", show_default=False)]
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # what both logging and uvicorn (the gateway) accept
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")

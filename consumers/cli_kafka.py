@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from consumers.cli_base import Exit, Prefix, RedisUrl, app, build, err, run, setup_logging
+from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, run, setup_logging
 
 KAFKA_EXTRA_HINT = "the Kafka bridge needs faust-streaming: pip install 'streamcrew[kafka]'"
 
@@ -30,6 +30,7 @@ def kafka_bridge(
     concurrency: Annotated[int | None, typer.Option(help="result events awaiting Kafka's acknowledgement at once \\[env STREAMCREW_CONCURRENCY, default 2000]")] = None,
     lease: Annotated[float | None, typer.Option(help="lease seconds of held result events \\[env STREAMCREW_LEASE_S, default 60]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="port of /metrics, 0 = off \\[env STREAMCREW_METRICS_PORT, default 9103]")] = None,
+    metrics_host: MetricsHost = None,
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 10]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     redis_url: RedisUrl = None,
@@ -49,6 +50,6 @@ def kafka_bridge(
                      kafka_group_id=group_id, kafka_topic_partitions=topic_partitions, kafka_security_protocol=security_protocol,
                      kafka_sasl_mechanism=sasl_mechanism, kafka_sasl_username=sasl_username, kafka_ssl_cafile=ssl_cafile,
                      kafka_ssl_certfile=ssl_certfile, kafka_ssl_keyfile=ssl_keyfile, kafka_session_timeout_s=session_timeout, serve_partitions=partitions, concurrency=concurrency, lease_s=lease,
-                     metrics_port=metrics_port, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
+                     metrics_port=metrics_port, metrics_host=metrics_host, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
     raise typer.Exit(run(run_bridge(settings)))

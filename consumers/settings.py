@@ -15,7 +15,13 @@ DEFAULT_WORKER_METRICS_PORT = 9101
 DEFAULT_NOTIFIER_METRICS_PORT = 9102
 
 
-class ServesPartitions(StreamSettings):
+class ServesMetrics(StreamSettings):
+    """A process with its own ``/metrics`` server (prometheus-client's): the worker, the notifier, the Kafka bridge."""
+
+    metrics_host: str = Field(default="0.0.0.0", min_length=1, description="address /metrics listens on; 127.0.0.1 keeps it on this host")
+
+
+class ServesPartitions(ServesMetrics):
     """A process that reads some or all partitions (contract §10): the worker and the notifier."""
 
     serve_partitions: str = Field(default="", description="partitions this process reads, e.g. 0-3,5 (CLI --partitions); empty = all of STREAMCREW_PARTITIONS")

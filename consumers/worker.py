@@ -114,7 +114,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
                              summary_every_s=settings.log_summary_s, partitions=partitions)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
 
     stop = stop_on_signals(f"worker {name}", settings.grace_s)
 

@@ -192,7 +192,7 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
         await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
     stop = stop_on_signals(f"kafka-bridge {bridge.runtime.consumer}", settings.grace_s)
     broker = _broker_for_logs(settings.kafka_broker)
     log.info("kafka-bridge %s: connecting to %s (group %s)", bridge.runtime.consumer, broker, settings.kafka_group_id)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from streams.config import StreamSettings
+from consumers.settings import ServesMetrics
 from streams.keys import parse_partitions
 
 DEFAULT_KAFKA_BRIDGE_METRICS_PORT = 9103
@@ -14,7 +14,7 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
-class KafkaBridgeSettings(StreamSettings):
+class KafkaBridgeSettings(ServesMetrics):
     """``streamcrew kafka-bridge``: every field is also a ``STREAMCREW_*`` variable."""
 
     kafka_broker: str = Field(

@@ -72,7 +72,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
                     "without their own, go out unsigned")
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
 
     stop = stop_on_signals(f"notifier {name}", settings.grace_s)
     settle_heap()

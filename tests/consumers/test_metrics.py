@@ -1,6 +1,9 @@
-"""The worker's /metrics figures match the jobs it ran."""
+"""The worker's /metrics figures match the jobs it ran; where /metrics listens."""
+
+from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.embedded import free_port
@@ -52,3 +55,39 @@ async def test_metrics_match_the_jobs_run(redis, keys: Keys, producer, workers) 
     assert m[("streamcrew_stream_length", (("partition", "0"), ("stream", "dead")))] == 5
     assert m[("streamcrew_stream_length", (("partition", "0"), ("stream", "results")))] == 40
     assert m[("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "high")))] == 0
+
+
+def _listening(port: int) -> set[str]:
+    """The IPv4 addresses a socket listens on at ``port``, read from /proc/net/tcp (hex, little-endian)."""
+    found = set()
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+@pytest.mark.parametrize("how", ["env", "flag"])
+async def test_metrics_can_listen_on_loopback_only(workers, how: str) -> None:
+    # Given a worker told to serve /metrics on 127.0.0.1 (by the variable or the flag)
+    port = free_port()
+    if how == "env":
+        child = workers.start("--metrics-port", str(port), env={"STREAMCREW_METRICS_HOST": "127.0.0.1"})
+    else:
+        child = workers.start("--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+    await wait_until(lambda: bool(_listening(port)), timeout=10, what=f"a listener on port {port}")
+    # Then it listens there only (not on 0.0.0.0, the default), serves, and says where
+    assert _listening(port) == {"127.0.0.1"}
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in child.log_text()
+
+
+async def test_metrics_listen_on_every_address_by_default(workers) -> None:
+    port = free_port()
+    workers.start("--metrics-port", str(port))
+    await wait_until(lambda: bool(_listening(port)), timeout=10, what=f"a listener on port {port}")
+    assert _listening(port) == {"0.0.0.0"}
