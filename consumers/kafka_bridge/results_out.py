@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.errors import MessageSizeTooLargeError, RecordTooLargeError
 from redis.asyncio import Redis
 
 from consumers.kafka_bridge import metrics
@@ -48,14 +49,24 @@ class ResultBatch:
     records: tuple[ResultRecord, ...]
 
 
-class ResultsOut:
-    """Produces result batches and XACKs each entry only after Kafka acknowledged it."""
+# What Kafka refuses for good: sending such a record again after the lease would fail forever.
+TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
 
-    def __init__(self, redis: Redis, *, group: str = KAFKA_BRIDGE_GROUP, send: Send, release: Release | None = None) -> None:
+
+class ResultsOut:
+    """Produces result batches and XACKs each entry only after Kafka acknowledged it.
+
+    A record Kafka refuses as too large (over the producer's ``max_request_size`` or the topic's
+    ``max.message.bytes``) is dead-lettered in ``dead_of[stream]`` (reason ``too_large``) and acked; any other
+    refusal leaves the entry pending, sent again after the lease."""
+
+    def __init__(self, redis: Redis, *, group: str = KAFKA_BRIDGE_GROUP, send: Send, release: Release | None = None,
+                 dead_of: dict[str, str] | None = None) -> None:
         self.redis = redis
         self.group = group
         self.send = send
         self.release: Release = release or (lambda stream, entry_id, settled=True: None)
+        self.dead_of = dead_of or {}
 
     async def forward(self, batch: ResultBatch) -> list[str]:
         """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending (their slots are freed)."""
@@ -67,13 +78,20 @@ class ResultsOut:
             for r in batch.records:  # those not acked stay pending: sent again after the lease
                 self.release(batch.stream, r.entry_id, settled=r.entry_id in acked)
 
-    async def _forward(self, batch: ResultBatch) -> list[str]:
+    async def _send(self, record: ResultRecord) -> Any:
+        """The broker's acknowledgement, or the exception that refused the record (at send or at the ack)."""
         try:
-            futures = [await self.send(r.key, r.value) for r in batch.records]
-            acks = await asyncio.gather(*futures, return_exceptions=True)
-        except Exception as exc:  # noqa: BLE001 - the producer refused the batch: leave it pending, retry after the lease
-            acks = [exc] * len(batch.records)
-        done = [r.entry_id for r, ack in zip(batch.records, acks, strict=True) if not isinstance(ack, BaseException)]
+            return await (await self.send(record.key, record.value))
+        except Exception as exc:  # noqa: BLE001 - one record's refusal is its own, not its batch's
+            return exc
+
+    async def _forward(self, batch: ResultBatch) -> list[str]:
+        acks = await asyncio.gather(*(self._send(r) for r in batch.records))
+        for r, ack in zip(batch.records, acks, strict=True):
+            if isinstance(ack, TOO_LARGE) and batch.stream in self.dead_of:
+                await self._dead_letter(batch.stream, r, ack)
+        done = [r.entry_id for r, ack in zip(batch.records, acks, strict=True)
+                if not isinstance(ack, BaseException) or (isinstance(ack, TOO_LARGE) and batch.stream in self.dead_of)]
         failed = len(batch.records) - len(done)
         if failed:
             first = next(a for a in acks if isinstance(a, BaseException))
@@ -84,6 +102,17 @@ class ResultsOut:
         metrics.records("out", "produced").inc(len(done))
         metrics.records("out", "failed").inc(failed)
         return done
+
+
+    async def _dead_letter(self, stream: str, record: ResultRecord, exc: BaseException) -> None:
+        error = (f"Kafka refused the result record as too large ({len(record.value)} bytes; {type(exc).__name__}): raise the "
+                 "results topic's max.message.bytes, or lower STREAMCREW_MAX_RESULT_BYTES")
+        letter = DeadLetter(id=record.key.decode(errors="replace"), agent="", reason="too_large", error=error, source_stream=stream,
+                            source_id=record.entry_id, attempts=0, dead_at=now_ms(), request={})
+        await until_redis_answers("kafka-bridge dead letter", lambda: self.redis.xadd(self.dead_of[stream], letter.to_fields()))  # type: ignore[arg-type]
+        stream_metrics.dead_letters("too_large").inc()
+        metrics.records("out", "too_large").inc()
+        log.warning("kafka-bridge: result %s (entry %s) is %d bytes, too large for Kafka; dead-lettered", letter.id, record.entry_id, len(record.value))
 
 
 class ResultsReader:

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.errors import MessageSizeTooLargeError
 
 from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, ResultsReader
 from streams.envelope import JobResult, Status
@@ -151,6 +152,36 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
     assert acked == [reply[0][1][1][0]]
     detail = await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10)
     assert [d["message_id"] for d in detail] == [reply[0][1][0][0]], "the refused one waits for its reclaim"
+
+
+async def test_a_result_too_large_for_kafka_is_dead_lettered_not_retried_forever(bridge: Any, redis: Any, keys: Any) -> None:
+    # Given two result events, the first of which Kafka refuses as too large (at send, as aiokafka's producer does)
+    for n in range(2):
+        await redis.xadd(keys.results, JobResult(id=f"big-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
+    reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
+    batches: list[ResultBatch] = []
+    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
+    await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
+
+    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
+        if key == b"big-0":
+            raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.set_result("ack")
+        return fut
+
+    bridge.results_out.send = send
+    # When the batch is forwarded
+    async with bridge.results_agent.test_context() as agent:
+        await agent.put(batches[0])
+    # Then the other record was sent (a refusal at send no longer fails its batch-mates), both entries are acked,
+    # and the refused one is a dead letter that says what to change
+    (acked,) = agent.results.values()
+    assert sorted(acked) == sorted(e[0] for e in reply[0][1])
+    assert await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10) == []
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert (letter["id"], letter["reason"], letter["source_id"]) == ("big-0", "too_large", reply[0][1][0][0])
+    assert "max.message.bytes" in letter["error"], letter["error"]
 
 
 async def _append(batches: list[ResultBatch], batch: ResultBatch) -> None:
