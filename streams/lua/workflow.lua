@@ -132,7 +132,10 @@ local function wf_end(C, h, wid, status, err, worker)
         room = room - #raw
         entry = '{"status":"completed","result":' .. raw .. '}'
       end
+    elseif s[3] and #s[3] > room then  -- errors share the room (each is at most 4,096 characters, 1,000 steps...)
+      entry = '{"status":' .. cjson.encode(st) .. ',"error":null,"error_omitted":' .. #s[3] .. '}'
     elseif s[3] then
+      room = room - #s[3]
       entry = '{"status":' .. cjson.encode(st) .. ',"error":' .. cjson.encode(s[3]) .. '}'
     else
       entry = '{"status":' .. cjson.encode(st) .. '}'

@@ -136,5 +136,27 @@ async def test_a_wide_fan_out_copies_inputs_only_up_to_the_workflows_budget(
     size = int(await redis.hget(f"{keys.prefix}:wf:wf-fan-out", "inputs_bytes"))
     assert 16 * LIMIT - 1300 < size <= 16 * LIMIT, size  # used up to the last step that fitted
     assert 30 <= len(completed) < 50 and len(completed) + len(rejected) == 50, steps.keys()
-    assert all("over 16 times STREAMCREW_MAX_RESULT_BYTES" in s["error"] for s in rejected.values()), rejected
+    for sid in rejected:  # their own events say why (the workflow's result has no room left for every error)
+        (own,) = await events_of(redis, keys, f"wf-fan-out::{sid}")
+        assert "over 16 times STREAMCREW_MAX_RESULT_BYTES" in (own.error or ""), own.error
     assert event.status == "failed"
+
+
+async def test_step_errors_share_the_workflows_room(redis, keys: Keys, producer: Producer, redis_url: str, prefix: str, tmp_path) -> None:
+    # Given a limit of 3,000 bytes and a workflow of three steps that each fail with ~4 KB of error text
+    (tmp_path / "loud_app.py").write_text(LOUD)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_MAX_RESULT_BYTES": str(LIMIT)})
+    try:
+        workers.start("--app", "loud_app", env={"PYTHONPATH": path})
+        wf = Workflow("wf-loud", on_failure="continue")
+        for sid in ("a", "b", "c"):
+            wf.step(sid, "loud_failure", {})
+        await producer.publish_workflow(wf)
+        event = await wait_event(redis, keys, "wf-loud", timeout=60)
+    finally:
+        workers.close()
+    # Then no error fits the room: each is named by its size, and the event stays small
+    steps = event.result["steps"]
+    assert all(s["status"] == "failed" and s["error"] is None and s["error_omitted"] > LIMIT for s in steps.values()), steps
+    assert len(json.dumps(event.result)) < LIMIT
