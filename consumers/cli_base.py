@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, OutOfMemoryError
 from rich.console import Console
 from rich.markup import escape
 
@@ -110,6 +110,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return uvloop.run(coro) if uvloop else asyncio.run(coro)
     except RedisConnectionError as exc:
         err.print(f"[red]cannot reach Redis: {exc}[/red]")
+        raise typer.Exit(Exit.UNAVAILABLE) from None
+    except OutOfMemoryError as exc:
+        err.print(f"[red]Redis refused a write: it is out of memory ({exc}); free memory or raise maxmemory, then retry[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except NoPermissionError as exc:
         err.print(f"[red]Redis refused a command: {exc}; the Redis user needs the prefix's keys (~<prefix>:*) and "

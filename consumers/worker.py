@@ -25,6 +25,7 @@ from streams.connection import connect_detected, require_version
 from streams.envelope import JobRequest
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
+from streams.outage import until_redis_answers
 from streams.jobs import JobProcessor, lanes_in_priority, serving_partitions
 from streams.keys import WORKERS_GROUP, Keys
 from streams.urls import loggable_url
@@ -106,7 +107,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     _configure_agents(settings)
     await require_version(redis)
     for partition in partitions:
-        await ensure_groups(redis, standard_groups(partition))
+        await until_redis_answers("worker start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), level_size=len(partitions), group=WORKERS_GROUP,
                            consumer=name, concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)

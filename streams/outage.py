@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import ClusterError, ReadOnlyError, TryAgainError
+from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -48,8 +48,10 @@ class Backoff:
 
 # Redis (or the shard of a key) cannot answer now but will: back off and try again, losing nothing.
 # On a cluster a failover answers CLUSTERDOWN / TRYAGAIN / READONLY for a few seconds; those are outages too,
-# not refusals of the call (a refused settle batch would wait for its entries' lease to run out).
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError)
+# not refusals of the call (a refused settle batch would wait for its entries' lease to run out). A Redis at its
+# maxmemory (noeviction) refuses writes with OOM until memory is freed or raised: an outage of writes, so finished
+# work waits in memory and is written then, rather than run again after its lease (a script refused by OOM wrote nothing).
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError, OutOfMemoryError)
 
 
 async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]]) -> T:

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from redis.exceptions import ClusterDownError, ClusterError, ReadOnlyError, RedisClusterException, SlotNotCoveredError
-from redis.exceptions import TryAgainError
+from redis.exceptions import OutOfMemoryError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -37,7 +37,7 @@ CLIENT_CLOSED = 499  # nginx's "client closed request": the client hung up befor
 # (CLUSTERDOWN, TRYAGAIN, redirections past redis-py's limit, a write that reached a demoted master).
 # Each is answered 503 with Retry-After, never 500.
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
-    RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ClusterError, ReadOnlyError)
+    RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ClusterError, ReadOnlyError, OutOfMemoryError)
 
 
 class ErrorBody(BaseModel):
@@ -123,8 +123,8 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 async def _redis_down(_: Request, exc: Exception) -> Response:
     log.warning("redis unavailable: %s", exc)
     return error_response(503, "redis_unavailable",
-                          "the job store (Redis) cannot serve this now (unreachable, or a cluster failing over or moving "
-                          "this job's partition); retry later",
+                          "the job store (Redis) cannot serve this now (unreachable, out of memory, or a cluster failing "
+                          "over or moving this job's partition); retry later",
                           headers={"Retry-After": "1"})
 
 

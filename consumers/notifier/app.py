@@ -19,6 +19,7 @@ from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
 from streams.connection import connect_detected, require_version
 from streams.groups import ensure_groups, standard_groups
+from streams.outage import until_redis_answers
 from streams.jobs import serving_partitions
 from streams.keys import NOTIFIER_GROUP, Keys
 from streams.runtime import GroupRuntime
@@ -59,7 +60,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
     await require_version(redis)
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     for partition in partitions:
-        await ensure_groups(redis, standard_groups(partition))
+        await until_redis_answers("notifier start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
     stores = [Store(redis, partition) for partition in partitions]
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=notifier_streams(stores), level_size=len(stores), group=NOTIFIER_GROUP, consumer=name,
