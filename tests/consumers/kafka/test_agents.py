@@ -129,13 +129,28 @@ async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_
     assert (await pending())["pending"] == 0
 
 
-async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, keys: Any) -> None:
+async def two_results_read(redis: Any, keys: Any, tag: str) -> tuple[list[Any], ResultBatch]:
+    """Two result events ``<tag>-0`` and ``<tag>-1``, read by the bridge's group: the entries and their batch."""
     for n in range(2):
-        await redis.xadd(keys.results, JobResult(id=f"job-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
+        await redis.xadd(keys.results, JobResult(id=f"{tag}-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
     reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
     batches: list[ResultBatch] = []
     reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
     await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
+    return reply, batches[0]
+
+
+async def forwarded(bridge: Any, batch: ResultBatch, send: Any) -> list[str]:
+    """The entry IDs the results agent acked after forwarding ``batch`` through ``send``."""
+    bridge.results_out.send = send
+    async with bridge.results_agent.test_context() as agent:
+        await agent.put(batch)
+    (acked,) = agent.results.values()
+    return list(acked)
+
+
+async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, keys: Any) -> None:
+    reply, batch = await two_results_read(redis, keys, "job")
 
     async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
@@ -145,10 +160,7 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
             fut.set_result("ack")
         return fut
 
-    bridge.results_out.send = send
-    async with bridge.results_agent.test_context() as agent:
-        await agent.put(batches[0])
-    (acked,) = agent.results.values()
+    acked = await forwarded(bridge, batch, send)
     assert acked == [reply[0][1][1][0]]
     detail = await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10)
     assert [d["message_id"] for d in detail] == [reply[0][1][0][0]], "the refused one waits for its reclaim"
@@ -156,12 +168,7 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
 
 async def test_a_result_too_large_for_kafka_is_dead_lettered_not_retried_forever(bridge: Any, redis: Any, keys: Any) -> None:
     # Given two result events, the first of which Kafka refuses as too large (at send, as aiokafka's producer does)
-    for n in range(2):
-        await redis.xadd(keys.results, JobResult(id=f"big-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
-    reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
-    batches: list[ResultBatch] = []
-    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
-    await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
+    reply, batch = await two_results_read(redis, keys, "big")
 
     async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
         if key == b"big-0":
@@ -170,13 +177,10 @@ async def test_a_result_too_large_for_kafka_is_dead_lettered_not_retried_forever
         fut.set_result("ack")
         return fut
 
-    bridge.results_out.send = send
     # When the batch is forwarded
-    async with bridge.results_agent.test_context() as agent:
-        await agent.put(batches[0])
+    acked = await forwarded(bridge, batch, send)
     # Then the other record was sent (a refusal at send no longer fails its batch-mates), both entries are acked,
     # and the refused one is a dead letter that says what to change
-    (acked,) = agent.results.values()
     assert sorted(acked) == sorted(e[0] for e in reply[0][1])
     assert await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10) == []
     (letter,) = [f for _, f in await redis.xrange(keys.dead)]
