@@ -16,9 +16,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/streamcrew demo
 
-# The suite on two pytest-xdist workers, the cluster tests all on one (one local cluster);
+# The suite on pytest-xdist workers, one more than the cores (at most 8): the tests wait on processes,
+# leases and sockets as much as they compute. The cluster tests all run on one (one local cluster);
 # TEST_WORKERS=0 runs it in a single process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 8 ] && n=8; [ $$n -lt 2 ] && n=2; echo $$n)
 
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
