@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
+from urllib.parse import urljoin
+
 import aiohttp
 
 from consumers.notifier import http_client, metrics
@@ -28,11 +30,13 @@ from consumers.notifier.limiter import Busy, EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
 from streams.retry_after import parse_retry_after
+from streams.urls import loggable_url
 
 log = logging.getLogger("streamcrew.notifier.delivery")
 
 MAX_RESPONSE_BYTES = 64 * 1024
 ERROR_SNIPPET = 200
+MAX_REDIRECT_CHARS = 200
 QUEUE_WAIT_S = 0.5  # a slow endpoint may queue what it drains in this time; the rest is parked
 
 
@@ -138,6 +142,7 @@ class Deliverer:
                     if not response.content.at_eof():
                         response.close()  # a huge answer is not ours to read: drop the connection, not the memory
                     retry_after = response.headers.get("retry-after")
+                    location = response.headers.get("location")
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))
         except TimeoutError:
@@ -153,6 +158,8 @@ class Deliverer:
             return Attempt(Kind.DELIVERED, status=status, seconds=seconds)
         text = snippet[:ERROR_SNIPPET].decode(errors="replace").strip()
         error = f"HTTP {status}" + (f": {text}" if text else "")
+        if 300 <= status < 400 and location:
+            error = f"HTTP {status}: redirect to {redirect_target(url, location)} not followed (give the job that webhook URL)"
         if status == 410:
             return Attempt(Kind.GONE, status=status, error=f"{error} (endpoint gone; not retried)", seconds=seconds)
         wait = parse_retry_after(retry_after, cap_s=self.retry_after_cap_s)
@@ -163,6 +170,16 @@ class Deliverer:
         seconds = time.perf_counter() - started
         metrics.LATENCY.observe(seconds)
         return Attempt(Kind.RETRY, error=error, seconds=seconds)
+
+
+def redirect_target(url: str, location: str) -> str:
+    """Where a 3xx pointed, for the dead letter: the receiver's own URL, without its credentials or query
+    (a token there is no business of the log), cut short (the header is the receiver's text)."""
+    try:
+        target = loggable_url(urljoin(url, location.strip()))
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        target = "(unparseable URL)"
+    return target if len(target) <= MAX_REDIRECT_CHARS else target[:MAX_REDIRECT_CHARS] + "..."
 
 
 def describe(exc: aiohttp.ClientError) -> str:

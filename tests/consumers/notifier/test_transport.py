@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.notifier.delivery import MAX_RESPONSE_BYTES, Deliverer, Kind
+from consumers.notifier.delivery import MAX_RESPONSE_BYTES, Deliverer, Kind, redirect_target
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from tests.hostile import HostilePeer, Start, response, started_peers
@@ -182,3 +182,26 @@ async def test_a_name_is_connected_only_to_addresses_the_guard_approved(serve: S
         await d.aclose()
     assert attempt.kind is Kind.REFUSED and "::1" in attempt.error, attempt
     assert literal.kind is Kind.DELIVERED and p.requests == 1
+
+
+async def test_a_redirect_is_not_followed_and_says_where_it_pointed(serve: Start) -> None:
+    async def moved(writer: asyncio.StreamWriter, n: int) -> bool:
+        where = "https://hooks.example/v2/orders?token=s3cret" if n == 1 else "/v3/orders?sig=abc"
+        writer.write(response(301 if n == 1 else 307, b"moved", headers=f"location: {where}\r\n"))
+        await writer.drain()
+        return True
+
+    p = await serve(moved)
+    d = deliverer()
+    try:
+        first = await d.deliver(p.url + "/hook?key=k", "j1", b"{}")
+        second = await d.deliver(p.url + "/hook?key=k", "j2", b"{}")
+    finally:
+        await d.aclose()
+    assert p.requests == 2  # neither redirect was followed
+    assert (first.kind, first.status) == (Kind.RETRY, 301)
+    assert first.error == "HTTP 301: redirect to https://hooks.example/v2/orders not followed (give the job that webhook URL)"
+    assert second.error == f"HTTP 307: redirect to {p.url}/v3/orders not followed (give the job that webhook URL)"
+    assert "s3cret" not in first.error + second.error and "sig=" not in second.error
+    assert redirect_target("http://a.example/h", "/" + "x" * 10_000) == "http://a.example/" + "x" * 183 + "..."
+    assert redirect_target("http://a.example/h", "http://[::1") == "(unparseable URL)"
