@@ -16,10 +16,9 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/streamcrew demo
 
-# The suite on pytest-xdist workers, one more than the cores (at most 8): the tests wait on processes,
-# leases and sockets as much as they compute. The cluster tests all run on one (one local cluster);
-# TEST_WORKERS=0 runs it in a single process.
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); n=$$((n + 1)); [ $$n -gt 8 ] && n=8; [ $$n -lt 2 ] && n=2; echo $$n)
+# The suite on pytest-xdist workers, one more than the cores (2 - 8; tests/xdist_workers.py);
+# the cluster tests all run on one (one local cluster). TEST_WORKERS=0 runs it in a single process.
+TEST_WORKERS ?= $(shell $(PYTHON) tests/xdist_workers.py 2>/dev/null || echo 2)
 
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup

@@ -20,7 +20,6 @@ import ssl
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-
 from urllib.parse import urljoin
 
 import aiohttp
