@@ -120,6 +120,10 @@ class Keys:
         """Last entry ID the producers issued: one clock for the three lanes keeps id-less job ids unique."""
         return f"{self.prefix}:clock"
 
+    def publish_receipt(self, token: str) -> str:
+        """One publish call's reply, kept briefly so a copy of the call (a client's retry) answers it (publish.lua)."""
+        return f"{self.prefix}:published:{token}"
+
     @property
     def slot_guard(self) -> str:
         """A key never written, declared (last) by every script that reaches keys it does not declare.

@@ -1,5 +1,6 @@
--- Publish a batch of requests to one lane, idempotent on the job id.
--- KEYS[1] lane stream, KEYS[2] the prefix's ID clock, KEYS[3] the slot guard (see below); ARGV: job_prefix, lane_name, jobs as one JSON
+-- Publish a batch of requests to one lane, idempotent on the job id, and on the call itself.
+-- KEYS[1] lane stream, KEYS[2] the prefix's ID clock, KEYS[3] this call's receipt, KEYS[4] the slot guard (see below);
+-- ARGV: job_prefix, lane_name, jobs as one JSON
 -- array (all strings) of
 --   [job_id ('' = use the entry ID), agent, submitted_at ('' = the entry ID's time), [field, value, ...],
 --    [record field, value, ...] (tenant, webhook, traceparent: known to status readers from the start)]
@@ -9,12 +10,18 @@
 -- '<lane>:<entry ID>' as start.lua names it; when that exists too, the entry is withdrawn and the job
 -- answered 'conflict' (created 0, id ''): producers refuse explicit ids of both shapes, so only raw
 -- XADDs can get there.
--- ARGV[4] (optional) is appended to an id-less job's entry ID to make its id (':<p>' names a partition).
+-- ARGV[4] is appended to an id-less job's entry ID to make its id (':<p>' names a partition); ARGV[5] the receipt's
+-- lifetime in ms.
+-- The receipt (a key named by a token the producer draws per call) keeps this call's reply: redis-py sends a call
+-- again when its reply timed out or its connection dropped, and a Redis that was only stalled runs both copies.
+-- The copy answers from the receipt, so an id-less request makes one job, not one the caller never hears of.
 -- Returns per job {job_id, status, created (1|0)}.
 -- The slot guard (Keys.slot_guard) is a key never written: declaring it makes Redis answer TRYAGAIN while the
 -- partition's slot migrates, since the job records and lanes this script names itself are not declared.
-local lane, clock = KEYS[1], KEYS[2]
-local job_prefix, lane_name, id_suffix = ARGV[1], ARGV[2], ARGV[4] or ''
+local lane, clock, receipt = KEYS[1], KEYS[2], KEYS[3]
+local job_prefix, lane_name, id_suffix = ARGV[1], ARGV[2], ARGV[4]
+local kept = redis.call('GET', receipt)
+if kept then return cjson.decode(kept) end
 
 -- One GET and one SET of the clock per call, one TIME: each replicated write costs the master CPU per job.
 local t = redis.call('TIME')
@@ -65,4 +72,5 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
   end
 end
 if issued then redis.call('SET', clock, issued) end
+if #out > 0 then redis.call('SET', receipt, cjson.encode(out), 'PX', ARGV[5]) end
 return out

@@ -7,7 +7,8 @@
 --   ["retry", lane, eid, src, jid, due, member, error]              back to the delayed set (fenced)
 --   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
--- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks.
+-- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done op that
+-- finds its own result already written, as a copy of this call does, answers 1 all the same).
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
 -- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
@@ -61,7 +62,9 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     local key = job_prefix .. jid
     local rec, has_error = record_of(key, res)
     if fenced_by(rec, op[4]) then
-      out[#out + 1] = 0
+      -- 1 when this very op ran before (a copy of the call, sent again after a lost reply): the record, still this
+      -- entry's, holds all it writes. It wrote then; nothing is written twice.
+      out[#out + 1] = (rec[2] == op[4] and #changed_fields(rec, res, op[4]) == 0) and 1 or 0
     else
       redis.call('XADD', results, '*', unpack(res))  -- no MAXLEN: trim_results.lua keeps what groups need
       if rec[3] and not has_error then redis.call('HDEL', key, 'error') end  -- an earlier attempt's error

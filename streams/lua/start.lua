@@ -18,15 +18,19 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   local eid, jid, agent, sub, max, deadline, explicit = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6], e[7]
   local key = job_prefix .. jid
   local me = lane_name .. '/' .. eid
-  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
+  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at')
   if explicit ~= '1' and rec[2] and rec[2] ~= me then
     jid = lane_name .. ':' .. jid
     key = job_prefix .. jid
-    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at')
+    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at')
   end
   local st, src = rec[1], rec[2]
   local att, base = tonumber(rec[3]) or 0, tonumber(rec[4]) or 0
-  if st and (terminal[st] or (src and src ~= me)) then
+  if st == 'running' and src == me and rec[6] == worker and rec[7] == now then
+    -- this very call ran before: redis-py sent it again after its reply was lost (a timeout, a dropped
+    -- connection), and a stalled Redis runs both copies. Answer as the first did; count no second attempt.
+    out[#out + 1] = {'run', att, att - base, jid, rec[5] or now}
+  elseif st and (terminal[st] or (src and src ~= me)) then
     out[#out + 1] = {'dup', att, att - base, jid, ''}
   elseif att - base >= max then
     out[#out + 1] = {'exhausted', att, att - base, jid, rec[5] or ''}

@@ -1,0 +1,129 @@
+"""A call redis-py sends again (its reply timed out or the connection dropped after the send) may have run the first
+time: Redis, stalled past the socket timeout, runs both copies once it is back. Publish and start must then do what
+one call does: one job per request (not an orphan that runs, costs and calls its webhook), one attempt counted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from streams.connection import _client_options
+from streams.embedded import RedisServer
+from streams.envelope import flat
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.scripts import Scripts
+from tests.support import wait_until
+
+# Busy for ARGV[1] ms: Redis serves no other client meanwhile (below its 5 s busy-reply threshold), as in a stall.
+BUSY = """
+local function ms() local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000) end
+local stop = ms() + tonumber(ARGV[1])
+while ms() < stop do end
+return 1
+"""
+STALL_MS = 1500
+SHORT_TIMEOUT_S = 0.5  # the project's client settings, but a reply is given up after 0.5 s instead of 15
+
+
+@pytest.fixture
+async def impatient(own_redis: RedisServer) -> AsyncIterator[Redis]:
+    """A client with the project's retry policy (two more tries on a timeout) and a short socket timeout."""
+    client = Redis.from_url(own_redis.url, **{**_client_options(), "socket_timeout": SHORT_TIMEOUT_S})
+    yield client
+    await client.aclose()
+
+
+async def stalled(url: str) -> asyncio.Task[object]:
+    """Redis busy for STALL_MS from now; returns once a PING goes unanswered, so the stall has begun."""
+    blocker = Redis.from_url(url)
+    task: asyncio.Task[object] = asyncio.create_task(blocker.eval(BUSY, 0, STALL_MS))
+    task.add_done_callback(lambda _: asyncio.ensure_future(blocker.aclose()))
+
+    async def unanswered() -> bool:
+        probe = Redis.from_url(url, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
+        try:
+            await probe.ping()
+            return False
+        except RedisTimeoutError:
+            return True
+        finally:
+            await probe.aclose()
+
+    await wait_until(unanswered, timeout=5, what="Redis to be busy with the stalling script")
+    return task
+
+
+async def evalsha_calls(redis: Redis) -> int:
+    return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_a_publish_sent_again_during_a_stall_makes_one_job(own_redis: RedisServer, impatient: Redis) -> None:
+    # Given a producer whose client gives a reply up after 0.5 s and sends the call again, and its script loaded
+    keys = Keys("resent")
+    producer = Producer(impatient, keys)
+    await producer.publish("echo", {"warm": True})
+    calls_before = await evalsha_calls(impatient)
+    # When it publishes an id-less request while Redis is stalled for 1.5 s
+    stall = await stalled(own_redis.url)
+    published = await producer.publish("echo", {"n": 1})
+    await stall
+    # Then the call went out more than once (the reply of the first timed out), yet one job was made: the one named
+    assert await evalsha_calls(impatient) - calls_before >= 2, "the stall did not make redis-py send the publish again"
+    entries = await impatient.xrange(keys.lane("normal"))
+    assert [orjson.loads(f["data"]) for _, f in entries] == [{"warm": True}, {"n": 1}]
+    assert published.created and published.job_id == entries[1][0]
+    assert await impatient.hget(keys.job(published.job_id), "status") == "queued"
+
+
+async def test_a_start_sent_again_counts_one_attempt(redis: Redis, keys: Keys, producer: Producer) -> None:
+    # Given a job allowed one attempt, read by worker w1
+    published = await producer.publish("echo", {}, id="once-only", max_attempts=1)
+    lane = keys.lane("normal")
+    ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    entry_id = entries[0][0]
+    scripts = Scripts(redis)
+    entry = [entry_id, published.job_id, "echo", "1", "1", "", "1", "", "", ""]
+    args = [keys.job_prefix, "normal", 1_700_000_000_123, "w1", orjson.dumps([entry]).decode()]
+    # When its start call runs twice, as a call sent again after a lost reply does
+    first = await scripts.start(keys=[lane, keys.slot_guard], args=args)
+    again = await scripts.start(keys=[lane, keys.slot_guard], args=args)
+    # Then both answer run with attempt 1: the copy is not a second attempt, and not "exhausted"
+    assert first == [["run", 1, 1, "once-only", "1700000000123"]]
+    assert again == first
+    assert await redis.hget(keys.job("once-only"), "attempts") == "1"
+
+
+async def test_a_settle_sent_again_answers_written_and_writes_once(redis: Redis, keys: Keys, producer: Producer) -> None:
+    # Given a job w1 started and finished, its settle call ready
+    published = await producer.publish("echo", {}, id="settled-once")
+    lane = keys.lane("normal")
+    ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    entry_id = entries[0][0]
+    scripts = Scripts(redis)
+    entry = [entry_id, published.job_id, "echo", "1", "3", "", "1", "", "", ""]
+    await scripts.start(keys=[lane, keys.slot_guard], args=[keys.job_prefix, "normal", 1_700_000_000_123, "w1", orjson.dumps([entry]).decode()])
+    result = flat({"id": "settled-once", "agent": "echo", "status": "completed", "result": "{}", "attempts": "1",
+                   "submitted_at": "1", "started_at": "1700000000123", "finished_at": "1700000000200", "worker": "w1"})
+    op = ["done", lane, entry_id, f"normal/{entry_id}", "settled-once", result, [], ""]
+    args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]
+    settle_keys = [keys.results, keys.dead, keys.delayed, keys.slot_guard]
+    # When the settle call runs twice, as a call sent again after a lost reply does
+    first = await scripts.settle(keys=settle_keys, args=args)
+    again = await scripts.settle(keys=settle_keys, args=args)
+    # Then both say written (the worker counts the job and logs no "fenced"), and one result event exists
+    assert first == again == [1]
+    assert await redis.xlen(keys.results) == 1
+    assert await redis.hget(keys.job("settled-once"), "status") == "completed"
+    # While another attempt's ending of the same job (another finish time) is still fenced
+    other = [*op[:5], flat({**dict(zip(result[::2], result[1::2])), "finished_at": "1700000000999"}), [], ""]
+    late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([other]).decode()])
+    assert late == [0]
+    assert await redis.xlen(keys.results) == 1
