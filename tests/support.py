@@ -100,3 +100,39 @@ async def undelivered(redis, stream: str, group: str = "workers") -> list:  # ty
     info = next(g for g in await redis.xinfo_groups(stream) if g["name"] == group)
     ms, _, seq = str(info["last-delivered-id"]).partition("-")
     return await redis.xrange(stream, min=f"{ms}-{int(seq) + 1}")
+
+
+# Busy for ARGV[1] ms: Redis serves no other client meanwhile (up to its busy-reply threshold, `lua-time-limit`).
+BUSY_LUA = """
+local function ms() local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000) end
+local stop = ms() + tonumber(ARGV[1])
+while ms() < stop do end
+return 1
+"""
+
+
+async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
+    """Redis stalled for ``ms`` from now, as a slow command or a paused host stalls it: nothing is answered, every
+    command sent meanwhile runs once it is back. Returns once a PING goes unanswered (the stall has begun); await
+    the task for its end. Past 5 s, raise the server's ``lua-time-limit`` first, or it answers BUSY instead."""
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    blocker = Redis.from_url(url, socket_timeout=ms / 1000 + 30, retry=Retry(NoBackoff(), 0))  # sent once, waited for
+    task: asyncio.Task[object] = asyncio.create_task(blocker.eval(BUSY_LUA, 0, ms))
+    task.add_done_callback(lambda _: asyncio.ensure_future(blocker.aclose()))
+
+    async def unanswered() -> bool:
+        probe = Redis.from_url(url, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
+        try:
+            await probe.ping()
+            return False
+        except RedisTimeoutError:
+            return True
+        finally:
+            await probe.aclose()
+
+    await wait_until(unanswered, timeout=5, what="Redis to be busy with the stalling script")
+    return task

@@ -4,15 +4,11 @@ one call does: one job per request (not an orphan that runs, costs and calls its
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.connection import _client_options
 from streams.embedded import RedisServer
@@ -20,15 +16,8 @@ from streams.envelope import flat
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.scripts import Scripts
-from tests.support import wait_until
+from tests.support import stall_redis
 
-# Busy for ARGV[1] ms: Redis serves no other client meanwhile (below its 5 s busy-reply threshold), as in a stall.
-BUSY = """
-local function ms() local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000) end
-local stop = ms() + tonumber(ARGV[1])
-while ms() < stop do end
-return 1
-"""
 STALL_MS = 1500
 SHORT_TIMEOUT_S = 0.5  # the project's client settings, but a reply is given up after 0.5 s instead of 15
 
@@ -39,26 +28,6 @@ async def impatient(own_redis: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(own_redis.url, **{**_client_options(), "socket_timeout": SHORT_TIMEOUT_S})
     yield client
     await client.aclose()
-
-
-async def stalled(url: str) -> asyncio.Task[object]:
-    """Redis busy for STALL_MS from now; returns once a PING goes unanswered, so the stall has begun."""
-    blocker = Redis.from_url(url)
-    task: asyncio.Task[object] = asyncio.create_task(blocker.eval(BUSY, 0, STALL_MS))
-    task.add_done_callback(lambda _: asyncio.ensure_future(blocker.aclose()))
-
-    async def unanswered() -> bool:
-        probe = Redis.from_url(url, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
-        try:
-            await probe.ping()
-            return False
-        except RedisTimeoutError:
-            return True
-        finally:
-            await probe.aclose()
-
-    await wait_until(unanswered, timeout=5, what="Redis to be busy with the stalling script")
-    return task
 
 
 async def evalsha_calls(redis: Redis) -> int:
@@ -72,7 +41,7 @@ async def test_a_publish_sent_again_during_a_stall_makes_one_job(own_redis: Redi
     await producer.publish("echo", {"warm": True})
     calls_before = await evalsha_calls(impatient)
     # When it publishes an id-less request while Redis is stalled for 1.5 s
-    stall = await stalled(own_redis.url)
+    stall = await stall_redis(own_redis.url, STALL_MS)
     published = await producer.publish("echo", {"n": 1})
     await stall
     # Then the call went out more than once (the reply of the first timed out), yet one job was made: the one named
