@@ -120,9 +120,10 @@ class Keys:
         """Last entry ID the producers issued: one clock for the three lanes keeps id-less job ids unique."""
         return f"{self.prefix}:clock"
 
-    def publish_receipt(self, token: str) -> str:
-        """One publish call's reply, kept briefly so a copy of the call (a client's retry) answers it (publish.lua)."""
-        return f"{self.prefix}:published:{token}"
+    def receipt(self, token: str) -> str:
+        """One script call's reply, kept briefly so a copy of the call (redis-py sends one after a lost reply) answers
+        it instead of acting twice (publish.lua, the notifier's commit); ``token`` is drawn per call."""
+        return f"{self.prefix}:receipt:{token}"
 
     @property
     def slot_guard(self) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +17,10 @@ from streams.raw import request_bytes
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys, partition_of
-from streams.scripts import Scripts
+from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
 PUBLISH_CHUNK = 500
-# How long a publish call's receipt answers a copy of the call (publish.lua). redis-py sends a copy within
-# its retries (two, after a 15 s socket timeout each); a stalled Redis runs the copies together when it is back.
-RECEIPT_TTL_MS = 120_000
 RECORD_EXTRAS = ("tenant", "webhook", "traceparent")
 
 
@@ -164,7 +160,7 @@ class Producer:
             extra = {k: fields[k] for k in RECORD_EXTRAS if k in fields}
             jobs.append((request.id or "", request.agent, str(request.submitted_at or ""), flat(fields), flat(extra)))
         args: list[str | int] = [keys.job_prefix, lane_name, orjson.dumps(jobs).decode(), keys.generated_id(""), RECEIPT_TTL_MS]
-        receipt = keys.publish_receipt(secrets.token_hex(8))  # one per call: a copy redis-py sends again shares it
+        receipt = keys.receipt(receipt_token())  # one per call: a copy redis-py sends again shares it
         reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock, receipt, keys.slot_guard], args=args)
         published = [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
         metrics.submitted(lane_name).inc(sum(p.created for p in published))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -18,6 +19,16 @@ def _source(name: str) -> str:
 def _with_workflows(name: str) -> str:
     """The script with the workflow fan-in library (``workflow.lua``) in front of it."""
     return _source("workflow") + "\n" + _source(name)
+
+
+# How long a call's receipt (Keys.receipt) answers a copy of the call. redis-py sends copies within its retries
+# (two, after a 15 s socket timeout each); a stalled Redis runs all copies together once it is back.
+RECEIPT_TTL_MS = 120_000
+
+
+def receipt_token() -> str:
+    """A fresh token for one call's receipt: a copy of the call (same arguments) shares it, another call does not."""
+    return secrets.token_hex(8)
 
 
 class Scripts:

@@ -136,3 +136,18 @@ async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
 
     await wait_until(unanswered, timeout=5, what="Redis to be busy with the stalling script")
     return task
+
+
+def impatient_client(url: str, timeout_s: float = 0.5):  # type: ignore[no-untyped-def]
+    """A client with the project's settings and retry policy (two more tries after a timeout), but giving a reply
+    up after ``timeout_s`` instead of 15 s: with :func:`stall_redis`, a call it sends again while Redis is stalled."""
+    from redis.asyncio import Redis
+
+    from streams.connection import _client_options
+
+    return Redis.from_url(url, **{**_client_options(), "socket_timeout": timeout_s})
+
+
+async def evalsha_calls(redis) -> int:  # type: ignore[no-untyped-def]
+    """How many EVALSHA calls Redis has run (copies of a call sent again count each)."""
+    return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from streams.keys import Keys
+from streams.scripts import RECEIPT_TTL_MS, receipt_token
 
 PROMOTE_BATCH = 500
 
@@ -31,13 +32,16 @@ PROMOTE_BATCH = 500
 DELIVERY_FIELDS = ("id", "url", "event", "attempts", "last_status", "error")
 
 COMMIT_LUA = """
--- KEYS: results, due, delayed, dead; ARGV: group, consumer, then per entry:
+-- KEYS: results, due, delayed, dead, this call's receipt; ARGV: group, consumer, the receipt's ms, then per entry:
 --   which ('r' results | 'd' due), entry_id, n_delayed, (due_ms member)*, n_dead, (n_fields (k v)*)*
 -- Only an entry this consumer still owns is settled (a reclaimed one is the new owner's).
--- Returns 1 per entry settled, 0 per entry no longer ours.
+-- Returns 1 per entry settled, 0 per entry no longer ours. A copy of the call (redis-py sends one after a lost
+-- reply; a stalled Redis runs both) answers what the first said, from its receipt: not 0 for entries it acked.
+local kept = redis.call('GET', KEYS[5])
+if kept then return cjson.decode(kept) end
 local group, consumer = ARGV[1], ARGV[2]
 local out = {}
-local i = 3
+local i = 4
 while i <= #ARGV do
   local stream = ARGV[i] == 'd' and KEYS[2] or KEYS[1]
   local eid = ARGV[i + 1]
@@ -66,6 +70,7 @@ while i <= #ARGV do
   end
   out[#out + 1] = mine and 1 or 0
 end
+if #out > 0 then redis.call('SET', KEYS[5], cjson.encode(out), 'PX', ARGV[3]) end
 return out
 """
 
@@ -183,10 +188,11 @@ class Store:
         self._replay: AsyncScript = redis.register_script(REPLAY_LUA)
 
     async def commit(self, ops: list[CommitOp], *, group: str, consumer: str) -> list[bool]:
-        args: list[Any] = [group, consumer]
+        args: list[Any] = [group, consumer, RECEIPT_TTL_MS]
         for op in ops:
             args += op.args(self.due)
-        reply = await self._commit(keys=[self.keys.results, self.due, self.keys.webhooks_delayed, self.keys.webhooks_dead], args=args)
+        keys = [self.keys.results, self.due, self.keys.webhooks_delayed, self.keys.webhooks_dead, self.keys.receipt(receipt_token())]
+        reply = await self._commit(keys=keys, args=args)
         return [bool(int(x)) for x in reply]
 
     async def promote(self, now_ms: int) -> int:

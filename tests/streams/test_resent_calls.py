@@ -10,28 +10,21 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from streams.connection import _client_options
 from streams.embedded import RedisServer
 from streams.envelope import flat
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.scripts import Scripts
-from tests.support import stall_redis
+from tests.support import evalsha_calls, impatient_client, stall_redis
 
 STALL_MS = 1500
-SHORT_TIMEOUT_S = 0.5  # the project's client settings, but a reply is given up after 0.5 s instead of 15
 
 
 @pytest.fixture
 async def impatient(own_redis: RedisServer) -> AsyncIterator[Redis]:
-    """A client with the project's retry policy (two more tries on a timeout) and a short socket timeout."""
-    client = Redis.from_url(own_redis.url, **{**_client_options(), "socket_timeout": SHORT_TIMEOUT_S})
+    client = impatient_client(own_redis.url)
     yield client
     await client.aclose()
-
-
-async def evalsha_calls(redis: Redis) -> int:
-    return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 async def test_a_publish_sent_again_during_a_stall_makes_one_job(own_redis: RedisServer, impatient: Redis) -> None:
