@@ -184,6 +184,29 @@ def submit(
 
 
 @app.command()
+def job(
+    job_id: Annotated[str, typer.Argument(help="the job's id (an id-less job's is the one submit or POST /jobs gave)")],
+    redis_url: RedisUrl = None,
+    prefix: Prefix = None,
+) -> None:
+    """Print one job's status record as JSON (as GET /jobs/{id} shows it); exit 1 when no job has that id."""
+    from consumers.ops import open_ops
+
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+
+    async def go() -> dict[str, Any] | None:
+        async with open_ops(settings) as ops:
+            record = await ops.job(job_id)
+        return None if record is None else {"job_id": record.id, **record.model_dump(mode="json", exclude_none=True, exclude={"id"})}
+
+    shown = run(go())
+    if shown is None:
+        err.print(f"no job {job_id!r} under prefix {settings.prefix!r} (unknown, or its record expired)", markup=False, highlight=False)
+        raise typer.Exit(Exit.NOT_FOUND)
+    print(json.dumps(shown))
+
+
+@app.command()
 def watch(
     from_start: Annotated[bool, typer.Option("--from-start", help="replay the results stream from its start")] = False,
     count: Annotated[int | None, typer.Option(help="stop after this many results")] = None,

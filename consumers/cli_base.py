@@ -39,6 +39,7 @@ err = Console(stderr=True, soft_wrap=True)  # an error is one line, also in a pi
 class Exit(IntEnum):
     OK = 0
     JOB_FAILED = 1
+    NOT_FOUND = 1  # `job`: no record of that id
     USAGE = 2
     TIMEOUT = 3
     UNAVAILABLE = 4

@@ -1,4 +1,4 @@
-"""What the operator commands do (submit, watch, stats, dead): async calls over one Redis client.
+"""What the operator commands do (submit, job, watch, stats, dead): async calls over one Redis client.
 
 Every call covers every partition of the prefix (contract §10), on one Redis or a Redis Cluster alike.
 """
@@ -19,7 +19,7 @@ from streams.envelope import DeadLetter, JobResult
 from streams.keys import Keys, partition_keys
 from streams.partition_stats import partitioned_queue_stats
 from streams.producer import Producer, Published
-from streams.records import JobRecord, wait_for_terminal
+from streams.records import JobRecord, get_job, wait_for_terminal
 from streams.window import DEFAULT_WINDOW
 
 WATCH_BLOCK_MS = 200  # how long a round waits for a result when the last one found none
@@ -44,6 +44,10 @@ class Ops:
         if wait_s is not None:
             record = await wait_for_terminal(self.redis, self.keys, published.job_id, timeout_s=wait_s, partitions=self.partitions)
         return published, record
+
+    async def job(self, job_id: str) -> JobRecord | None:
+        """The job's status record, found by its id alone in whichever partition holds it."""
+        return await get_job(self.redis, self.keys, job_id, partitions=self.partitions)
 
     async def watch(self, *, from_id: str = "$", count: int | None = None) -> AsyncIterator[JobResult]:
         """Follow every partition's results stream with XREAD (no group: watching never steals results).

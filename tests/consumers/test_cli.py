@@ -192,3 +192,32 @@ def test_a_structured_variable_that_is_not_json_is_one_line(prefix: str) -> None
     # Then the worker refuses to start in one line naming the variable, not its value, and no traceback
     assert done.returncode == 2, done.stderr
     assert " ".join(done.stderr.split()) == "invalid setting STREAMCREW_LLM_PRICES: not valid JSON", done.stderr
+
+
+@pytest.mark.parametrize("partitions", ["1", "4"])
+def test_job_prints_a_record_by_its_id_alone(redis_url: str, prefix: str, workers, partitions: str) -> None:
+    # Given a job with an id and an id-less one, queued with no worker running (in 4 partitions: wherever they landed)
+    env = {"STREAMCREW_PARTITIONS": partitions}
+    named = json.loads(cli(redis_url, prefix, "submit", "echo", "--data", '{"q": 1}', "--id", "look-me-up", "--tenant", "acme", env=env).stdout)
+    idless = json.loads(cli(redis_url, prefix, "submit", "echo", "--data", '{"q": 2}', env=env).stdout)["job_id"]
+    # When each is looked up by its id
+    queued = cli(redis_url, prefix, "job", "look-me-up", env=env)
+    # Then its record prints as one JSON object, as GET /jobs/{id} shows it
+    assert queued.returncode == 0, queued.stderr
+    record = json.loads(queued.stdout)
+    assert (record["job_id"], record["status"], record["agent"], record["tenant"]) == ("look-me-up", "queued", "echo", "acme")
+    assert named["created"] and "source" not in record and "base" not in record  # internal fields stay internal
+    assert json.loads(cli(redis_url, prefix, "job", idless, env=env).stdout)["job_id"] == idless
+    # And once a worker ran them, with how they ended
+    workers.start(env=env)
+    done = cli(redis_url, prefix, "submit", "echo", "--data", '{"q": 3}', "--id", "look-me-up-2", "--wait", "--timeout", "20", env=env)
+    assert done.returncode == 0, done.stderr
+    ended = json.loads(cli(redis_url, prefix, "job", "look-me-up-2", env=env).stdout)
+    assert (ended["status"], ended["result"], ended["attempts"]) == ("completed", {"echo": {"q": 3}}, 1)
+
+
+def test_job_of_an_unknown_id_is_one_line_and_exit_1(redis_url: str, prefix: str) -> None:
+    done = cli(redis_url, prefix, "job", "no-such\x1b[31mjob")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert " ".join(done.stderr.split()) == f"no job 'no-such\\x1b[31mjob' under prefix '{prefix}' (unknown, or its record expired)"
