@@ -9,8 +9,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from consumers.processes import Child, streamcrew_cmd
+from streams.connection import _client_options
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
@@ -115,11 +120,6 @@ async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
     """Redis stalled for ``ms`` from now, as a slow command or a paused host stalls it: nothing is answered, every
     command sent meanwhile runs once it is back. Returns once a PING goes unanswered (the stall has begun); await
     the task for its end. Past 5 s, raise the server's ``lua-time-limit`` first, or it answers BUSY instead."""
-    from redis.asyncio import Redis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
     blocker = Redis.from_url(url, socket_timeout=ms / 1000 + 30, retry=Retry(NoBackoff(), 0))  # sent once, waited for
     task: asyncio.Task[object] = asyncio.create_task(blocker.eval(BUSY_LUA, 0, ms))
     task.add_done_callback(lambda _: asyncio.ensure_future(blocker.aclose()))
@@ -138,16 +138,12 @@ async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
     return task
 
 
-def impatient_client(url: str, timeout_s: float = 0.5):  # type: ignore[no-untyped-def]
+def impatient_client(url: str, timeout_s: float = 0.5) -> Redis:
     """A client with the project's settings and retry policy (two more tries after a timeout), but giving a reply
     up after ``timeout_s`` instead of 15 s: with :func:`stall_redis`, a call it sends again while Redis is stalled."""
-    from redis.asyncio import Redis
-
-    from streams.connection import _client_options
-
     return Redis.from_url(url, **{**_client_options(), "socket_timeout": timeout_s})
 
 
-async def evalsha_calls(redis) -> int:  # type: ignore[no-untyped-def]
+async def evalsha_calls(redis: Redis) -> int:
     """How many EVALSHA calls Redis has run (copies of a call sent again count each)."""
     return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))
