@@ -21,7 +21,7 @@ from streams.envelope import DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
-from streams.scripts import Scripts
+from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.workflow import WORKFLOW_AGENT
 
 Entries = list[tuple[str, dict[str, str]]]
@@ -128,10 +128,11 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
     if ENTRY_ID.match(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
-    args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, len(fields)]
+    args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS, len(fields)]
     for k, v in fields.items():
         args += [k, v]
-    new_id = await Scripts(redis).replay(keys=[keys.dead, keys.slot_guard], args=args)
+    receipt = keys.receipt(receipt_token())  # a copy redis-py sends again answers from it, not "vanished"
+    new_id = await Scripts(redis).replay(keys=[keys.dead, receipt, keys.slot_guard], args=args)
     if isinstance(new_id, list):
         raise JobIsLive(f"job {letter.id!r} of dead letter {entry_id} is {new_id[1]} again (submitted anew since it died); "
                         "replaying would take over that run: let it end first, or purge this dead letter")

@@ -122,7 +122,7 @@ class Keys:
 
     def receipt(self, token: str) -> str:
         """One script call's reply, kept briefly so a copy of the call (redis-py sends one after a lost reply) answers
-        it instead of acting twice (publish.lua, the notifier's commit); ``token`` is drawn per call."""
+        it instead of acting twice (publish.lua, replay.lua, the notifier's commit); ``token`` is drawn per call."""
         return f"{self.prefix}:receipt:{token}"
 
     @property

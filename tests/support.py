@@ -144,6 +144,26 @@ def impatient_client(url: str, timeout_s: float = 0.5) -> Redis:
     return Redis.from_url(url, **{**_client_options(), "socket_timeout": timeout_s})
 
 
+class StallsBeforeScript(Redis):
+    """An impatient client (see :func:`impatient_client`) that, once armed, stalls Redis for ``stall_ms`` just
+    before its next script call: that call, not the reads before it, is the one sent again."""
+
+    armed_ms = 0
+    stall: asyncio.Task[object] | None = None
+
+    async def execute_command(self, *args: object, **options: object) -> object:
+        if self.armed_ms and args and args[0] == "EVALSHA":
+            ms, self.armed_ms = self.armed_ms, 0
+            self.stall = await stall_redis(self.url, ms)
+        return await super().execute_command(*args, **options)
+
+    @classmethod
+    def to(cls, url: str, timeout_s: float = 0.5) -> StallsBeforeScript:
+        client = cls.from_url(url, **{**_client_options(), "socket_timeout": timeout_s})
+        client.url = url
+        return client
+
+
 async def evalsha_calls(redis: Redis) -> int:
     """How many EVALSHA calls Redis has run (copies of a call sent again count each)."""
     return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))

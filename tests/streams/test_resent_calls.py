@@ -1,6 +1,7 @@
 """A call redis-py sends again (its reply timed out or the connection dropped after the send) may have run the first
 time: Redis, stalled past the socket timeout, runs both copies once it is back. Publish and start must then do what
-one call does: one job per request (not an orphan that runs, costs and calls its webhook), one attempt counted."""
+one call does: one job per request (not an orphan that runs, costs and calls its webhook), one attempt counted, a
+replay reported done."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from streams.dead import replay
 from streams.embedded import RedisServer
-from streams.envelope import flat
+from streams.envelope import DeadLetter, flat
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.scripts import Scripts
-from tests.support import evalsha_calls, impatient_client, stall_redis
+from tests.support import StallsBeforeScript, evalsha_calls, impatient_client, stall_redis
 
 STALL_MS = 1500
 
@@ -89,3 +91,30 @@ async def test_a_settle_sent_again_answers_written_and_writes_once(redis: Redis,
     late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([other]).decode()])
     assert late == [0]
     assert await redis.xlen(keys.results) == 1
+
+
+async def test_a_replay_sent_again_during_a_stall_reports_the_replay(own_redis: RedisServer) -> None:
+    # Given a dead letter, and an operator's client that gives a reply up after 0.5 s and sends the call again
+    keys = Keys("resent")
+    client = StallsBeforeScript.to(own_redis.url)
+    letter = DeadLetter(id="again", agent="echo", reason="exhausted", error="boom", source_stream=keys.lane("normal"),
+                        source_id="1700000000000-0", attempts=3, dead_at=1_700_000_000_500,
+                        request={"agent": "echo", "data": "{}"})
+    entry_id = await client.xadd(keys.dead, letter.to_fields())
+    await client.hset(keys.job("again"), mapping={"status": "failed", "attempts": "3"})
+    await client.script_load(Scripts(client).replay.script)  # loaded: the copies run it rather than answer NOSCRIPT
+    calls_before = await evalsha_calls(client)
+    # When it replays the letter while Redis stalls for 1.5 s just as the replay script is sent
+    client.armed_ms = STALL_MS
+    try:
+        replayed = await replay(client, keys, entry_id)
+    finally:
+        if client.stall is not None:
+            await client.stall
+    # Then the call went out more than once, yet the replay is reported done (not "vanished") and made one request
+    assert await evalsha_calls(client) - calls_before >= 2, "the stall did not make redis-py send the replay again"
+    assert replayed == "again"
+    assert [f["id"] for _, f in await client.xrange(keys.lane("normal"))] == ["again"]
+    assert await client.xlen(keys.dead) == 0
+    assert await client.hget(keys.job("again"), "status") == "queued"
+    await client.aclose()
