@@ -42,8 +42,9 @@ class _WriteRaceGuard:
     redis-py 8.1 lets the transport's own error through instead: ``'NoneType' object has no attribute
     'writelines'`` (or ``... is not callable``) when another task disconnected it, and under uvloop
     ``RuntimeError: unable to perform operation on <TCPTransport closed=True ...>; the handler is closed``
-    when the transport closed beneath it (redis-py issues #3546 and #4287, fixed upstream by #4288, not
-    released yet). Those are in no retry list, so during a cluster failover or reshard one ended a
+    when the transport closed beneath it (redis-py issues #3546 and #4287, fixed upstream by #4288,
+    released in 8.2.0, which raises ConnectionError itself; the guard stays for the 5.x – 8.1 releases
+    pyproject.toml allows). Those are in no retry list, so during a cluster failover or reshard one ended a
     worker's loop instead of being retried. Mixed into whatever connection class the URL chose.
     """
 
