@@ -123,7 +123,12 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
 
 
 def hello_facts(reply: Any) -> dict[str, str] | None:
-    """The string fields of a ``HELLO`` reply (``version``, ``mode``: standalone or cluster), or None if it is not one."""
+    """The string fields of a ``HELLO`` reply (``version``, ``mode``: standalone or cluster), or None if it is not one.
+
+    redis-py 8 turns the reply into a dict; before 8 it is RESP2's flat list of field, value pairs.
+    """
+    if isinstance(reply, list) and len(reply) % 2 == 0:
+        reply = dict(zip(reply[::2], reply[1::2]))
     if not isinstance(reply, dict):
         return None
     facts = {(k.decode() if isinstance(k, bytes) else str(k)): (v.decode() if isinstance(v, bytes) else v) for k, v in reply.items()}
