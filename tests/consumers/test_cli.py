@@ -119,7 +119,8 @@ def test_a_bad_redis_url_is_one_line_without_its_password(prefix: str, command: 
     done = cli(None, prefix, *(["submit", "echo"] if command == "submit" else [command]), env={"STREAMCREW_REDIS_URL": url})
     # Then one line names the setting and the problem, with the usage exit code, and shows no password
     assert done.returncode == 2, done.stderr
-    assert " ".join(done.stderr.split()) == f"invalid setting redis_url: {problem}"
+    line = " ".join(done.stderr.split()).replace("`", "'")  # redis-py before 6 quotes the URL's option with backticks
+    assert line == f"invalid setting redis_url: {problem}"
     assert "s3cret" not in done.stderr + done.stdout
 
 
