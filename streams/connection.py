@@ -127,7 +127,7 @@ def hello_facts(reply: Any) -> dict[str, str] | None:
 
     redis-py 8 turns the reply into a dict; before 8 it is RESP2's flat list of field, value pairs.
     """
-    if isinstance(reply, list) and len(reply) % 2 == 0:
+    if isinstance(reply, list) and len(reply) % 2 == 0 and all(isinstance(k, (str, bytes)) for k in reply[::2]):
         reply = dict(zip(reply[::2], reply[1::2]))
     if not isinstance(reply, dict):
         return None

@@ -46,4 +46,5 @@ async def test_a_user_without_info_learns_the_mode_over_resp2(acl_user: Callable
 def test_replies_that_are_not_hellos_are_not_read_as_one() -> None:
     assert hello_facts(["version"]) is None  # odd length: not field, value pairs
     assert hello_facts(["server", "redis"]) is None  # pairs, but no version
+    assert hello_facts([["version"], "7.0.0"]) is None  # a name that is not a string (a proxy's odd reply)
     assert hello_facts("OK") is None
