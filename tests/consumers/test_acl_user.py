@@ -3,42 +3,11 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
-
-import pytest
-import redis as sync_redis
 
 from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.test_cli import cli
-from tests.support import WorkerFactory
-
-PASSWORD = "acl-test-password-9f2c"
-
-
-def user_url(redis_url: str, user: str) -> str:
-    parts = urlsplit(redis_url)
-    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{parts.hostname}:{parts.port}"))
-
-
-@pytest.fixture
-def acl_user(redis_url: str) -> Iterator[Callable[[str], str]]:
-    """Makes a user of a keys pattern and gives its URL; each user is deleted afterwards."""
-    admin = sync_redis.Redis.from_url(redis_url)
-    made: list[str] = []
-
-    def make(pattern: str) -> str:
-        user = f"u-{uuid.uuid4().hex[:10]}"
-        admin.execute_command("ACL", "SETUSER", user, "on", f">{PASSWORD}", f"~{pattern}", "resetchannels", "+@all", "-@dangerous")
-        made.append(user)
-        return user_url(redis_url, user)
-
-    yield make
-    for user in made:
-        admin.execute_command("ACL", "DELUSER", user)
-    admin.close()
+from tests.support import ACL_PASSWORD as PASSWORD, WorkerFactory
 
 
 async def test_every_process_runs_as_a_user_of_the_prefix_only(acl_user, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from streams.connection import cluster_enabled, hello_facts, says_cluster
-from tests.consumers.test_acl_user import acl_user  # noqa: F401 - the fixture
 
 
 async def test_hellos_flat_reply_gives_the_same_facts_as_the_map(redis_url: str) -> None:
@@ -36,7 +35,7 @@ async def test_hellos_flat_reply_gives_the_same_facts_as_the_map(redis_url: str)
     assert says_cluster(facts, {}) is False
 
 
-async def test_a_user_without_info_learns_the_mode_over_resp2(acl_user: Callable[[str], str]) -> None:  # noqa: F811
+async def test_a_user_without_info_learns_the_mode_over_resp2(acl_user: Callable[[str], str]) -> None:
     # Given a user without @dangerous (no INFO) that speaks RESP2
     url = acl_user(f"p-{uuid.uuid4().hex[:8]}:*") + "?protocol=2"
     # Then whether the server is a cluster node is known from HELLO alone

@@ -3,8 +3,9 @@
 redis-py up to 8.1 raises the transport's AttributeError/TypeError there (its issues #3546, #4287), which
 no retry list names: during a cluster failover it ended a worker's loop. streams.connection turns it back
 into ConnectionError; redis-py 8.2 raises ConnectionError itself (#4288), with its own message. Either
-way the caller must see a ConnectionError, the kind the clients retry. The race is recreated exactly: the connection is closed while the command waits
-on its health check, as the cluster client's failover handling does from another task.
+way the caller must see a ConnectionError, the kind the clients retry. The race is recreated exactly:
+the connection is closed while the command waits on its health check, as the cluster client's failover
+handling does from another task.
 """
 
 from __future__ import annotations
