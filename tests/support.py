@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -170,3 +171,22 @@ class StallsBeforeScript(Redis):
 async def evalsha_calls(redis: Redis) -> int:
     """How many EVALSHA calls Redis has run (copies of a call sent again count each)."""
     return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+PACKAGED = ("pyproject.toml", "README.md", "streams", "agents", "consumers")
+
+
+def package_source(root: Path, into: Path) -> Path:
+    """A copy of what the wheel is built from, for ``pip install`` to build in.
+
+    pip builds a local project in its own tree's ``build/``: two installs of one tree at once (the
+    bare-install and floors tests on two xdist workers) raced there and one failed with ENOENT.
+    """
+    into.mkdir(parents=True)
+    for name in PACKAGED:
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, into / name)
+    return into

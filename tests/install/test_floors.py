@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import package_source
+
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = re.compile(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][0-9.]*)$")
 # Each met a floor bug: the worker, CLI and gateway as a least-privilege user (HELLO over RESP2), the
@@ -58,7 +60,7 @@ def test_the_floors_pass_the_tests_that_met_floor_bugs(redis_url: str, tmp_path:
     constraints = tmp_path / "floors.txt"
     constraints.write_text("\n".join(floor_constraints()) + "\n")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    done = subprocess.run([*pip, "-c", str(constraints), str(ROOT), "pytest", "pytest-asyncio", "pytest-timeout", "psutil"],
+    done = subprocess.run([*pip, "-c", str(constraints), str(package_source(ROOT, tmp_path / "source")), "pytest", "pytest-asyncio", "pytest-timeout", "psutil"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"installing at the floors failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     held = subprocess.run([python, "-c", "import redis; print(redis.__version__)"], capture_output=True, text=True, timeout=60)
