@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import shutil
 import time
+import tomllib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -173,18 +174,20 @@ async def evalsha_calls(redis: Redis) -> int:
     return int((await redis.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-PACKAGED = ("pyproject.toml", "README.md", "streams", "agents", "consumers")
+REPO = Path(__file__).resolve().parent.parent
 
 
-def package_source(root: Path, into: Path) -> Path:
-    """A copy of what the wheel is built from, for ``pip install`` to build in.
+def package_source(into: Path) -> Path:
+    """A copy of what the wheel is built from (pyproject's readme and packages), for ``pip install`` to build in.
 
     pip builds a local project in its own tree's ``build/``: two installs of one tree at once (the
     bare-install and floors tests on two xdist workers) raced there and one failed with ENOENT.
     """
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    packages = [name.rstrip("*") for name in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
     into.mkdir(parents=True)
-    for name in PACKAGED:
-        source = root / name
+    for name in ["pyproject.toml", pyproject["project"]["readme"], *packages]:
+        source = REPO / name
         if source.is_dir():
             shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:

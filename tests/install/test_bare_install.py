@@ -22,7 +22,6 @@ from streams.embedded import free_port
 from streams.producer import Producer
 from tests.support import package_source, wait_for_log, wait_serving, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 EXTRA = "pip install 'streamcrew[crewai]'"
 
 
@@ -32,7 +31,7 @@ def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.create(where, with_pip=True)
     python = where / "bin" / "python"
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           str(package_source(ROOT, where.parent / "source"))],
+                           str(package_source(where.parent / "source"))],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"pip install of the bare package failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     check = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('crewai'), u.find_spec('pytest'))"],

@@ -60,7 +60,8 @@ def test_the_floors_pass_the_tests_that_met_floor_bugs(redis_url: str, tmp_path:
     constraints = tmp_path / "floors.txt"
     constraints.write_text("\n".join(floor_constraints()) + "\n")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    done = subprocess.run([*pip, "-c", str(constraints), str(package_source(ROOT, tmp_path / "source")), "pytest", "pytest-asyncio", "pytest-timeout", "psutil"],
+    source = package_source(tmp_path / "source")
+    done = subprocess.run([*pip, "-c", str(constraints), str(source), "pytest", "pytest-asyncio", "pytest-timeout", "psutil"],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"installing at the floors failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     held = subprocess.run([python, "-c", "import redis; print(redis.__version__)"], capture_output=True, text=True, timeout=60)
