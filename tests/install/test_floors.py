@@ -52,6 +52,7 @@ def test_every_base_dependency_has_a_floor() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1600)  # its own steps are bounded (900 + 60 + 600 s); ~1 min idle, over 120 s on a loaded run
 def test_the_floors_pass_the_tests_that_met_floor_bugs(redis_url: str, tmp_path: Path) -> None:
     # Given a venv with every base dependency at its floor's series, and the test tools
     where = tmp_path / "floors"
