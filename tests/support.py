@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import shutil
+import signal
+import subprocess
 import time
 import tomllib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import redis as sync_redis
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -18,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import _client_options
+from streams.embedded import RedisServer, free_port
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
@@ -193,3 +198,53 @@ def package_source(into: Path) -> Path:
         else:
             shutil.copy2(source, into / name)
     return into
+
+
+class Replicated:
+    """A master and one replica (``--replicaof``), each its own ``redis-server``."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.master = RedisServer(binary).start()
+        with sync_redis.Redis(host="127.0.0.1", port=self.master.port) as c:
+            c.config_set("repl-diskless-sync-delay", 0)  # the replica syncs at once, not after Redis' default 5 s
+        directory.mkdir(parents=True, exist_ok=True)
+        self.replica_port = free_port()
+        self.replica = subprocess.Popen(
+            [binary, "--port", str(self.replica_port), "--bind", "127.0.0.1", "--dir", str(directory),
+             "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(directory / "redis.log"),
+             "--replicaof", "127.0.0.1", str(self.master.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def replica_url(self) -> str:
+        return f"redis://127.0.0.1:{self.replica_port}/0"
+
+    def close(self) -> None:
+        os.kill(self.replica.pid, signal.SIGCONT)
+        self.replica.terminate()
+        try:
+            self.replica.wait(10)
+        except subprocess.TimeoutExpired:
+            self.replica.kill()
+            self.replica.wait(5)
+        self.master.close()
+
+
+async def replica_caught_up(client: Redis) -> None:
+    """Wait until the replica acknowledged a write that reached it through the replication stream.
+
+    Neither "online" in INFO nor a WAIT right after the sync is enough: a write made before the
+    master's backlog existed counts as acknowledged at offset 0, and until the replica's first
+    acknowledgment of the stream a WAIT can block for its 1 s cron (seen: 0.93 s, failing the test).
+    """
+    target = 0
+
+    async def acknowledged() -> bool:
+        nonlocal target
+        if not target:  # one write into the stream (once it exists, the offset moves); then wait for its acknowledgment
+            await client.set("replica-probe", "1")
+            target = int((await client.info("replication"))["master_repl_offset"])
+            return False
+        return int((await client.info("replication")).get("slave0", {}).get("offset", 0)) >= target
+
+    await wait_until(acknowledged, timeout=20, what="the replica to acknowledge a write from its master's stream")

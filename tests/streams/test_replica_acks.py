@@ -10,20 +10,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
-import redis as sync_redis
 from redis.asyncio import Redis
 
 from streams.connection import connect
-from streams.embedded import RedisServer, free_port, path_binary
 from streams.keys import Keys
 from streams.settle import WAIT_TIMEOUT_MS, Settler, done_op, drop_op
-from tests.support import wait_until
+from tests.support import Replicated, replica_caught_up
 
 
 def settler(redis: Redis, keys: Keys) -> Settler:
@@ -40,62 +36,6 @@ async def test_a_settle_batch_waits_for_replicas_and_goes_on_without_them(redis:
         assert await settler(redis, keys)._write([drop_op(keys.lane("normal"), "1-0")]) == [False]
     assert await wait_calls(redis) > before  # two when the script was not loaded yet: NOSCRIPT, load, again
     assert "acknowledged by 0 of 1 replicas" in caplog.text
-
-
-class Replicated:
-    """A master and one replica (``--replicaof``), each its own ``redis-server``."""
-
-    def __init__(self, binary: str, directory: Path) -> None:
-        self.master = RedisServer(binary).start()
-        with sync_redis.Redis(host="127.0.0.1", port=self.master.port) as c:
-            c.config_set("repl-diskless-sync-delay", 0)  # the replica syncs at once, not after Redis' default 5 s
-        directory.mkdir(parents=True, exist_ok=True)
-        self.replica_port = free_port()
-        self.replica = subprocess.Popen(
-            [binary, "--port", str(self.replica_port), "--bind", "127.0.0.1", "--dir", str(directory),
-             "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(directory / "redis.log"),
-             "--replicaof", "127.0.0.1", str(self.master.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def close(self) -> None:
-        os.kill(self.replica.pid, signal.SIGCONT)
-        self.replica.terminate()
-        try:
-            self.replica.wait(10)
-        except subprocess.TimeoutExpired:
-            self.replica.kill()
-            self.replica.wait(5)
-        self.master.close()
-
-
-@pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[Replicated]:
-    binary = path_binary()
-    if binary is None:
-        pytest.skip("needs redis-server on PATH to start a master and its replica")
-    pair = Replicated(binary, tmp_path / "replica")
-    yield pair
-    pair.close()
-
-
-async def replica_caught_up(client: Redis) -> None:
-    """Wait until the replica acknowledged a write that reached it through the replication stream.
-
-    Neither "online" in INFO nor a WAIT right after the sync is enough: a write made before the
-    master's backlog existed counts as acknowledged at offset 0, and until the replica's first
-    acknowledgment of the stream a WAIT can block for its 1 s cron (seen: 0.93 s, failing the test).
-    """
-    target = 0
-
-    async def acknowledged() -> bool:
-        nonlocal target
-        if not target:  # one write into the stream (once it exists, the offset moves); then wait for its acknowledgment
-            await client.set("replica-probe", "1")
-            target = int((await client.info("replication"))["master_repl_offset"])
-            return False
-        return int((await client.info("replication")).get("slave0", {}).get("offset", 0)) >= target
-
-    await wait_until(acknowledged, timeout=20, what="the replica to acknowledge a write from its master's stream")
 
 
 @pytest.fixture

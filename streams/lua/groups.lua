@@ -1,0 +1,64 @@
+-- Shared by trim.lua and trim_results.lua: stream IDs, and what a stream's consumer groups still need.
+local function parse_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function id_older(a, b)
+  local am, as = parse_id(a)
+  local bm, bs = parse_id(b)
+  return am < bm or (am == bm and as < bs)
+end
+local function id_after(id)
+  local ms, seq = parse_id(id)
+  return string.format('%d-%d', ms, seq + 1)
+end
+-- Redis before 7.2.4 does not send replicas a group's read counter (entries-read) as XREADGROUP moves it
+-- (redis/redis#12898): a promoted replica then reports a lag that never drains, which KEDA's lag triggers,
+-- `stats` and the lag alerts read as a backlog. A group whose last delivered ID is the stream's last generated
+-- ID has read every entry ever added, so its counter is set to that (same ID: nothing is delivered again).
+local function repair_read_counters(key, groups)
+  local reply = redis.call('XINFO', 'STREAM', key)
+  local stream = {}
+  for i = 1, #reply, 2 do stream[reply[i]] = reply[i + 1] end
+  local last, added = stream['last-generated-id'], tonumber(stream['entries-added'])
+  if not added then return 0 end
+  local repaired = 0
+  for _, g in ipairs(groups) do
+    if (tonumber(g['lag']) or 0) > 0 and g['last-delivered-id'] == last then
+      redis.call('XGROUP', 'SETID', key, g['name'], last, 'ENTRIESREAD', added)
+      g['lag'], g['entries-read'] = 0, added
+      repaired = repaired + 1
+    end
+  end
+  return repaired
+end
+-- The groups of `key` (XINFO GROUPS, one table each), their read counters repaired where a replica left them
+-- behind (above); {} when the key holds no stream.
+local function stream_groups(key)
+  local ok, reply = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then return {} end
+  local groups, behind = {}, false
+  for _, g in ipairs(reply) do
+    local info = {}
+    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    groups[#groups + 1] = info
+    if (tonumber(info['lag']) or 0) > 0 then behind = true end
+  end
+  if behind then repair_read_counters(key, groups) end
+  return groups
+end
+-- The oldest entry of `key` any group still needs: its oldest pending entry, or the first after its last
+-- delivered ID; nil when no group does.
+local function oldest_needed(key, groups)
+  local floor = nil
+  for _, info in ipairs(groups) do
+    local need
+    if tonumber(info['pending']) > 0 then
+      need = redis.call('XPENDING', key, info['name'])[2]
+    else
+      need = id_after(info['last-delivered-id'])
+    end
+    if floor == nil or id_older(need, floor) then floor = need end
+  end
+  return floor
+end
