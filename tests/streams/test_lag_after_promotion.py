@@ -61,6 +61,8 @@ async def test_a_promoted_replica_reports_no_lag_once_a_worker_runs(replicated: 
     keys = Keys(prefix)
     master, replica = connect(replicated.master.url), connect(replicated.replica_url)
     try:
+        if int((await master.info("server"))["redis_version"].split(".")[0]) < 7:
+            pytest.skip("XINFO GROUPS reports lag from Redis 7 on")
         # Given a worker on the master; a run, then a replica's full sync (a node started or restarted as a replica),
         # then another run: each run's results read and acknowledged by the notifier group
         await replica_caught_up(master)
