@@ -1,0 +1,348 @@
+"""Soak: a mixed workload for minutes while workers, the notifier and the gateway (and, on a cluster, masters) are SIGKILLed.
+
+    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--seed 1]
+
+Not a speed bench: it checks the invariants over a long, varied run, which the tests check in short ones.
+Three workers (20 slots, 3 s lease), one notifier and one gateway run against a private Redis with 3
+partitions (or a local 3-master + 3-replica cluster with 6, ``--cluster``). Through the gateway, in
+batches of 20 sent at once: echo jobs of up to 0.4 s, jobs that fail once or twice before completing,
+jobs that exhaust their attempts, workflows of 2 - 5 steps (some chained), repeats of earlier ids, 30 %
+with a webhook to a receiver that answers 503 to one request in ten. Meanwhile a random worker is
+SIGKILLed and replaced every 2 - 5 s, the notifier every ~20 s, the gateway every ~30 s, and on a cluster
+a master every ~40 s (revived as a replica). Then it waits for the run to settle and checks: one result
+event per job and per workflow step, the expected status of each, dead letters exactly for the jobs that
+exhausted their attempts, every webhook delivered (receivers see some twice: at least once), no webhook
+dead letters, and every group drained (pending and lag 0). Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from aiohttp import web
+from redis.asyncio import Redis
+
+from bench.common import bench_redis, new_prefix
+from consumers.processes import Child, streamcrew_cmd
+from streams.connection import connect_detected
+from streams.embedded import free_port
+from streams.keys import Keys, partition_keys
+from tests.cluster_support import LocalCluster, cluster_binaries
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+BATCH = 20
+SETTLE_TIMEOUT_S = 300.0
+
+
+@dataclass
+class FlakyReceiver:
+    """Webhook endpoint on loopback: answers 503 to one request in ten, else 200 after up to 50 ms; counts 200s per webhook-id."""
+
+    rng: random.Random
+    delivered: Counter[str] = field(default_factory=Counter)
+    requests: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.requests += 1
+        if self.rng.random() < 0.1:
+            return web.Response(status=503)
+        await asyncio.sleep(self.rng.random() * 0.05)
+        self.delivered[request.headers.get("webhook-id", "?")] += 1
+        return web.Response(status=200)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@dataclass
+class Fleet:
+    """The streamcrew processes of the run, each replaced by a fresh one when killed."""
+
+    env: dict[str, str]
+    logs: Path
+    gateway_port: int
+    workers: list[Child] = field(default_factory=list)
+    notifier: Child | None = None
+    gateway: Child | None = None
+    started: Counter[str] = field(default_factory=Counter)
+
+    def _start(self, command: str, *args: str) -> Child:
+        self.started[command] += 1
+        return Child(streamcrew_cmd(command, *args), env=self.env, log_path=self.logs / f"{command}-{self.started[command]}.log")
+
+    def worker(self) -> Child:
+        return self._start("worker", "--concurrency", "20", "--lease", "3")
+
+    def start(self) -> None:
+        self.workers = [self.worker() for _ in range(3)]
+        self.restart_notifier()
+        self.restart_gateway()
+
+    def restart_notifier(self) -> None:
+        if self.notifier is not None:
+            self.notifier.kill()
+        self.notifier = self._start("notifier", "--allow-private", "--backoff", "0.2", "--max-attempts", "30")
+
+    def restart_gateway(self) -> None:
+        if self.gateway is not None:
+            self.gateway.kill()
+        self.gateway = self._start("gateway", "--host", "127.0.0.1", "--port", str(self.gateway_port))
+
+    def replace_worker(self, index: int) -> None:
+        self.workers[index].kill()
+        self.workers[index] = self.worker()
+
+    def stop(self) -> None:
+        children = [*self.workers, self.notifier, self.gateway]
+        for child in children:
+            if child is not None:
+                child.terminate()
+        for child in children:
+            if child is not None and child.wait(40) is None:
+                child.kill()
+
+
+@dataclass
+class Workload:
+    """What was submitted and what each job should end as."""
+
+    rng: random.Random
+    hook: str
+    expected: dict[str, str] = field(default_factory=dict)  # job id -> terminal status
+    webhooked: set[str] = field(default_factory=set)
+    refused: Counter[str] = field(default_factory=Counter)  # gateway answers and transport errors that were retried
+    jobs: list[str] = field(default_factory=list)  # ids of the jobs (not workflows) submitted, in order
+    n: int = 0
+
+    def _next(self, earlier: int) -> dict[str, object]:
+        self.n += 1
+        jid, kind = f"j{self.n}", self.rng.random()
+        body: dict[str, object] = {"agent": "echo", "id": jid, "data": {"sleep_s": round(self.rng.random() * 0.4, 3)}}
+        status = "completed"
+        if kind < 0.15:
+            body["data"] = {"fail_first": self.rng.randint(1, 2)}
+            body["max_attempts"] = 5
+        elif kind < 0.2:
+            body["data"] = {"fail_first": 9}
+            body["max_attempts"] = 2
+            status = "failed"
+        elif kind < 0.3:
+            wid = f"w{self.n}"
+            steps = [{"id": f"s{k}", "agent": "echo", "data": {"sleep_s": round(self.rng.random() * 0.3, 3)},
+                      **({"after": [f"s{k - 1}"]} if k and self.rng.random() < 0.6 else {})} for k in range(self.rng.randint(2, 5))]
+            body = {"agent": "workflow", "id": wid, "data": {"steps": steps}}
+            self.expected.update({f"{wid}::{s['id']}": "completed" for s in steps})
+            jid = wid
+        elif kind < 0.4 and earlier:
+            # a repeat of an id sent in an earlier batch (one of the same batch could arrive first): no second job
+            return {"agent": "echo", "id": self.jobs[self.rng.randrange(earlier)], "data": {"repeat": True}}
+        if body["agent"] == "echo":
+            self.jobs.append(jid)
+        if self.rng.random() < 0.3:
+            body["webhook"] = self.hook
+            self.webhooked.add(jid)
+        self.expected[jid] = status
+        return body
+
+    def batch(self) -> list[dict[str, object]]:
+        earlier = len(self.jobs)
+        return [self._next(earlier) for _ in range(BATCH)]
+
+
+async def post(client: httpx.AsyncClient, url: str, body: dict[str, object], refused: Counter[str]) -> None:
+    """POST a job, again with the same id while the gateway is down or Redis fails over (both are safe to repeat)."""
+    for _ in range(600):
+        try:
+            answer = await client.post(url, json=body, timeout=10)
+            if answer.status_code in (200, 202):
+                return
+            refused[str(answer.status_code)] += 1
+            if answer.status_code < 500:
+                raise SystemExit(f"the gateway refused {body.get('id')}: {answer.status_code} {answer.text[:200]}")
+        except httpx.HTTPError as exc:
+            refused[type(exc).__name__] += 1
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"could not submit {body.get('id')} in 600 tries")
+
+
+async def submit(workload: Workload, gateway_url: str, until: float) -> None:
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < until:
+            await asyncio.gather(*(post(client, f"{gateway_url}/jobs", body, workload.refused) for body in workload.batch()))
+
+
+async def chaos(fleet: Fleet, cluster: LocalCluster | None, rng: random.Random, until: float) -> Counter[str]:
+    kills: Counter[str] = Counter()
+    now = time.monotonic()
+    next_notifier, next_gateway, next_master = now + 20, now + 30, now + 25
+    while time.monotonic() < until:
+        await asyncio.sleep(rng.uniform(2, 5))  # the chaos schedule itself, not a synchronisation
+        fleet.replace_worker(rng.randrange(len(fleet.workers)))
+        kills["worker"] += 1
+        now = time.monotonic()
+        if now > next_notifier:
+            fleet.restart_notifier()
+            kills["notifier"] += 1
+            next_notifier = now + rng.uniform(15, 25)
+        if now > next_gateway:
+            fleet.restart_gateway()
+            kills["gateway"] += 1
+            next_gateway = now + rng.uniform(25, 35)
+        if cluster is not None and now > next_master:
+            victim = rng.choice(sorted(cluster.masters()))
+            await asyncio.to_thread(cluster.kill, victim)
+            await asyncio.sleep(8)
+            await asyncio.to_thread(cluster.revive, victim)
+            kills["master"] += 1
+            next_master = time.monotonic() + rng.uniform(30, 45)
+    return kills
+
+
+async def entries(redis: Redis, streams: list[str]) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for stream in streams:
+        out += [{str(k): str(v) for k, v in (fields or {}).items()} for _, fields in await redis.xrange(stream) or []]
+    return out
+
+
+async def undrained(redis: Redis, parts: Sequence[Keys]) -> dict[str, tuple[int, int | None]]:
+    """Groups with entries pending or not yet delivered: (pending, lag)."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for keys in parts:
+        for stream in (*keys.lanes, keys.results):
+            if await redis.exists(stream):
+                for group in await redis.xinfo_groups(stream):
+                    if group["pending"] or group.get("lag"):
+                        out[f"{stream}/{group['name']}"] = (int(group["pending"]), group.get("lag"))
+    return out
+
+
+async def check(redis: Redis, parts: Sequence[Keys], workload: Workload, receiver: FlakyReceiver) -> bool:
+    results = await entries(redis, [p.results for p in parts])
+    counts = Counter(r["id"] for r in results)
+    status = {r["id"]: r["status"] for r in results}
+    expected = workload.expected
+    dead = Counter(d["id"] for d in await entries(redis, [p.dead for p in parts]))
+    exhausted = {job for job, s in expected.items() if s != "completed"}
+    webhook_dead = sum([int(await redis.xlen(p.webhooks_dead)) for p in parts])
+    problems = {
+        "lost": sorted(set(expected) - set(counts)),
+        "result events twice": sorted(job for job, n in counts.items() if n > 1),
+        "results nobody asked for": sorted(set(counts) - set(expected)),
+        "wrong status": sorted(f"{job}: {status[job]}, not {want}" for job, want in expected.items() if status.get(job, want) != want),
+        "dead letters missing": sorted(exhausted - set(dead)),
+        "dead letters not expected": sorted(set(dead) - exhausted),
+        "dead letters twice": sorted(job for job, n in dead.items() if n > 1),
+        "webhooks never delivered": sorted(job for job in workload.webhooked if not receiver.delivered[job]),
+        "groups not drained": [f"{name}: pending {p}, lag {lag}" for name, (p, lag) in (await undrained(redis, parts)).items()],
+    }
+    twice = sum(1 for n in receiver.delivered.values() if n > 1)
+    print(f"{len(expected):,} jobs and steps, {len(results):,} result events, {len(dead):,} dead letters, "
+          f"{len(workload.webhooked):,} webhooks ({receiver.requests:,} requests, {twice} delivered twice: at least once), "
+          f"{webhook_dead} webhook dead letters")
+    for name, found in problems.items():
+        print(f"  {name}: {len(found)} {found[:10] if found else ''}")
+    return webhook_dead == 0 and not any(problems.values())
+
+
+async def settled(redis: Redis, parts: Sequence[Keys], workload: Workload, receiver: FlakyReceiver) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ids = {r["id"] for r in await entries(redis, [p.results for p in parts])}
+        if ids >= set(workload.expected) and all(receiver.delivered[j] for j in workload.webhooked) and not await undrained(redis, parts):
+            return
+        await asyncio.sleep(1)
+    print(f"not settled after {SETTLE_TIMEOUT_S:.0f} s; checking what there is")
+
+
+async def soak(url: str, partitions: int, cluster: LocalCluster | None, args: argparse.Namespace, logs: Path) -> bool:
+    rng = random.Random(args.seed)
+    receiver = FlakyReceiver(random.Random(args.seed + 1))
+    hook = await receiver.start()
+    prefix = new_prefix("soak")
+    env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_PARTITIONS": str(partitions),
+           "STREAMCREW_WEBHOOK_SECRET": SECRET, "STREAMCREW_METRICS_PORT": "0",
+           **({"STREAMCREW_REPLICA_ACKS": "1"} if args.replica_acks else {})}
+    fleet = Fleet(env, logs, free_port())
+    gateway_url = f"http://127.0.0.1:{fleet.gateway_port}"
+    redis = await connect_detected(url)
+    parts = partition_keys(Keys(prefix), partitions)
+    workload = Workload(rng, hook)
+    fleet.start()
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(300):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{gateway_url}/readyz")).status_code == 200:
+                        break
+                await asyncio.sleep(0.1)
+        started = time.monotonic()
+        until = started + args.seconds
+        kills, _ = await asyncio.gather(chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until))
+        print(f"{time.monotonic() - started:.0f} s of load: {len(workload.expected):,} jobs and steps; SIGKILLs {dict(kills)}; "
+              f"submissions retried after {dict(workload.refused)}")
+        await settled(redis, parts, workload, receiver)
+        return await check(redis, parts, workload, receiver)
+    finally:
+        fleet.stop()
+        await receiver.stop()
+        await redis.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0, help="how long to submit and kill (default 600)")
+    parser.add_argument("--cluster", action="store_true", help="a local 3-master + 3-replica cluster, 6 partitions, masters killed too")
+    parser.add_argument("--replica-acks", action="store_true", help="STREAMCREW_REPLICA_ACKS=1 (with --cluster)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
+    args = parser.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="streamcrew-soak-"))
+    ok = False
+    try:
+        if args.cluster:
+            binaries = cluster_binaries()
+            if binaries is None:
+                raise SystemExit("--cluster needs redis-server and redis-cli on PATH")
+            cluster = LocalCluster(*binaries).start()
+            try:
+                cluster.place([str(p) for p in range(6)])
+                ok = asyncio.run(soak(cluster.url, 6, cluster, args, logs))
+            finally:
+                cluster.close()
+        else:
+            with bench_redis(args.redis_url) as url:
+                ok = asyncio.run(soak(url, 3, None, args, logs))
+    finally:
+        if ok:
+            shutil.rmtree(logs, ignore_errors=True)
+    print("OK" if ok else f"PROBLEMS (see above); the processes' logs are in {logs}")
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
