@@ -1,10 +1,10 @@
 """Soak: a mixed workload for minutes while workers, the notifier and the gateway (and, on a cluster, masters) are SIGKILLed.
 
-    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--seed 1]
+    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--partitions N] [--seed 1]
 
 Not a speed bench: it checks the invariants over a long, varied run, which the tests check in short ones.
 Three workers (20 slots, 3 s lease), one notifier and one gateway run against a private Redis with 3
-partitions (or a local 3-master + 3-replica cluster with 6, ``--cluster``). Through the gateway, in
+partitions (or a local 3-master + 3-replica cluster with 6, ``--cluster``; ``--partitions`` sets another number). Through the gateway, in
 batches of 20 sent at once: echo jobs of up to 0.4 s, jobs that fail once or twice before completing,
 jobs that exhaust their attempts, workflows of 2 - 5 steps (some chained), repeats of earlier ids, 30 %
 with a webhook to a receiver that answers 503 to one request in ten. Meanwhile a random worker is
@@ -318,6 +318,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0, help="how long to submit and kill (default 600)")
     parser.add_argument("--cluster", action="store_true", help="a local 3-master + 3-replica cluster, 6 partitions, masters killed too")
     parser.add_argument("--replica-acks", action="store_true", help="STREAMCREW_REPLICA_ACKS=1 (with --cluster)")
+    parser.add_argument("--partitions", type=int, default=None, help="STREAMCREW_PARTITIONS (default 3; 6 with --cluster)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
     args = parser.parse_args()
@@ -330,13 +331,14 @@ def main() -> None:
                 raise SystemExit("--cluster needs redis-server and redis-cli on PATH")
             cluster = LocalCluster(*binaries).start()
             try:
-                cluster.place([str(p) for p in range(6)])
-                ok = asyncio.run(soak(cluster.url, 6, cluster, args, logs))
+                partitions = args.partitions or 6
+                cluster.place([str(p) for p in range(partitions)])
+                ok = asyncio.run(soak(cluster.url, partitions, cluster, args, logs))
             finally:
                 cluster.close()
         else:
             with bench_redis(args.redis_url) as url:
-                ok = asyncio.run(soak(url, 3, None, args, logs))
+                ok = asyncio.run(soak(url, args.partitions or 3, None, args, logs))
     finally:
         if ok:
             shutil.rmtree(logs, ignore_errors=True)
