@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import redis
@@ -74,8 +74,10 @@ def free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process; ``restart()`` keeps its port and directory."""
 
-    def __init__(self, binary: str, *, port: int | None = None, directory: str | None = None, persist: bool = False) -> None:
+    def __init__(self, binary: str, *, port: int | None = None, directory: str | None = None, persist: bool = False,
+                 extra_args: Sequence[str] = ()) -> None:
         self.binary = binary
+        self.extra_args = list(extra_args)  # e.g. --replicaof HOST PORT
         self.port = port or free_port()
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="streamcrew-redis-")
         self.directory = directory or self._tmp.name  # type: ignore[union-attr]
@@ -92,6 +94,7 @@ class RedisServer:
                 "--logfile", str(Path(self.directory) / "redis.log")]
         if self.persist:
             args += ["--appendfsync", "always"]
+        args += self.extra_args
         self.process = subprocess.Popen(dies_with_parent(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -16,7 +16,7 @@ def _source(name: str) -> str:
     return resources.files("streams").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _after(library: str, name: str) -> str:
+def _with_library(library: str, name: str) -> str:
     """The script with a library of shared functions in front of it: ``workflow.lua`` (the workflow fan-in) or
     ``groups.lua`` (what a stream's consumer groups still need)."""
     return _source(library) + "\n" + _source(name)
@@ -38,15 +38,15 @@ class Scripts:
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
         self.start: AsyncScript = redis.register_script(_source("start"))
-        self.settle: AsyncScript = redis.register_script(_after("workflow", "settle"))
+        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
         self.forget: AsyncScript = redis.register_script(_source("forget"))
-        self.trim: AsyncScript = redis.register_script(_after("groups", "trim"))
-        self.wf_start: AsyncScript = redis.register_script(_after("workflow", "wf_start"))
-        self.wf_expire: AsyncScript = redis.register_script(_after("workflow", "wf_expire"))
-        self.trim_results: AsyncScript = redis.register_script(_after("groups", "trim_results"))
+        self.trim: AsyncScript = redis.register_script(_with_library("groups", "trim"))
+        self.wf_start: AsyncScript = redis.register_script(_with_library("workflow", "wf_start"))
+        self.wf_expire: AsyncScript = redis.register_script(_with_library("workflow", "wf_expire"))
+        self.trim_results: AsyncScript = redis.register_script(_with_library("groups", "trim_results"))
 
 
 Reply = Any

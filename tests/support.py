@@ -7,7 +7,6 @@ import inspect
 import os
 import shutil
 import signal
-import subprocess
 import time
 import tomllib
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import _client_options
-from streams.embedded import RedisServer, free_port
+from streams.embedded import RedisServer
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
@@ -208,25 +207,21 @@ class Replicated:
         with sync_redis.Redis(host="127.0.0.1", port=self.master.port) as c:
             c.config_set("repl-diskless-sync-delay", 0)  # the replica syncs at once, not after Redis' default 5 s
         directory.mkdir(parents=True, exist_ok=True)
-        self.replica_port = free_port()
-        self.replica = subprocess.Popen(
-            [binary, "--port", str(self.replica_port), "--bind", "127.0.0.1", "--dir", str(directory),
-             "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(directory / "redis.log"),
-             "--replicaof", "127.0.0.1", str(self.master.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.replica = RedisServer(binary, directory=str(directory), extra_args=["--replicaof", "127.0.0.1", str(self.master.port)]).start()
 
     @property
     def replica_url(self) -> str:
-        return f"redis://127.0.0.1:{self.replica_port}/0"
+        return self.replica.url
+
+    @property
+    def replica_pid(self) -> int:
+        assert self.replica.process is not None
+        return self.replica.process.pid
 
     def close(self) -> None:
-        os.kill(self.replica.pid, signal.SIGCONT)
-        self.replica.terminate()
-        try:
-            self.replica.wait(10)
-        except subprocess.TimeoutExpired:
-            self.replica.kill()
-            self.replica.wait(5)
+        if self.replica.process is not None:
+            os.kill(self.replica.process.pid, signal.SIGCONT)  # a test may have stopped it
+        self.replica.close()
         self.master.close()
 
 

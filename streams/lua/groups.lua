@@ -21,16 +21,12 @@ local function repair_read_counters(key, groups)
   local stream = {}
   for i = 1, #reply, 2 do stream[reply[i]] = reply[i + 1] end
   local last, added = stream['last-generated-id'], tonumber(stream['entries-added'])
-  if not added then return 0 end
-  local repaired = 0
+  if not added then return end
   for _, g in ipairs(groups) do
     if (tonumber(g['lag']) or 0) > 0 and g['last-delivered-id'] == last then
       redis.call('XGROUP', 'SETID', key, g['name'], last, 'ENTRIESREAD', added)
-      g['lag'], g['entries-read'] = 0, added
-      repaired = repaired + 1
     end
   end
-  return repaired
 end
 -- The groups of `key` (XINFO GROUPS, one table each), their read counters repaired where a replica left them
 -- behind (above); {} when the key holds no stream.

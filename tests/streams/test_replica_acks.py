@@ -63,7 +63,7 @@ async def test_a_settle_batch_with_its_replica_up_is_acknowledged(master: Redis,
 async def test_a_settle_batch_waits_for_a_stopped_replica(replicated: Replicated, master: Redis, keys: Keys, caplog) -> None:
     # Given a master whose pool holds other connections too (as a worker's does) and a replica that cannot answer
     await master.ping()
-    os.kill(replicated.replica.pid, signal.SIGSTOP)
+    os.kill(replicated.replica_pid, signal.SIGSTOP)
     try:
         # When a batch that writes a result is settled with replica acks
         started = time.monotonic()
@@ -72,7 +72,7 @@ async def test_a_settle_batch_waits_for_a_stopped_replica(replicated: Replicated
                 [done_op(keys.lane("normal"), "1-0", "normal/1-0", "j1", {"id": "j1", "status": "completed"}, None)])
         waited = time.monotonic() - started
     finally:
-        os.kill(replicated.replica.pid, signal.SIGCONT)
+        os.kill(replicated.replica_pid, signal.SIGCONT)
     # Then it is written, but counted only after the WAIT timed out without the replica
     assert wrote == [True]
     assert waited >= WAIT_TIMEOUT_MS / 1000 * 0.9, f"the settle batch returned after {waited:.3f}s without waiting for the replica"
