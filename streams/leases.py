@@ -31,19 +31,26 @@ class Leases:
         self._taking_up = asyncio.Lock()
 
     async def renew(self) -> list[Slot]:
-        """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns the held ones no longer ours."""
+        """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns those still at work here that
+        another consumer took over.
+
+        An entry whose work ended is held until its settle batch is written, and a batch written while the
+        renewal was on its way makes the entry no longer pending: that is our own settle, not a loss."""
         rt = self.runtime
         by_stream: dict[str, list[str]] = {}
         for stream, eid in rt.held():
             by_stream.setdefault(stream, []).append(eid)
-        lost: list[Slot] = []
+        gone: list[Slot] = []
         for stream, ids in by_stream.items():
             for start in range(0, len(ids), 1000):
                 chunk = ids[start : start + 1000]
-                gone = await rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk])
-                lost += [(stream, eid) for eid in gone]
+                gone += [(stream, eid) for eid in await rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk])]
+        working = rt.working() if gone else set()
+        lost = [slot for slot in gone if slot in working]
         if lost:
-            log.info("%s: %d held entries are no longer ours (reclaimed or settled elsewhere)", rt.group, len(lost))
+            log.warning("%s: %d entries still at work here were taken over by another consumer, which runs them again "
+                        "(their lease ran out unrenewed: a Redis stall, or a process paused longer than the lease)",
+                        rt.group, len(lost))
         return lost
 
     async def sweep(self) -> int:

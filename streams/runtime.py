@@ -131,6 +131,10 @@ class GroupRuntime:
     def held(self) -> list[Slot]:
         return list(self._slots)
 
+    def working(self) -> set[Slot]:
+        """Held entries whose work has not ended: not yet started, or running (the rest wait for their settle)."""
+        return {slot for slot, task in self._slots.items() if task is None or not task.done()}
+
     def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
         self._slots[(stream, entry_id)] = task
 

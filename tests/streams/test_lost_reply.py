@@ -6,9 +6,11 @@ waits for the lease."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 from redis.asyncio import Redis
 
 from streams.runtime import Entry, GroupRuntime, Slot
@@ -137,3 +139,47 @@ async def test_the_drain_lets_what_a_read_gave_beyond_the_free_slots_go_at_once(
     assert all(pending[eid] > 60_000 for eid in ids[1:]), pending
     taken = await redis.xautoclaim(stream, "g", "other", 60_000, "0-0", count=10)
     assert set(ids[1:]) <= {eid for eid, _ in taken[1]}
+
+
+class Working:
+    """Starts a task per entry that runs until the test ends it."""
+
+    def __init__(self, runtime: GroupRuntime) -> None:
+        self.runtime = runtime
+        self.ends: dict[str, asyncio.Event] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        runtime.handler = self
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        for eid, _ in entries:
+            self.ends[eid] = asyncio.Event()
+            self.tasks[eid] = asyncio.create_task(self.ends[eid].wait())
+            self.runtime.attach(stream, eid, self.tasks[eid])
+
+    async def hand_back(self, slots: list[Slot]) -> None:
+        pass
+
+    async def tick(self) -> None:
+        pass
+
+
+async def test_a_renewal_reports_as_taken_over_only_entries_still_at_work(redis: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a runtime holding two entries
+    stream = "renew-report:lane"
+    runtime = await runtime_on(redis, stream, concurrency=10, lease_s=30)
+    handler = Working(runtime)
+    done, taken = [await redis.xadd(stream, {"n": str(i)}) for i in range(2)]
+    async with running(runtime):
+        await wait_until(lambda: len(handler.tasks) == 2, timeout=10, what="the runtime to read both entries")
+        # When the first one's work ends and its settle is written (acked) while the slot still waits for the
+        # settle's reply, and another consumer takes the second over while its work runs
+        handler.ends[done].set()
+        await handler.tasks[done]
+        assert await redis.xack(stream, "g", done) == 1
+        assert await redis.xclaim(stream, "g", "other", 0, [taken], justid=True) == [taken]
+        with caplog.at_level(logging.INFO, logger="streams.leases"):
+            lost = await runtime.leases.renew()
+        # Then only the second is reported taken over: the first was settled by us, not lost
+        assert lost == [(stream, taken)]
+        assert "1 entries still at work here were taken over by another consumer" in caplog.text
+        handler.ends[taken].set()
