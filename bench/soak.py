@@ -34,7 +34,7 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,37 +260,41 @@ async def no_chaos() -> Counter[str]:
     return Counter()
 
 
-async def stalls(server: RedisServer, one_at_a_time: asyncio.Lock, rng: random.Random, until: float) -> Counter[str]:
-    """Freeze the Redis process now and then: every client's calls hang, leases run out meanwhile."""
-    frozen: Counter[str] = Counter()
-    while time.monotonic() < until:
-        await asyncio.sleep(rng.uniform(15, 35))  # the chaos schedule itself, not a synchronisation
-        seconds = rng.uniform(1, 7)
-        async with one_at_a_time:  # not while a restart has it down
-            assert server.process is not None
-            os.kill(server.process.pid, signal.SIGSTOP)
-            try:
-                await asyncio.sleep(seconds)
-            finally:
-                os.kill(server.process.pid, signal.SIGCONT)
-        frozen["stalls"] += 1
-        frozen["seconds"] += round(seconds)
-    return frozen
-
-
-async def restarts(server: RedisServer, one_at_a_time: asyncio.Lock, rng: random.Random, until: float) -> Counter[str]:
-    """SIGKILL the Redis now and then and start it again on its append-only file (fsync always: nothing acknowledged is lost)."""
+async def redis_chaos(
+    name: str, act: Callable[[float], Awaitable[None]], every_s: tuple[float, float], for_s: tuple[float, float],
+    one_at_a_time: asyncio.Lock, rng: random.Random, until: float,
+) -> Counter[str]:
+    """Every ``every_s`` seconds (a random pick in the range), ``act`` on the Redis for ``for_s`` seconds; one act at a time."""
     done: Counter[str] = Counter()
     while time.monotonic() < until:
-        await asyncio.sleep(rng.uniform(30, 60))  # the chaos schedule itself, not a synchronisation
-        down_s = rng.uniform(1, 3)
-        async with one_at_a_time:  # not while a stall has it frozen
-            await asyncio.to_thread(server.stop, kill=True)
-            await asyncio.sleep(down_s)
-            await asyncio.to_thread(server.start)
-        done["restarts"] += 1
-        done["seconds down"] += round(down_s)
+        await asyncio.sleep(rng.uniform(*every_s))  # the chaos schedule itself, not a synchronisation
+        seconds = rng.uniform(*for_s)
+        async with one_at_a_time:  # a stall never meets a restart
+            await act(seconds)
+        done[name] += 1
+        done["seconds"] += round(seconds)
     return done
+
+
+def freeze(server: RedisServer) -> Callable[[float], Awaitable[None]]:
+    """SIGSTOP: every client's calls hang, leases run out meanwhile."""
+    async def act(seconds: float) -> None:
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+    return act
+
+
+def restart(server: RedisServer) -> Callable[[float], Awaitable[None]]:
+    """SIGKILL, then start again on the append-only file (fsync always: nothing acknowledged is lost)."""
+    async def act(seconds: float) -> None:
+        await asyncio.to_thread(server.stop, kill=True)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(server.start)
+    return act
 
 
 async def drops(redis: Redis, rng: random.Random, until: float) -> Counter[str]:
@@ -403,9 +407,11 @@ async def soak(
         started = time.monotonic()
         until = started + args.seconds
         one_at_a_time = asyncio.Lock()
-        frozen = stalls(server, one_at_a_time, random.Random(args.seed + 2), until) if server and args.stalls else no_chaos()
+        frozen = (redis_chaos("stalls", freeze(server), (15, 35), (1, 7), one_at_a_time, random.Random(args.seed + 2), until)
+                  if server and args.stalls else no_chaos())
         closed = drops(redis, random.Random(args.seed + 3), until) if args.drops else no_chaos()
-        restarted = restarts(server, one_at_a_time, random.Random(args.seed + 4), until) if server and args.restarts else no_chaos()
+        restarted = (redis_chaos("restarts", restart(server), (30, 60), (1, 3), one_at_a_time, random.Random(args.seed + 4), until)
+                     if server and args.restarts else no_chaos())
         kills, _, *more = await asyncio.gather(
             chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted)
         others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts"), more) if c)
