@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
 from redis.asyncio import Redis
@@ -309,56 +309,40 @@ class GroupRuntime:
                 raise
         backoff.ok()
 
-    async def _renew_loop(self) -> None:
-        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID)."""
-        every_s = max(0.1, self.lease_s / 4)
-        backoff = Backoff(f"{self.group}/{self.consumer} renew")
+    async def _every(self, every_s: float, what: str, step: Callable[[], Awaitable[object]], *,
+                     while_accepting: bool = False, quiet_nogroup: bool = False) -> None:
+        """Run ``step`` every ``every_s`` until the helpers stop: Redis down backs off, a refusal is logged, any
+        other error is survived."""
+        backoff = Backoff(f"{self.group}/{self.consumer} {what}")
         while not self._helpers_stopped:
             await asyncio.sleep(every_s)
+            if while_accepting and not self._accepting:
+                continue
             try:
-                await self.leases.renew()
+                await step()
                 backoff.ok()
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
             except ResponseError as exc:
-                log.warning("%s: lease renewal refused: %s", self.group, exc)
+                if not (quiet_nogroup and is_nogroup(exc)):
+                    log.warning("%s: %s refused: %s", self.group, what, exc)
             except Exception:
-                await self._survive("lease renewal")
+                await self._survive(what)
+
+    async def _renew_loop(self) -> None:
+        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID)."""
+        await self._every(max(0.1, self.lease_s / 4), "lease renewal", self.leases.renew)
 
     async def _sweep_loop(self) -> None:
         """XAUTOCLAIM entries idle past the lease (their consumer died or hung), then take up our own orphans."""
-        every_s = min(max(0.5, self.lease_s / 2), 10.0)
-        backoff = Backoff(f"{self.group}/{self.consumer} reclaim")
-        while not self._helpers_stopped:
-            await asyncio.sleep(every_s)
-            if not self._accepting:
-                continue
-            try:
-                await self.leases.sweep()
-                await self.leases.take_up_orphans()
-                backoff.ok()
-            except REDIS_DOWN as exc:
-                await backoff.failed(exc)
-            except ResponseError as exc:
-                if not is_nogroup(exc):
-                    log.warning("%s: reclaim refused: %s", self.group, exc)
-            except Exception:
-                await self._survive("the reclaim sweep")
+        async def step() -> None:
+            await self.leases.sweep()
+            await self.leases.take_up_orphans()
+        await self._every(min(max(0.5, self.lease_s / 2), 10.0), "the reclaim sweep", step, while_accepting=True, quiet_nogroup=True)
 
     async def _tick_loop(self) -> None:
         assert self.handler is not None
-        backoff = Backoff(f"{self.group}/{self.consumer} upkeep")
-        while not self._helpers_stopped:
-            await asyncio.sleep(self.tick_s)
-            try:
-                await self.handler.tick()
-                backoff.ok()
-            except REDIS_DOWN as exc:
-                await backoff.failed(exc)
-            except ResponseError as exc:
-                log.warning("%s: upkeep refused: %s", self.group, exc)
-            except Exception:
-                await self._survive("upkeep")
+        await self._every(self.tick_s, "upkeep", self.handler.tick)
 
     async def _forget_loop(self) -> None:
         """Now and then, drop consumers idle past ``forget_idle_s`` with nothing pending."""
