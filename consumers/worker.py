@@ -26,8 +26,8 @@ from streams.envelope import JobRequest
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
 from streams.outage import until_redis_answers
-from streams.jobs import JobProcessor, lanes_in_priority, serving_partitions
-from streams.keys import WORKERS_GROUP, Keys
+from streams.jobs import JobProcessor
+from streams.keys import WORKERS_GROUP, Keys, lanes_in_priority, serving_partitions
 from streams.urls import loggable_url
 from streams.workflow import WORKFLOW_AGENT
 from streams.runtime import GroupRuntime

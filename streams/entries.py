@@ -20,6 +20,11 @@ class EntryHandler(Protocol):
     async def tick(self) -> None:
         """Periodic upkeep (e.g. promoting due retries)."""
 
+    async def taken_over(self, slots: list[Slot]) -> None:
+        """Entries still at work here that another consumer took over (their lease ran out unrenewed), told after
+        every renewal that finds them: the handler may stop work whose outcome can no longer count
+        (``GroupRuntime.abandon``)."""
+
 
 class Release(Protocol):
     """Frees an entry's slot (``GroupRuntime.release``); ``settled=False`` when it stays pending on purpose."""

@@ -24,11 +24,12 @@ from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, 
 from streams.job_ids import is_valid_job_id, may_carry_id
 from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
-from streams.keys import LANES, Keys, partition_keys
+from streams.keys import Keys
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
+from streams.superseded import ended_elsewhere
 from streams.tally import JobTally
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
@@ -331,6 +332,17 @@ class JobProcessor:
             self.settler.submit(op)
         await self.settler.flush()
 
+    async def taken_over(self, slots: list[Slot]) -> None:
+        """Stop this worker's runs of jobs another worker took over once their outcome can no longer count
+        (streams.superseded): the rest of the agent's calls would be paid for nothing."""
+        for slot in [s for s in slots if s in self._running]:
+            c, attempt = self._running[slot].claimed, self._running[slot].attempt
+            why = ended_elsewhere(await self.redis.hmget(self._keys_of[c.stream].job(c.job_id), ["status", "source"]), c.source)
+            if why and self._running.pop(slot, None) is not None:
+                self.runtime.abandon(slot)
+                log.warning("job=%s agent=%s attempt=%d stopped: another worker took it over after this one's lease ran out, "
+                            "and %s; this run's result would be fenced off", c.job_id, c.request.agent, attempt, why)
+
 
 def explicit_id(raw: Mapping[str, str]) -> str | None:
     """The job id a raw entry names, when it may be one: in the id alphabet, and with '::' only on a workflow's
@@ -386,14 +398,3 @@ def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error:
             report(wrote)
     return written
 
-
-def lanes_in_priority(partitions: tuple[Keys, ...]) -> list[str]:
-    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``
-    (levels of ``len(partitions)`` streams, which a worker's reads take in turn: see ``GroupRuntime``)."""
-    return [keys.lane(lane) for lane in LANES for keys in partitions]
-
-
-def serving_partitions(keys: Keys, settings: StreamSettings, chosen: tuple[int, ...] | None = None) -> tuple[Keys, ...]:
-    """The partitions a process serves: ``chosen`` (``--partitions``) or all ``settings.partitions``."""
-    every = partition_keys(keys, settings.partitions)
-    return every if chosen is None else tuple(every[p] for p in chosen)

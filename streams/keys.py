@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streams.config import StreamSettings
 
 LANES: tuple[str, ...] = ("high", "normal", "low")
 WORKERS_GROUP = "workers"
@@ -171,3 +175,15 @@ def partition_keys(keys: Keys, partitions: int) -> tuple[Keys, ...]:
 def keys_for_job(keys: Keys, partitions: int, job_id: str) -> Keys:
     """The keys of the partition ``job_id`` lives in."""
     return keys if partitions <= 1 else keys.in_partition(partition_of(job_id, partitions))
+
+
+def lanes_in_priority(partitions: tuple[Keys, ...]) -> list[str]:
+    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``
+    (levels of ``len(partitions)`` streams, which a worker's reads take in turn: see ``GroupRuntime``)."""
+    return [keys.lane(lane) for lane in LANES for keys in partitions]
+
+
+def serving_partitions(keys: Keys, settings: StreamSettings, chosen: tuple[int, ...] | None = None) -> tuple[Keys, ...]:
+    """The partitions a process serves: ``chosen`` (``--partitions``) or all ``settings.partitions``."""
+    every = partition_keys(keys, settings.partitions)
+    return every if chosen is None else tuple(every[p] for p in chosen)

@@ -29,6 +29,7 @@ class Leases:
         self.runtime = runtime
         self._cursors = {s: "0-0" for s in runtime.streams}
         self._taking_up = asyncio.Lock()
+        self._reported: set[Slot] = set()  # taken over, already in a warning: each renewal finds them again
 
     async def renew(self) -> list[Slot]:
         """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns those still at work here that
@@ -47,10 +48,11 @@ class Leases:
                 gone += [(stream, eid) for eid in await rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk])]
         working = rt.working() if gone else set()
         lost = [slot for slot in gone if slot in working]
-        if lost:
+        if news := [slot for slot in lost if slot not in self._reported]:
             log.warning("%s: %d entries still at work here were taken over by another consumer, which runs them again "
                         "(their lease ran out unrenewed: a Redis stall, or a process paused longer than the lease)",
-                        rt.group, len(lost))
+                        rt.group, len(news))
+        self._reported = set(lost)
         return lost
 
     async def sweep(self) -> int:

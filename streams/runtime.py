@@ -138,6 +138,14 @@ class GroupRuntime:
     def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
         self._slots[(stream, entry_id)] = task
 
+    def abandon(self, slot: Slot) -> None:
+        """Stop the work held for an entry that is no longer this consumer's, and free its slot: nothing is settled
+        (another consumer owns the entry)."""
+        task = self._slots.get(slot)
+        if task is not None:
+            task.cancel()
+        self.release(*slot)
+
     def release(self, stream: str, entry_id: str, *, settled: bool = True) -> None:
         """Free an entry's slot; ``settled=False``: it stays pending on purpose, for the sweep after the lease."""
         if not settled:
@@ -330,8 +338,13 @@ class GroupRuntime:
                 await self._survive(what)
 
     async def _renew_loop(self) -> None:
-        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID)."""
-        await self._every(max(0.1, self.lease_s / 4), "lease renewal", self.leases.renew)
+        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID); tell the handler of
+        entries still at work that another consumer took over."""
+        async def step() -> None:
+            lost = await self.leases.renew()
+            if lost and self.handler is not None:
+                await self.handler.taken_over(lost)
+        await self._every(max(0.1, self.lease_s / 4), "lease renewal", step)
 
     async def _sweep_loop(self) -> None:
         """XAUTOCLAIM entries idle past the lease (their consumer died or hung), then take up our own orphans."""

@@ -34,8 +34,7 @@ from consumers.metrics_server import serve_metrics
 from streams.connection import connect_detected, require_version
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_group
-from streams.jobs import serving_partitions
-from streams.keys import Keys
+from streams.keys import Keys, serving_partitions
 from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.kafka_bridge")

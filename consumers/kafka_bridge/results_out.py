@@ -171,3 +171,6 @@ class ResultsReader:
 
     async def tick(self) -> None:
         return None
+
+    async def taken_over(self, slots: list[Slot]) -> None:
+        """Sends another bridge took over go on here too: the topic is at least once, keyed by job id."""

@@ -20,8 +20,7 @@ from streams.gauges import register_stream_gauges
 from streams.connection import connect_detected, require_version
 from streams.groups import ensure_groups, standard_groups
 from streams.outage import until_redis_answers
-from streams.jobs import serving_partitions
-from streams.keys import NOTIFIER_GROUP, Keys
+from streams.keys import NOTIFIER_GROUP, Keys, serving_partitions
 from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.notifier")

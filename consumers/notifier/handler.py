@@ -219,6 +219,10 @@ class NotifierHandler:
         self._tally = {}
         self._tally_since = now
 
+    async def taken_over(self, slots: list[Slot]) -> None:
+        """Deliveries another notifier took over go on here too: webhooks are at least once, and the receiver
+        dedupes by ``webhook-id``; stopping ours would only risk a slower copy."""
+
     async def hand_back(self, slots: list[Slot]) -> None:
         """Drain: deliveries still under way are parked as due now, so another notifier takes them at once."""
         for slot in slots:

@@ -7,7 +7,6 @@ import pytest
 
 from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
-from tests.support import wait_results
 
 
 def cli(redis_url: str | None, prefix: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,8 @@
 """Real worker processes killed with SIGKILL, drained with SIGTERM, and Redis restarted under them."""
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -149,3 +151,35 @@ async def test_a_result_fenced_off_is_logged_as_fenced(redis, keys: Keys, produc
 
 async def _logged(worker: Child, text: str) -> bool:
     return text in worker.log_text()
+
+
+async def test_a_run_taken_over_is_stopped_once_the_other_run_ended_the_job(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker running a ten-second job, paused (SIGSTOP) past its 2 s lease, and a second worker that took
+    # the job over meanwhile and runs it again
+    first = workers.start("--lease", "2", "--concurrency", "1")
+    await producer.publish("echo", {"sleep_s": 10}, id="twice")
+    await wait_until(lambda: _status_is(redis, keys, "twice", "running"), timeout=15, what="the job to start")
+    first_name = await redis.hget(keys.job("twice"), "worker")
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = workers.start("--lease", "2", "--concurrency", "1")
+
+        async def taken_over() -> bool:
+            return await redis.hget(keys.job("twice"), "worker") not in (None, first_name)
+
+        await wait_until(taken_over, timeout=30, what="the second worker to take the job over")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    # When the first run, resumed, ends the job first
+    (result,) = await wait_results(redis, keys, 1, timeout=30)
+    assert result.id == "twice" and result.status == "completed" and result.worker == first_name, result
+    # Then the second worker stops its own run at its next renewal (its result would be fenced off) and says why,
+    # which frees its one slot for the next job; the first warned once that the job was taken over
+    await asyncio.to_thread(wait_for_log, second, "job=twice agent=echo attempt=2 stopped", timeout=20)
+    assert "the job has ended (status completed)" in second.log_text()
+    assert first.log_text().count("entries still at work here were taken over by another consumer") == 1, first.log_text()[-3000:]
+    first.kill()
+    await producer.publish("echo", {}, id="next")
+    got = await wait_results(redis, keys, 2, timeout=15)
+    assert [r.id for r in got] == ["twice", "next"] and got[1].worker != first_name, got
+    assert "outcome=fenced" not in second.log_text()

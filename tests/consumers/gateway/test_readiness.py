@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from streams.embedded import RedisServer
 from tests.consumers.gateway.support import GatewayFactory
