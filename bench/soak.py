@@ -442,6 +442,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=None, help="STREAMCREW_PARTITIONS (default 3; 6 with --cluster)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs after a run that held (kept anyway after one that did not)")
     args = parser.parse_args()
     if (args.stalls or args.restarts) and (args.cluster or args.redis_url):
         parser.error("--stalls and --restarts act on the private Redis: not with --cluster or --redis-url")
@@ -466,9 +467,9 @@ def main() -> None:
             with bench_redis(args.redis_url) as url:
                 ok = asyncio.run(soak(url, args.partitions or 3, None, args, logs))
     finally:
-        if ok:
+        if ok and not args.keep_logs:
             shutil.rmtree(logs, ignore_errors=True)
-    print("OK" if ok else f"PROBLEMS (see above); the processes' logs are in {logs}")
+    print(("OK" if ok else "PROBLEMS (see above)") + (f"; the processes' logs are in {logs}" if args.keep_logs or not ok else ""))
     raise SystemExit(0 if ok else 1)
 
 
