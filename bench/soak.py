@@ -1,6 +1,7 @@
 """Soak: a mixed workload for minutes while workers, the notifier and the gateway (and, on a cluster, masters) are SIGKILLed.
 
-    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--stalls] [--restarts] [--drops] [--partitions N] [--seed 1]
+    .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--stalls] [--restarts] [--drops] [--pauses]
+        [--partitions N] [--seed 1] [--keep-logs]
 
 Not a speed bench: it checks the invariants over a long, varied run, which the tests check in short ones.
 Three workers (20 slots, 3 s lease), one notifier and one gateway run against a private Redis with 3
@@ -14,6 +15,8 @@ every 15 - 35 s, longer than the workers' leases, as a fork, a swapping host or 
 ``--restarts``: it keeps an append-only file (fsync always) and is SIGKILLed every 30 - 60 s, started again
 1 - 3 s later. ``--drops``: every client connection is closed (``CLIENT KILL TYPE normal``, on every master)
 every 5 - 15 s, as a proxy, a load balancer or a network blip closes them, so calls in flight are sent again.
+``--pauses``: a random worker is SIGSTOPped for 4 - 8 s every 10 - 20 s, past its lease (a GC pause, a frozen
+container): others take its running jobs over and run them again, and it wakes up still running its copies.
 Then it waits for the run to settle and checks: one result event per job and per workflow step, the
 expected status of each (a job whose every attempt's worker was SIGKILLed is counted apart: crashes count as
 attempts), dead letters exactly for the jobs that exhausted their attempts, every webhook delivered
@@ -297,6 +300,24 @@ def restart(server: RedisServer) -> Callable[[float], Awaitable[None]]:
     return act
 
 
+async def pauses(fleet: Fleet, rng: random.Random, until: float) -> Counter[str]:
+    """Now and then SIGSTOP a worker past its lease, then SIGCONT it (a GC pause, a frozen container): its running jobs
+    are taken over and run again while it sleeps, and it wakes up beside the workers that took them."""
+    done: Counter[str] = Counter()
+    while time.monotonic() < until:
+        await asyncio.sleep(rng.uniform(10, 20))  # the chaos schedule itself, not a synchronisation
+        worker, seconds = rng.choice(fleet.workers), rng.uniform(4, 8)
+        with contextlib.suppress(ProcessLookupError):  # the kill schedule may have replaced it meanwhile
+            os.kill(worker.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
+        done["pauses"] += 1
+        done["seconds"] += round(seconds)
+    return done
+
+
 async def drops(redis: Redis, rng: random.Random, until: float) -> Counter[str]:
     """Close every client connection now and then: calls in flight fail or are sent again on a new connection."""
     closed: Counter[str] = Counter()
@@ -412,9 +433,11 @@ async def soak(
         closed = drops(redis, random.Random(args.seed + 3), until) if args.drops else no_chaos()
         restarted = (redis_chaos("restarts", restart(server), (30, 60), (1, 3), one_at_a_time, random.Random(args.seed + 4), until)
                      if server and args.restarts else no_chaos())
+        paused = pauses(fleet, random.Random(args.seed + 5), until) if args.pauses else no_chaos()
         kills, _, *more = await asyncio.gather(
-            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted)
-        others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts"), more) if c)
+            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted, paused)
+        others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts", "worker pauses"), more)
+                         if c)
         print(f"{time.monotonic() - started:.0f} s of load: {len(workload.expected):,} jobs and steps; SIGKILLs {dict(kills)}; "
               f"{others}submissions retried after {dict(workload.refused)}")
         await settled(redis, parts, workload, receiver)
@@ -439,6 +462,7 @@ def main() -> None:
     parser.add_argument("--restarts", action="store_true",
                         help="SIGKILL the private Redis every 30 - 60 s and start it again on its append-only file")
     parser.add_argument("--drops", action="store_true", help="close every client connection every 5 - 15 s")
+    parser.add_argument("--pauses", action="store_true", help="SIGSTOP a worker for 4 - 8 s (past its 3 s lease) every 10 - 20 s")
     parser.add_argument("--partitions", type=int, default=None, help="STREAMCREW_PARTITIONS (default 3; 6 with --cluster)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
