@@ -103,6 +103,7 @@ class Fleet:
     notifier: Child | None = None
     gateway: Child | None = None
     started: Counter[str] = field(default_factory=Counter)
+    paused: set[int] = field(default_factory=set)  # pids of workers SIGSTOPped now (--pauses): the kills spare them
 
     def _start(self, command: str, *args: str) -> Child:
         self.started[command] += 1
@@ -231,7 +232,8 @@ async def chaos(fleet: Fleet, cluster: LocalCluster | None, rng: random.Random, 
     next_notifier, next_gateway, next_master = now + 20, now + 30, now + 25
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(2, 5))  # the chaos schedule itself, not a synchronisation
-        fleet.replace_worker(rng.randrange(len(fleet.workers)))
+        awake = [i for i, w in enumerate(fleet.workers) if w.pid not in fleet.paused]
+        fleet.replace_worker(rng.choice(awake or range(len(fleet.workers))))
         kills["worker"] += 1
         now = time.monotonic()
         if now > next_notifier:
@@ -306,13 +308,17 @@ async def pauses(fleet: Fleet, rng: random.Random, until: float) -> Counter[str]
     done: Counter[str] = Counter()
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(10, 20))  # the chaos schedule itself, not a synchronisation
-        worker, seconds = rng.choice(fleet.workers), rng.uniform(4, 8)
-        with contextlib.suppress(ProcessLookupError):  # the kill schedule may have replaced it meanwhile
+        ready = [w for w in fleet.workers if " ready: " in w.log_text()]  # one still importing holds no job
+        if not ready:
+            continue
+        worker, seconds = rng.choice(ready), rng.uniform(4, 8)
+        fleet.paused.add(worker.pid)
+        try:
             os.kill(worker.pid, signal.SIGSTOP)
-            try:
-                await asyncio.sleep(seconds)
-            finally:
-                os.kill(worker.pid, signal.SIGCONT)
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+            fleet.paused.discard(worker.pid)
         done["pauses"] += 1
         done["seconds"] += round(seconds)
     return done
