@@ -56,21 +56,33 @@ class Leases:
         return lost
 
     async def sweep(self) -> int:
-        """XAUTOCLAIM entries idle past the lease (their consumer died or hung); returns how many."""
-        rt = self.runtime
-        total = 0
-        min_idle_ms = int(rt.lease_s * 1000)
-        for stream in rt.streams:
-            free = min(rt.free_slots(), RECLAIM_BATCH)
-            if free <= 0 or not rt.accepting:
-                break
-            reply = await rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free)
-            cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
-            self._cursors[stream] = cursor
-            if entries:
-                total += len(entries)
-                await rt.deliver(stream, entries, reclaimed=True)
-        return total
+        """XAUTOCLAIM entries idle past the lease (their consumer died or hung); returns how many.
+
+        Under a steady backlog the read loop refills each freed slot at once, so a sweep on its timer finds none
+        free: stalled entries, older than any unread one, would wait for the backlog to drain. Those it finds
+        without a free slot (XPENDING ... IDLE), or more than it could take, set ``runtime.stalled``: the read loop
+        then sweeps into the next freed slots before it reads anything new."""
+        async with self._taking_up:  # the timer's sweep and the read loop's never take the same slots twice
+            rt = self.runtime
+            total = 0
+            stalled = False
+            min_idle_ms = int(rt.lease_s * 1000)
+            for stream in rt.streams:
+                if not rt.accepting:
+                    break
+                free = min(rt.free_slots(), RECLAIM_BATCH)
+                if free <= 0:
+                    stalled = stalled or bool(await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=1, idle=min_idle_ms))
+                    continue
+                reply = await rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free)
+                cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
+                self._cursors[stream] = cursor
+                stalled = stalled or len(entries) >= free
+                if entries:
+                    total += len(entries)
+                    await rt.deliver(stream, entries, reclaimed=True)
+            rt.stalled = stalled
+            return total
 
     async def take_up_orphans(self) -> int:
         """Hold and hand on entries pending under this consumer, idle ``ORPHAN_IDLE_S``, that no slot holds and no

@@ -104,6 +104,7 @@ class GroupRuntime:
         # Pending under this consumer, held by no slot: a read's beyond the free slots, and those let go unsettled.
         self.leftover: dict[str, list[tuple[str, float]]] = {}
         self.unsettled: dict[Slot, float] = {}
+        self.stalled = False  # entries stalled elsewhere wait for slots: the read loop sweeps before it reads (Leases.sweep)
         self.leases = Leases(self)
 
     # -- slots ---------------------------------------------------------------
@@ -139,10 +140,8 @@ class GroupRuntime:
         self._slots[(stream, entry_id)] = task
 
     def abandon(self, slot: Slot) -> None:
-        """Stop the work held for an entry that is no longer this consumer's, and free its slot: nothing is settled
-        (another consumer owns the entry)."""
-        task = self._slots.get(slot)
-        if task is not None:
+        """Stop the work held for an entry another consumer now owns and free its slot: nothing is settled."""
+        if (task := self._slots.get(slot)) is not None:
             task.cancel()
         self.release(*slot)
 
@@ -209,6 +208,8 @@ class GroupRuntime:
                 if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
                     continue
             try:
+                if self.stalled and await self.leases.sweep():  # older than anything unread
+                    continue
                 if self.leftover and await self.leases.take_up_leftover():  # already ours: first, once a slot is free
                     continue
                 got = await self._read_strict()

@@ -183,3 +183,29 @@ async def test_a_run_taken_over_is_stopped_once_the_other_run_ended_the_job(redi
     got = await wait_results(redis, keys, 2, timeout=15)
     assert [r.id for r in got] == ["twice", "next"] and got[1].worker != first_name, got
     assert "outcome=fenced" not in second.log_text()
+
+
+async def test_a_dead_workers_jobs_are_reclaimed_before_a_steady_backlog_drains(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker (5 slots, 2 s lease) SIGKILLed while running five 2-second jobs, and behind them a backlog of
+    # 300 short jobs
+    doomed = workers.start("--concurrency", "5", "--lease", "2")
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 2}, id=f"held-{i}") for i in range(5)])
+    await wait_until(lambda: _count_running_ids(redis, keys, [f"held-{i}" for i in range(5)]), timeout=15, what="5 jobs running")
+    doomed.kill()
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.2}, id=f"b{i}") for i in range(300)])
+    # When another worker with 5 slots works through the backlog, each freed slot refilled at once
+    survivor = workers.start("--concurrency", "5", "--lease", "2")
+
+    # Then its five jobs, older than the backlog, are reclaimed and completed while the backlog still waits (before,
+    # the sweep took stalled entries only into free slots, which a steady backlog never leaves)
+    async def held_done() -> bool:
+        return all([await redis.hget(keys.job(f"held-{i}"), "status") == "completed" for i in range(5)])
+
+    await wait_until(held_done, timeout=60, what="the dead worker's five jobs to complete")
+    (group,) = [g for g in await redis.xinfo_groups(keys.lane("normal")) if g["name"] == "workers"]
+    assert group["lag"] > 0, f"the backlog drained first: {group}"
+    assert "reclaimed 5 normal entries" in survivor.log_text()
+
+
+async def _count_running_ids(redis, keys: Keys, ids: list[str]) -> bool:
+    return [await redis.hget(keys.job(i), "status") for i in ids].count("running") == len(ids)
