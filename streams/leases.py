@@ -60,20 +60,22 @@ class Leases:
 
         Under a steady backlog the read loop refills each freed slot at once, so a sweep on its timer finds none
         free: stalled entries, older than any unread one, would wait for the backlog to drain. Those it finds
-        without a free slot (XPENDING ... IDLE), or more than it could take, set ``runtime.stalled``: the read loop
-        then sweeps into the next freed slots before it reads anything new."""
+        without a free slot (XPENDING ... IDLE, one pipelined round for every such stream), or more than it could
+        take, set ``runtime.stalled``: the read loop then sweeps into the next freed slots before it reads anything
+        new."""
         async with self._taking_up:  # the timer's sweep and the read loop's never take the same slots twice
             rt = self.runtime
             total = 0
             stalled = False
+            unswept: list[str] = []
             min_idle_ms = int(rt.lease_s * 1000)
             for stream in rt.streams:
-                if not rt.accepting:
-                    break
                 free = min(rt.free_slots(), RECLAIM_BATCH)
                 if free <= 0:
-                    stalled = stalled or bool(await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=1, idle=min_idle_ms))
+                    unswept.append(stream)
                     continue
+                if not rt.accepting:
+                    break
                 reply = await rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free)
                 cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
                 self._cursors[stream] = cursor
@@ -81,8 +83,20 @@ class Leases:
                 if entries:
                     total += len(entries)
                     await rt.deliver(stream, entries, reclaimed=True)
+            if unswept and not stalled and rt.accepting:
+                stalled = await self._any_stalled(unswept, min_idle_ms)
             rt.stalled = stalled
             return total
+
+    async def _any_stalled(self, streams: list[str], min_idle_ms: int) -> bool:
+        """Whether any of ``streams`` has an entry idle past the lease, in one pipelined round (a worker may read
+        hundreds of partitions' lanes)."""
+        rt = self.runtime
+        async with rt.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xpending_range(stream, rt.group, min="-", max="+", count=1, idle=min_idle_ms)
+            replies = await pipe.execute(raise_on_error=False)
+        return any(isinstance(reply, list) and reply for reply in replies)
 
     async def take_up_orphans(self) -> int:
         """Hold and hand on entries pending under this consumer, idle ``ORPHAN_IDLE_S``, that no slot holds and no

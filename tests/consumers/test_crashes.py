@@ -174,10 +174,11 @@ async def test_a_run_taken_over_is_stopped_once_the_other_run_ended_the_job(redi
     (result,) = await wait_results(redis, keys, 1, timeout=30)
     assert result.id == "twice" and result.status == "completed" and result.worker == first_name, result
     # Then the second worker stops its own run at its next renewal (its result would be fenced off) and says why,
-    # which frees its one slot for the next job; the first warned once that the job was taken over
-    await asyncio.to_thread(wait_for_log, second, "job=twice agent=echo attempt=2 stopped", timeout=20)
+    # which frees its one slot for the next job; the first warned at most once that the job was taken over (not at
+    # all when it woke up past the job's end on a slow machine: its run ended before a renewal came)
+    await asyncio.to_thread(wait_for_log, second, "job=twice agent=echo attempt=2 stopped", timeout=30)
     assert "the job has ended (status completed)" in second.log_text()
-    assert first.log_text().count("entries still at work here were taken over by another consumer") == 1, first.log_text()[-3000:]
+    assert first.log_text().count("entries still at work here were taken over by another consumer") <= 1, first.log_text()[-3000:]
     first.kill()
     await producer.publish("echo", {}, id="next")
     got = await wait_results(redis, keys, 2, timeout=15)
