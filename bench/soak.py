@@ -265,63 +265,67 @@ async def no_chaos() -> Counter[str]:
     return Counter()
 
 
-async def redis_chaos(
-    name: str, act: Callable[[float], Awaitable[None]], every_s: tuple[float, float], for_s: tuple[float, float],
+async def chaos_schedule(
+    name: str, act: Callable[[float], Awaitable[bool]], every_s: tuple[float, float], for_s: tuple[float, float],
     one_at_a_time: asyncio.Lock, rng: random.Random, until: float,
 ) -> Counter[str]:
-    """Every ``every_s`` seconds (a random pick in the range), ``act`` on the Redis for ``for_s`` seconds; one act at a time."""
+    """Every ``every_s`` seconds (a random pick in the range), ``act`` for ``for_s`` seconds, one act sharing the lock at
+    a time; counts the acts done (an act answers False when it found nothing to act on)."""
     done: Counter[str] = Counter()
     while time.monotonic() < until:
         await asyncio.sleep(rng.uniform(*every_s))  # the chaos schedule itself, not a synchronisation
         seconds = rng.uniform(*for_s)
         async with one_at_a_time:  # a stall never meets a restart
-            await act(seconds)
+            if not await act(seconds):
+                continue
         done[name] += 1
         done["seconds"] += round(seconds)
     return done
 
 
-def freeze(server: RedisServer) -> Callable[[float], Awaitable[None]]:
+async def stopped(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def freeze(server: RedisServer) -> Callable[[float], Awaitable[bool]]:
     """SIGSTOP: every client's calls hang, leases run out meanwhile."""
-    async def act(seconds: float) -> None:
+    async def act(seconds: float) -> bool:
         assert server.process is not None
-        os.kill(server.process.pid, signal.SIGSTOP)
-        try:
-            await asyncio.sleep(seconds)
-        finally:
-            os.kill(server.process.pid, signal.SIGCONT)
+        await stopped(server.process.pid, seconds)
+        return True
     return act
 
 
-def restart(server: RedisServer) -> Callable[[float], Awaitable[None]]:
+def restart(server: RedisServer) -> Callable[[float], Awaitable[bool]]:
     """SIGKILL, then start again on the append-only file (fsync always: nothing acknowledged is lost)."""
-    async def act(seconds: float) -> None:
+    async def act(seconds: float) -> bool:
         await asyncio.to_thread(server.stop, kill=True)
         await asyncio.sleep(seconds)
         await asyncio.to_thread(server.start)
+        return True
     return act
 
 
-async def pauses(fleet: Fleet, rng: random.Random, until: float) -> Counter[str]:
-    """Now and then SIGSTOP a worker past its lease, then SIGCONT it (a GC pause, a frozen container): its running jobs
-    are taken over and run again while it sleeps, and it wakes up beside the workers that took them."""
-    done: Counter[str] = Counter()
-    while time.monotonic() < until:
-        await asyncio.sleep(rng.uniform(10, 20))  # the chaos schedule itself, not a synchronisation
+def pause(fleet: Fleet, rng: random.Random) -> Callable[[float], Awaitable[bool]]:
+    """SIGSTOP a ready worker past its lease (a GC pause, a frozen container): its running jobs are taken over and run
+    again while it sleeps, and it wakes up beside the workers that took them. The kills spare it meanwhile."""
+    async def act(seconds: float) -> bool:
         ready = [w for w in fleet.workers if " ready: " in w.log_text()]  # one still importing holds no job
         if not ready:
-            continue
-        worker, seconds = rng.choice(ready), rng.uniform(4, 8)
+            return False
+        worker = rng.choice(ready)
         fleet.paused.add(worker.pid)
         try:
-            os.kill(worker.pid, signal.SIGSTOP)
-            await asyncio.sleep(seconds)
+            await stopped(worker.pid, seconds)
         finally:
-            os.kill(worker.pid, signal.SIGCONT)
             fleet.paused.discard(worker.pid)
-        done["pauses"] += 1
-        done["seconds"] += round(seconds)
-    return done
+        return True
+    return act
 
 
 async def drops(redis: Redis, rng: random.Random, until: float) -> Counter[str]:
@@ -434,12 +438,13 @@ async def soak(
         started = time.monotonic()
         until = started + args.seconds
         one_at_a_time = asyncio.Lock()
-        frozen = (redis_chaos("stalls", freeze(server), (15, 35), (1, 7), one_at_a_time, random.Random(args.seed + 2), until)
+        frozen = (chaos_schedule("stalls", freeze(server), (15, 35), (1, 7), one_at_a_time, random.Random(args.seed + 2), until)
                   if server and args.stalls else no_chaos())
         closed = drops(redis, random.Random(args.seed + 3), until) if args.drops else no_chaos()
-        restarted = (redis_chaos("restarts", restart(server), (30, 60), (1, 3), one_at_a_time, random.Random(args.seed + 4), until)
+        restarted = (chaos_schedule("restarts", restart(server), (30, 60), (1, 3), one_at_a_time, random.Random(args.seed + 4), until)
                      if server and args.restarts else no_chaos())
-        paused = pauses(fleet, random.Random(args.seed + 5), until) if args.pauses else no_chaos()
+        paused = (chaos_schedule("pauses", pause(fleet, random.Random(args.seed + 5)), (10, 20), (4, 8), asyncio.Lock(),
+                                 random.Random(args.seed + 6), until) if args.pauses else no_chaos())
         kills, _, *more = await asyncio.gather(
             chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted, paused)
         others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts", "worker pauses"), more)

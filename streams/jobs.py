@@ -29,7 +29,7 @@ from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
-from streams.superseded import ended_elsewhere
+from streams.superseded import runs_ended_elsewhere
 from streams.tally import JobTally
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
@@ -335,13 +335,13 @@ class JobProcessor:
     async def taken_over(self, slots: list[Slot]) -> None:
         """Stop this worker's runs of jobs another worker took over once their outcome can no longer count
         (streams.superseded): the rest of the agent's calls would be paid for nothing."""
-        for slot in [s for s in slots if s in self._running]:
-            c, attempt = self._running[slot].claimed, self._running[slot].attempt
-            why = ended_elsewhere(await self.redis.hmget(self._keys_of[c.stream].job(c.job_id), ["status", "source"]), c.source)
+        runs = [(slot, self._running[slot]) for slot in slots if slot in self._running]
+        whys = await runs_ended_elsewhere(self.redis, [(self._keys_of[r.claimed.stream].job(r.claimed.job_id), r.claimed.source) for _, r in runs])
+        for (slot, run), why in zip(runs, whys, strict=True):
             if why and self._running.pop(slot, None) is not None:
                 self.runtime.abandon(slot)
                 log.warning("job=%s agent=%s attempt=%d stopped: another worker took it over after this one's lease ran out, "
-                            "and %s; this run's result would be fenced off", c.job_id, c.request.agent, attempt, why)
+                            "and %s; this run's result would be fenced off", run.claimed.job_id, run.claimed.request.agent, run.attempt, why)
 
 
 def explicit_id(raw: Mapping[str, str]) -> str | None:

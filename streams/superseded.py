@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis.asyncio import Redis
+
 from streams.envelope import TERMINAL
+
+
+async def runs_ended_elsewhere(redis: Redis, runs: Sequence[tuple[str, str]]) -> list[str | None]:
+    """For each ``(job key, source)`` run, why it can no longer count (:func:`ended_elsewhere`), read in one
+    pipelined round: a stall can leave many runs taken over at once."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key, _ in runs:
+            pipe.hmget(key, ["status", "source"])
+        records = await pipe.execute()
+    return [ended_elsewhere(record, source) for record, (_, source) in zip(records, runs, strict=True)]
 
 
 def ended_elsewhere(record: Sequence[object], source: str) -> str | None:
