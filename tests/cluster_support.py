@@ -26,6 +26,7 @@ NODE_TIMEOUT_MS = 1000
 READY_TIMEOUT_S = 30.0
 PLACE_ATTEMPTS = 3  # a placement that has not agreed within PLACE_AGREE_S is claimed again
 PLACE_AGREE_S = 10.0
+PLACE_STABLE_S = 3.0  # placed slots must still agree this long after they first did (a late gossip can undo a claim)
 BUS_OFFSET = 10000  # each node's cluster bus listens on its port + 10000, so ports stay at or below 55535
 
 
@@ -167,12 +168,41 @@ class LocalCluster:
         for attempt in range(PLACE_ATTEMPTS):
             try:
                 self._wait("placed slots to agree on every node", lambda: not self._disagreeing(wanted), PLACE_AGREE_S)
-                break
+                if self._still_agreeing(wanted, PLACE_STABLE_S):
+                    break
+                raise RuntimeError("a placed slot was undone after every node agreed")
             except RuntimeError:
                 if attempt == PLACE_ATTEMPTS - 1:
                     raise RuntimeError(f"slots still disagree after {PLACE_ATTEMPTS} claims: {self._disagreeing(wanted)}") from None
+                self._wait_epochs_agree()
                 self._claim_again(self._disagreeing(wanted))
         self.wait_ok()
+
+    def _still_agreeing(self, wanted: dict[int, int], seconds: float) -> bool:
+        """Whether every node keeps seeing ``wanted`` for ``seconds`` (gossip sent before a claim can still undo it)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._disagreeing(wanted):
+                return False
+            time.sleep(0.1)
+        return True
+
+    def _wait_epochs_agree(self) -> None:
+        """Every live node has heard of the newest config epoch.
+
+        A node taking a slot it imported bumps its config epoch only if, in its own view, it does not hold the
+        highest one already. With a stale view (the last move's bump not yet gossiped to it) it keeps an epoch
+        lower than another master's, and that master's gossip, sent before it gave the slot up, takes the slot
+        back from it: each node then believes the other owns the slot, for good (seen in 2 of 8 placements).
+        """
+        def agree() -> bool:
+            epochs = set()
+            for port in self.alive_ports():
+                with self.client(port) as c:
+                    epochs.add(_cluster_info(c.execute_command("CLUSTER", "INFO"), "cluster_current_epoch"))
+            return len(epochs) == 1
+
+        self._wait("every node to know the newest config epoch", agree)
 
     def _disagreeing(self, wanted: dict[int, int]) -> dict[int, int]:
         """The slots of ``wanted`` some live node sees elsewhere than their target."""
@@ -213,6 +243,7 @@ class LocalCluster:
         undone by the source (a gossip UPDATE between the two SETSLOTs), and the two then each believe
         the other owns the slot, for good (seen once: a placement timed out).
         """
+        self._wait_epochs_agree()  # the target's bump below must make its epoch the highest
         with self.client(target) as t, self.client(source) as s:
             target_id, source_id = t.execute_command("CLUSTER", "MYID"), s.execute_command("CLUSTER", "MYID")
             t.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
@@ -291,10 +322,15 @@ class LocalCluster:
 
 
 def _cluster_state(reply: object) -> str:
-    """``cluster_state`` from CLUSTER INFO, whether redis-py parsed the reply into a dict or left it text."""
+    """``cluster_state`` from CLUSTER INFO."""
+    return _cluster_info(reply, "cluster_state")
+
+
+def _cluster_info(reply: object, field: str) -> str:
+    """One field of CLUSTER INFO, whether redis-py parsed the reply into a dict or left it text."""
     if isinstance(reply, dict):
-        return str(reply.get("cluster_state", ""))
+        return str(reply.get(field, ""))
     for line in str(reply).splitlines():
-        if line.startswith("cluster_state:"):
+        if line.startswith(f"{field}:"):
             return line.split(":", 1)[1].strip()
     return ""
