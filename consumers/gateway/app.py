@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from consumers.gateway import admin, deadletters, errors, health, jobs, sse, tasks
 from consumers.gateway.auth import authorize
+from consumers.gateway.deadline import AnswerDeadline
 from consumers.gateway.limits import BodyLimit
 from consumers.gateway.metrics import RequestMetrics
 from consumers.gateway.responses import json_response
@@ -76,6 +77,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
         app.add_api_route("/openapi.json", _openapi, include_in_schema=False, dependencies=[Depends(authorize)])
     # Raw ASGI middleware (not BaseHTTPMiddleware): it costs microseconds on the hot path.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AnswerDeadline, seconds=settings.request_timeout_s)  # its 503 passes CORS and the metrics
     if settings.cors_origins:  # browser apps calling the gateway directly
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "traceparent"],

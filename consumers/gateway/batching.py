@@ -46,8 +46,12 @@ class PublishBatcher:
     async def _flush(self, lane: str, state: _Lane) -> None:
         try:
             while state.waiting:
+                # A request answered meanwhile (its deadline passed while Redis stalled) is not published: its caller
+                # was told 503, and a job it never heard of would run, and run again when it sends the request again
+                state.waiting = [item for item in state.waiting if not item[1].done()]
                 batch, state.waiting = state.waiting[: self.max_batch], state.waiting[self.max_batch:]
-                await self._send(lane, batch)
+                if batch:
+                    await self._send(lane, batch)
         finally:
             state.flusher = None
             _settle_error(state.waiting, RuntimeError("gateway shutting down"))  # only non-empty when cancelled

@@ -1,0 +1,95 @@
+"""A bounded answer: a job request the gateway cannot answer within ``seconds`` of its body's last byte
+is answered ``503 redis_unavailable`` with ``Retry-After``.
+
+Redis that stops answering (a paused host, a long fork, a stalled script) is otherwise waited out by the
+client: 15 s per try, sent again twice, so a caller would hear nothing for ~45 s, and every request meanwhile
+held a connection and memory here. The clock starts again at each body chunk, so a slow upload is the client's
+time, not the budget; it stops once the answer has started. Event streams (``/events``) answer for minutes by
+design and the admin routes may move many entries at once: only ``/jobs`` and ``/tasks`` calls are bounded.
+
+One watchdog task looks at the requests in flight every ``TICK_S`` and cancels the late ones (a timer per
+request, as ``asyncio.timeout`` sets, cost ~10 µs of the gateway's ~200 µs a request); it ends when none is
+in flight, so nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from consumers.gateway.errors import error_response
+
+log = logging.getLogger("streamcrew.gateway")
+
+BOUNDED = ("/jobs", "/tasks")
+TICK_S = 0.1
+
+
+def is_bounded(path: str) -> bool:
+    return path.startswith(BOUNDED) and not path.endswith("/events")
+
+
+class _Waiting:
+    """One request in flight: its task, when it is late, and whether the watchdog cancelled it."""
+
+    __slots__ = ("task", "due", "cancelled")
+
+    def __init__(self, task: asyncio.Task[object], due: float) -> None:
+        self.task, self.due, self.cancelled = task, due, False
+
+
+class AnswerDeadline:
+    def __init__(self, app: ASGIApp, *, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+        self._waiting: set[_Waiting] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        if scope["type"] != "http" or task is None or not is_bounded(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(task, loop.time() + self.seconds)
+        self._waiting.add(waiting)
+        if self._watchdog is None:
+            self._watchdog = loop.create_task(self._watch())
+
+        async def receiving() -> Message:
+            message = await receive()
+            waiting.due = loop.time() + self.seconds
+            return message
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self._waiting.discard(waiting)  # answering: the body goes at the client's pace
+            await send(message)
+
+        try:
+            await self.app(scope, receiving, sending)
+        except asyncio.CancelledError:
+            if not waiting.cancelled or task.uncancel() > 0:  # not ours, or cancelled by the server too
+                raise
+            log.warning("%s %s: no answer from Redis within %.1fs; answered 503", scope["method"], scope["path"], self.seconds)
+            await error_response(
+                503, "redis_unavailable",
+                f"the job store (Redis) did not answer within {self.seconds:g}s; retry later (a job sent with an id is safe "
+                "to send again; an id-less one may have been queued)",
+                headers={"Retry-After": "1"})(scope, receive, send)
+        finally:
+            self._waiting.discard(waiting)
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                await asyncio.sleep(TICK_S)
+                now = loop.time()
+                for waiting in [w for w in self._waiting if w.due <= now and not w.cancelled]:
+                    waiting.cancelled = True
+                    waiting.task.cancel()
+        finally:
+            self._watchdog = None

@@ -1,0 +1,54 @@
+"""A Redis that stops answering: job calls are answered 503 within STREAMCREW_REQUEST_TIMEOUT_S, not after the
+client's ~45 s of timeouts and tries, and requests answered 503 while they waited to be published are not
+published later; /healthz (no Redis) answers throughout, and submissions work again once Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+
+from streams.connection import connect
+from streams.embedded import RedisServer
+from streams.keys import Keys
+from tests.consumers.gateway.support import GatewayFactory
+from tests.support import stall_redis
+
+STALL_MS = 4000
+TIMEOUT_S = 1.0
+WAITING = 5
+
+
+async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls(
+    gateways: GatewayFactory, own_redis: RedisServer, prefix: str,
+) -> None:
+    # Given a gateway that waits at most 1 s on Redis for a job call
+    gateway = await gateways.start({"STREAMCREW_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}, redis_url=own_redis.url)
+    redis = connect(own_redis.url)
+    lane = Keys(prefix).lane("normal")
+    try:
+        async with gateway.client() as client:
+            assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "before"})).status_code == 202
+
+            # When Redis stalls for 4 s and callers submit jobs, one publish in flight and the rest queued behind it
+            stall = await stall_redis(own_redis.url, STALL_MS)
+            answers = await asyncio.gather(
+                *(client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"during-{i}"}) for i in range(WAITING)),
+                client.get("/jobs/before"))
+            # Then each is answered 503 redis_unavailable with Retry-After before Redis is back
+            assert not stall.done(), "the answers came only after the stall ended"
+            for answer in answers:
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["code"] == "redis_unavailable"
+                assert answer.headers["retry-after"] == "1"
+            # And /healthz, which needs no Redis, answers meanwhile
+            assert (await client.get("/healthz")).status_code == 200
+            await stall
+
+            # And once Redis is back, only the publish that was already on its way reached the lane: the requests
+            # answered while they waited behind it were dropped, so the lane holds 'before' and at most one more
+            assert 1 <= await redis.xlen(lane) <= 2
+            # And submissions work again: a caller sending its job again with its id gets it once
+            again = [await client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"during-{i}"}) for i in range(WAITING)]
+            assert sorted(a.status_code for a in again) in ([202] * WAITING, [200] + [202] * (WAITING - 1)), [a.text for a in again]
+            assert await redis.xlen(lane) == 1 + WAITING
+    finally:
+        await redis.aclose()
