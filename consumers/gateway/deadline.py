@@ -19,7 +19,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway.errors import error_response
+from consumers.gateway.errors import redis_unavailable
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -74,11 +74,9 @@ class AnswerDeadline:
             if not waiting.cancelled or task.uncancel() > 0:  # not ours, or cancelled by the server too
                 raise
             log.warning("%s %s: no answer from Redis within %.1fs; answered 503", scope["method"], scope["path"], self.seconds)
-            await error_response(
-                503, "redis_unavailable",
+            await redis_unavailable(
                 f"the job store (Redis) did not answer within {self.seconds:g}s; retry later (a job sent with an id is safe "
-                "to send again; an id-less one may have been queued)",
-                headers={"Retry-After": "1"})(scope, receive, send)
+                "to send again; an id-less one may have been queued)")(scope, receive, send)
         finally:
             self._waiting.discard(waiting)
 

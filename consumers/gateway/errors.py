@@ -120,12 +120,15 @@ async def _http_error(_: Request, exc: Exception) -> Response:
     return error_response(status, code, message, headers=exc.headers)
 
 
+def redis_unavailable(message: str) -> Response:
+    """The 503 for a Redis that cannot serve the call now: the client should retry in a second."""
+    return error_response(503, "redis_unavailable", message, headers={"Retry-After": "1"})
+
+
 async def _redis_down(_: Request, exc: Exception) -> Response:
     log.warning("redis unavailable: %s", exc)
-    return error_response(503, "redis_unavailable",
-                          "the job store (Redis) cannot serve this now (unreachable, out of memory, or a cluster failing "
-                          "over or moving this job's partition); retry later",
-                          headers={"Retry-After": "1"})
+    return redis_unavailable("the job store (Redis) cannot serve this now (unreachable, out of memory, or a cluster failing "
+                             "over or moving this job's partition); retry later")
 
 
 async def _cluster_client_error(request: Request, exc: Exception) -> Response:

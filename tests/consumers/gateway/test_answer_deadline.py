@@ -17,6 +17,10 @@ TIMEOUT_S = 1.0
 WAITING = 5
 
 
+def _job(job_id: str) -> dict[str, object]:
+    return {"agent": "echo", "data": {}, "id": job_id}
+
+
 async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls(
     gateways: GatewayFactory, own_redis: RedisServer, prefix: str,
 ) -> None:
@@ -27,14 +31,14 @@ async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls
     lane = Keys(prefix).lane("normal")
     try:
         async with gateway.client() as client:
-            assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "before"})).status_code == 202
+            assert (await client.post("/jobs", json=_job("before"))).status_code == 202
 
             # When Redis stalls and a caller submits a job (its publish goes out and gets no reply), and once that
             # one is answered, more callers submit jobs (queued behind the publish in flight) and ask for a job
             stall = await stall_redis(own_redis.url, STALL_MS)
-            in_flight = await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "during-0"})
+            in_flight = await client.post("/jobs", json=_job("during-0"))
             queued = await asyncio.gather(
-                *(client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"during-{i}"}) for i in range(1, WAITING)),
+                *(client.post("/jobs", json=_job(f"during-{i}")) for i in range(1, WAITING)),
                 client.get("/jobs/before"))
             # Then each is answered 503 redis_unavailable with Retry-After before Redis is back
             assert not stall.done(), "the answers came only after the stall ended"
@@ -49,7 +53,7 @@ async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls
             # And once Redis is back, the publish that was on its way has queued its job (Redis ran it), and the
             # requests answered while they waited behind it were not published: their callers were told 503
             await wait_until(lambda: redis.exists(Keys(prefix).job("during-0")), timeout=10, what="the job in flight")
-            again = [await client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"during-{i}"}) for i in range(WAITING)]
+            again = [await client.post("/jobs", json=_job(f"during-{i}")) for i in range(WAITING)]
             # And callers sending their jobs again with their ids get each once: the one in flight exists (200)
             assert [a.status_code for a in again] == [200] + [202] * (WAITING - 1), [a.text for a in again]
             assert await redis.xlen(lane) == 1 + WAITING
