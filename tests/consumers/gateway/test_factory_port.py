@@ -1,0 +1,48 @@
+"""The tests' gateway factory talks to its own gateway: a port another process bound first (tests run in
+parallel) is given up for another, not mistaken for the gateway because something there answers /healthz."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from streams.embedded import free_port
+from tests.consumers.gateway import support
+from tests.consumers.gateway.support import GatewayFactory
+
+
+class _AnswersEverything(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """Another process's HTTP server on a loopback port, answering 200 to any GET."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersEverything)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_port_taken_before_the_gateway_binds_it_is_given_up(
+    gateways: GatewayFactory, squatter: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a first port drawn that another server holds (and answers /healthz on)
+    drawn = iter([squatter])
+    monkeypatch.setattr(support, "free_port", lambda: next(drawn, None) or free_port())
+    # When the factory starts a gateway
+    gateway = await gateways.start()
+    # Then it serves on another port, and it is the gateway that answers there
+    assert gateway.port != squatter
+    async with gateway.client() as client:
+        assert (await client.get("/jobs/nothing-here")).json()["error"]["code"] == "job_not_found"
