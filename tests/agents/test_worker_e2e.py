@@ -24,6 +24,7 @@ from consumers.processes import Child, streamcrew_cmd
 from streams.embedded import free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
+from tests.squatter import SQUATTER_BODY
 from tests.support import WorkerFactory, results, wait_results, wait_serving, wait_until
 
 MODEL = "deepseek-v3.2"
@@ -69,6 +70,9 @@ def _assert_no_secret_in(child: Child, *secrets: str) -> None:
         assert secret not in log, "an API key appears in the worker's log"
 
 
+PORT_ATTEMPTS = 3
+
+
 class MockProcess:
     """``streamcrew mock-llm`` on a fixed free port, restartable with other options."""
 
@@ -77,18 +81,30 @@ class MockProcess:
         self.log_dir = log_dir
         self.child: Child | None = None
         self.starts = 0
+        self.bound_once = False  # from then on the port is fixed: workers point at it
 
     @property
     def openai_base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self, *args: str) -> None:
-        self.starts += 1
-        self.child = Child(streamcrew_cmd("mock-llm", "--port", str(self.port), *args), log_path=self.log_dir / f"mock-llm-{self.starts}.log")
-
-        await wait_serving(self.child, f"http://127.0.0.1:{self.port}/healthz", timeout=20, what="mock-llm to answer /healthz")
-        # It says where it listens, as the value the workers' setting takes
-        assert f"STREAMCREW_LLM_BASE_URL={self.openai_base_url}" in self.child.log_text(), self.child.log_text()
+        """Start it; on its first start another port is drawn when another process took the drawn one first (tests
+        run in parallel), since a /healthz answer alone could come from that process."""
+        for _ in range(PORT_ATTEMPTS):
+            self.starts += 1
+            child = self.child = Child(streamcrew_cmd("mock-llm", "--port", str(self.port), *args),
+                                       log_path=self.log_dir / f"mock-llm-{self.starts}.log")
+            bound = f"STREAMCREW_LLM_BASE_URL={self.openai_base_url}"  # it says where it listens (once it holds the port), as the workers' setting
+            await wait_until(lambda: bound in child.log_text() or not child.alive(), timeout=20, what="mock-llm to bind its port")
+            if bound in child.log_text():
+                break
+            if self.bound_once or "address already in use" not in child.log_text().lower():
+                raise AssertionError(f"mock-llm exited:\n{child.log_text()[-3000:]}")
+            self.port = free_port()
+        else:
+            raise AssertionError(f"mock-llm found no free port in {PORT_ATTEMPTS} draws")
+        self.bound_once = True
+        await wait_serving(child, f"http://127.0.0.1:{self.port}/healthz", timeout=20, what="mock-llm to answer /healthz")
 
     def stop(self) -> None:
         if self.child is not None:
@@ -121,9 +137,8 @@ async def test_every_llm_agent_completes_through_a_real_worker_with_usage_cost_a
     # Given streamcrew mock-llm in its own process and a worker pointed at it with two keys
     await mock_process.start()
     k1, k2 = _secret("one"), _secret("two")
-    metrics_port = free_port()
-    worker = workers.start("--concurrency", "50", "--llm-base-url", mock_process.openai_base_url,
-                           "--llm-api-keys", f"{k1},{k2}", "--metrics-port", str(metrics_port))
+    worker, metrics_port = workers.start_serving_metrics("--concurrency", "50", "--llm-base-url", mock_process.openai_base_url,
+                                                         "--llm-api-keys", f"{k1},{k2}")
 
     # When each LLM agent gets a request, on different lanes
     for job_id, agent, lane, data, _ in JOBS:
@@ -180,9 +195,8 @@ async def test_429s_rotate_keys_and_every_job_still_completes(redis, keys: Keys,
     k1, k2 = _secret("one"), _secret("two")
     async with running_mock_llm(MockOptions(key_rps=4.0)) as mock:
         assert mock.app is not None
-        metrics_port = free_port()
-        worker = workers.start("--concurrency", "50", "--llm-base-url", mock.openai_base_url, "--metrics-port", str(metrics_port),
-                               "--log-level", "debug", env={"STREAMCREW_LLM_API_KEYS": f"{k1},{k2}"})
+        worker, metrics_port = workers.start_serving_metrics("--concurrency", "50", "--llm-base-url", mock.openai_base_url,
+                                                             "--log-level", "debug", env={"STREAMCREW_LLM_API_KEYS": f"{k1},{k2}"})
         # When 24 ask jobs arrive at once, three times what both keys allow in a second
         n = 24
         await producer.publish_many([JobRequest(agent="ask", data={"prompt": f"question {i}"}, id=f"rot-{i}") for i in range(n)])
@@ -211,10 +225,9 @@ async def test_when_every_key_is_rate_limited_jobs_are_retried_not_lost(
     # Given a mock that answers every request 429, and a worker whose LLM calls give up after 3 tries
     await mock_process.start("--rate-limit", "1.0", "--retry-after", "0.2")
     k1, k2 = _secret("one"), _secret("two")
-    metrics_port = free_port()
-    worker = workers.start("--concurrency", "10", "--llm-base-url", mock_process.openai_base_url, "--llm-api-keys", f"{k1},{k2}",
-                           "--metrics-port", str(metrics_port), "--log-level", "debug",
-                           env={"STREAMCREW_LLM_MAX_RETRIES": "2"})
+    worker, metrics_port = workers.start_serving_metrics("--concurrency", "10", "--llm-base-url", mock_process.openai_base_url,
+                                                         "--llm-api-keys", f"{k1},{k2}", "--log-level", "debug",
+                                                         env={"STREAMCREW_LLM_MAX_RETRIES": "2"})
 
     # When a job with a budget of 2 attempts and one with 30 arrive
     await producer.publish("ask", {"prompt": "short budget"}, id="hard-2", max_attempts=2)
@@ -282,3 +295,19 @@ async def test_an_unreachable_llm_endpoint_is_named_in_the_job_error_without_cre
     for secret in (key, "hunter2"):
         assert secret not in (event.error or "")
     _assert_no_secret_in(worker, key, "hunter2")
+
+
+async def test_a_mock_llm_port_taken_before_it_binds_it_is_given_up(tmp_path: Path, squatter: int) -> None:
+    # Given a mock-llm process whose drawn port another server holds (and answers /healthz on)
+    mock = MockProcess(tmp_path)
+    mock.port = squatter
+    try:
+        # When the test starts it
+        await mock.start()
+        # Then it serves on another port, and it is the mock that answers there
+        assert mock.port != squatter
+        assert "address already in use" in (tmp_path / "mock-llm-1.log").read_text().lower()
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"http://127.0.0.1:{mock.port}/healthz")).content != SQUATTER_BODY
+    finally:
+        mock.stop()

@@ -6,6 +6,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import tests.support
 from streams.embedded import free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
@@ -22,8 +23,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 async def test_metrics_match_the_jobs_run(redis, keys: Keys, producer, workers) -> None:
     # Given a worker exporting metrics, and 30 good, 5 flaky (one retry), 2 hopeless and 3 malformed jobs
-    port = free_port()
-    workers.start("--concurrency", "20", "--metrics-port", str(port))
+    _, port = workers.start_serving_metrics("--concurrency", "20")
     await producer.publish_many([JobRequest(agent="echo", data={"i": i}) for i in range(30)], priority="high")
     await producer.publish_many([JobRequest(agent="echo", data={"fail_first": 1}, id=f"flaky-{i}") for i in range(5)])
     await producer.publish_many([JobRequest(agent="echo", data={"fail_first": 9}, id=f"dead-{i}", max_attempts=2) for i in range(2)], priority="low")
@@ -73,11 +73,10 @@ def _listening(port: int) -> set[str]:
 @pytest.mark.parametrize("how", ["env", "flag"])
 async def test_metrics_can_listen_on_loopback_only(workers, how: str) -> None:
     # Given a worker told to serve /metrics on 127.0.0.1 (by the variable or the flag)
-    port = free_port()
     if how == "env":
-        child = workers.start("--metrics-port", str(port), env={"STREAMCREW_METRICS_HOST": "127.0.0.1"})
+        child, port = workers.start_serving_metrics(env={"STREAMCREW_METRICS_HOST": "127.0.0.1"})
     else:
-        child = workers.start("--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+        child, port = workers.start_serving_metrics("--metrics-host", "127.0.0.1")
     await wait_until(lambda: bool(_listening(port)), timeout=10, what=f"a listener on port {port}")
     # Then it listens there only (not on 0.0.0.0, the default), serves, and says where
     assert _listening(port) == {"127.0.0.1"}
@@ -87,7 +86,23 @@ async def test_metrics_can_listen_on_loopback_only(workers, how: str) -> None:
 
 
 async def test_metrics_listen_on_every_address_by_default(workers) -> None:
-    port = free_port()
-    workers.start("--metrics-port", str(port))
+    _, port = workers.start_serving_metrics()
     await wait_until(lambda: bool(_listening(port)), timeout=10, what=f"a listener on port {port}")
     assert _listening(port) == {"0.0.0.0"}
+
+
+async def test_a_metrics_port_taken_before_the_worker_binds_it_is_given_up(
+    workers, squatter: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a first port drawn that another server holds (the worker cannot listen there and runs on without /metrics)
+    drawn = iter([squatter])
+    monkeypatch.setattr(tests.support, "free_port", lambda: next(drawn, None) or free_port())
+    # When a test starts a worker serving metrics
+    child, port = workers.start_serving_metrics()
+    # Then the first worker said so and was stopped, and the port returned is the second worker's own /metrics
+    assert port != squatter
+    first, second = workers.children
+    assert f"cannot listen on port {squatter} " in first.log_text() and not first.alive()
+    assert child is second
+    async with httpx.AsyncClient() as client:
+        assert "# HELP streamcrew_jobs_total" in (await client.get(f"http://127.0.0.1:{port}/metrics")).text

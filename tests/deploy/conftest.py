@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from streams.embedded import free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from tests.deploy.support import binary
@@ -40,8 +39,7 @@ class MetricsWorker:
 @pytest.fixture
 async def metrics_worker(redis, keys: Keys, producer, workers: WorkerFactory) -> MetricsWorker:
     """A running ``streamcrew worker`` with /metrics on a free port, after 12 completed jobs, 1 failed, 1 rejected."""
-    port = free_port()
-    workers.start("--concurrency", "8", "--metrics-port", str(port))
+    _, port = workers.start_serving_metrics("--concurrency", "8")
     await producer.publish_many([JobRequest(agent="echo", data={"i": i}) for i in range(JOBS)], priority="high")
     await producer.publish("echo", {"fail_first": 9}, id="hopeless", max_attempts=1, priority="low")
     await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "not json", "id": "malformed"})

@@ -2,19 +2,17 @@
 
 import httpx
 
-from streams.embedded import free_port
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.workflow import Workflow
 from tests.consumers.test_metrics import _samples
 from tests.support import WorkerFactory, wait_until
-from tests.workflows.support import start_workers, wait_event
+from tests.workflows.support import wait_event
 
 
 async def test_workflow_metrics_count_each_ending(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given a worker exporting metrics, and 2 workflows that complete, 1 that fails, 1 that expires and 1 that is invalid
-    port = free_port()
-    start_workers(workers, 1, "--concurrency", "8", "--metrics-port", str(port))
+    _, port = workers.start_serving_metrics("--concurrency", "8")
     for i in range(2):
         ok = Workflow(f"ok-{i}")
         ok.step("a", "echo", {})

@@ -3,35 +3,11 @@ parallel) is given up for another, not mistaken for the gateway because somethin
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from streams.embedded import free_port
 from tests.consumers.gateway import support
 from tests.consumers.gateway.support import GatewayFactory
-
-
-class _AnswersEverything(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def squatter() -> Iterator[int]:
-    """Another process's HTTP server on a loopback port, answering 200 to any GET."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersEverything)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield int(server.server_address[1])
-    server.shutdown()
-    server.server_close()
 
 
 async def test_a_port_taken_before_the_gateway_binds_it_is_given_up(

@@ -7,12 +7,11 @@ import orjson
 from redis.asyncio import Redis
 
 from consumers.notifier.dead import list_webhook_dead
-from streams.embedded import free_port
 from streams.envelope import Status
 from streams.keys import Keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, pending
 from tests.consumers.notifier.receiver import Receiver, Reply
-from tests.support import wait_until
+from tests.support import start_serving_metrics, wait_until
 
 
 def ids(receiver: Receiver, path: str) -> set[str]:
@@ -101,8 +100,7 @@ async def test_private_targets_are_refused_never_contacted_and_dead_lettered(
     redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
 ) -> None:
     # Given a notifier without --allow-private, and metrics on
-    port = free_port()
-    notifiers.start("--lease", "2", "--metrics-port", str(port), allow_private=False)
+    _, port = start_serving_metrics(lambda p: notifiers.start("--lease", "2", "--metrics-port", str(p), allow_private=False))
     urls = {
         "loopback": receiver.url("/a"),
         "private": f"http://10.0.0.1:{receiver.port}/b",
