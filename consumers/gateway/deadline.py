@@ -4,8 +4,11 @@ is answered ``503 redis_unavailable`` with ``Retry-After``.
 Redis that stops answering (a paused host, a long fork, a stalled script) is otherwise waited out by the
 client: 15 s per try, sent again twice, so a caller would hear nothing for ~45 s, and every request meanwhile
 held a connection and memory here. The clock starts again at each body chunk, so a slow upload is the client's
-time, not the budget; it stops once the answer has started. Event streams (``/events``) answer for minutes by
-design and the admin routes may move many entries at once: only ``/jobs`` and ``/tasks`` calls are bounded.
+time, not the budget; it stops once the answer has started. Bounded: ``/jobs`` and ``/tasks`` calls, and the
+admin routes' reads (``GET /queue/stats``, ``/dead``, ``/webhooks/dead``: cutting a read off changes nothing).
+Not bounded: event streams (``/events``, which answer for minutes by design) and the admin routes that replay
+or purge (they may move many entries in one call, and one cut off half-way would leave the operator unsure what
+was moved).
 
 One watchdog task looks at the requests in flight every ``TICK_S`` and cancels the late ones (a timer per
 request, as ``asyncio.timeout`` sets, cost ~10 µs of the gateway's ~200 µs a request); it ends when none is
@@ -24,11 +27,22 @@ from consumers.gateway.errors import redis_unavailable
 log = logging.getLogger("streamcrew.gateway")
 
 BOUNDED = ("/jobs", "/tasks")
+BOUNDED_READS = ("/queue/stats", "/dead", "/webhooks/dead")
+READS = ("GET", "HEAD")
 TICK_S = 0.1
 
 
-def is_bounded(path: str) -> bool:
-    return path.startswith(BOUNDED) and not path.endswith("/events")
+def is_bounded(method: str, path: str) -> bool:
+    if path.endswith("/events"):
+        return False
+    return path.startswith(BOUNDED) or (method in READS and path.startswith(BOUNDED_READS))
+
+
+def late_message(method: str, seconds: float) -> str:
+    said = f"the job store (Redis) did not answer within {seconds:g}s; retry later"
+    if method in READS:
+        return said
+    return f"{said} (a job sent with an id is safe to send again; an id-less one may have been queued)"
 
 
 class _Waiting:
@@ -49,7 +63,7 @@ class AnswerDeadline:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
-        if scope["type"] != "http" or task is None or not is_bounded(scope["path"]):
+        if scope["type"] != "http" or task is None or not is_bounded(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
@@ -74,9 +88,7 @@ class AnswerDeadline:
             if not waiting.cancelled or task.uncancel() > 0:  # not ours, or cancelled by the server too
                 raise
             log.warning("%s %s: no answer from Redis within %.1fs; answered 503", scope["method"], scope["path"], self.seconds)
-            await redis_unavailable(
-                f"the job store (Redis) did not answer within {self.seconds:g}s; retry later (a job sent with an id is safe "
-                "to send again; an id-less one may have been queued)")(scope, receive, send)
+            await redis_unavailable(late_message(scope["method"], self.seconds))(scope, receive, send)
         finally:
             self._waiting.discard(waiting)
 

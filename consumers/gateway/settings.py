@@ -46,7 +46,7 @@ class GatewaySettings(StreamSettings):
     sse_max_s: float = Field(default=300.0, gt=0, description="an event stream closes after this long; clients resume with Last-Event-ID")
     ready_timeout_s: float = Field(default=1.0, gt=0, description="seconds /readyz waits for Redis to answer PING")
     request_timeout_s: float = Field(
-        default=5.0, gt=0, description="seconds a /jobs or /tasks call may wait on Redis after its body arrived; then 503",
+        default=5.0, gt=0, description="seconds a /jobs or /tasks call or an admin read may wait on Redis after its body arrived; then 503",
     )
     access_log: bool = Field(default=False, description="log one line per HTTP request")
     log_level: str = Field(default="info", description="debug, info, warning or error")

@@ -1,4 +1,4 @@
-"""A Redis that stops answering: job calls are answered 503 within STREAMCREW_REQUEST_TIMEOUT_S, not after the
+"""A Redis that stops answering: job calls and admin reads are answered 503 within STREAMCREW_REQUEST_TIMEOUT_S, not after the
 client's ~45 s of timeouts and tries, and requests answered 503 while they waited to be published are not
 published later; /healthz (no Redis) answers throughout, and submissions work again once Redis is back."""
 
@@ -34,18 +34,22 @@ async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls
             assert (await client.post("/jobs", json=_job("before"))).status_code == 202
 
             # When Redis stalls and a caller submits a job (its publish goes out and gets no reply), and once that
-            # one is answered, more callers submit jobs (queued behind the publish in flight) and ask for a job
+            # one is answered, more callers submit jobs (queued behind the publish in flight) and ask for a job,
+            # and an operator reads the queue's figures and dead letters
             stall = await stall_redis(own_redis.url, STALL_MS)
             in_flight = await client.post("/jobs", json=_job("during-0"))
-            queued = await asyncio.gather(
+            *queued, read_job, stats, dead, webhooks_dead = await asyncio.gather(
                 *(client.post("/jobs", json=_job(f"during-{i}")) for i in range(1, WAITING)),
-                client.get("/jobs/before"))
+                client.get("/jobs/before"), client.get("/queue/stats"), client.get("/dead"), client.get("/webhooks/dead"))
             # Then each is answered 503 redis_unavailable with Retry-After before Redis is back
             assert not stall.done(), "the answers came only after the stall ended"
-            for answer in [in_flight, *queued]:
+            for answer in [in_flight, *queued, read_job, stats, dead, webhooks_dead]:
                 assert answer.status_code == 503, answer.text
                 assert answer.json()["error"]["code"] == "redis_unavailable"
                 assert answer.headers["retry-after"] == "1"
+            # (a read is told to retry, not about sending jobs again)
+            assert "id-less" in in_flight.json()["error"]["message"]
+            assert "id-less" not in stats.json()["error"]["message"]
             # And /healthz, which needs no Redis, answers meanwhile
             assert (await client.get("/healthz")).status_code == 200
             await stall
