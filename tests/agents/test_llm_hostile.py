@@ -14,7 +14,6 @@ import pytest
 
 from agents.llm import LLMClient, LLMRequestError, LLMSettings, LLMUnavailable
 from agents.usage import UsageLedger
-from streams.embedded import free_port
 from tests.hostile import Start, response, started_peers
 
 E = TypeVar("E", bound=BaseException)
@@ -90,9 +89,9 @@ async def test_a_hostile_retry_after_never_benches_the_key_beyond_the_cap(peer: 
     assert time.monotonic() - started < 3.0
 
 
-async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials(caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials(caplog: pytest.LogCaptureFixture, refusing_port: int) -> None:
     # Given an endpoint URL with credentials, where nothing listens
-    port = free_port()
+    port = refusing_port
     client = client_for(f"http://alice:hunter2@127.0.0.1:{port}", max_retries=1)
     caplog.set_level(logging.DEBUG)
     # When a call is made

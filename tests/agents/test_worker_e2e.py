@@ -281,10 +281,10 @@ async def test_requests_without_an_id_on_two_lanes_in_the_same_millisecond_each_
 
 
 async def test_an_unreachable_llm_endpoint_is_named_in_the_job_error_without_credentials(
-    redis, keys: Keys, producer, workers: WorkerFactory  # type: ignore[no-untyped-def]
+    redis, keys: Keys, producer, workers: WorkerFactory, refusing_port: int,  # type: ignore[no-untyped-def]
 ) -> None:
     # Given a worker whose LLM endpoint (with credentials in its URL) has nothing listening
-    port, key = free_port(), _secret("down")
+    port, key = refusing_port, _secret("down")
     worker = workers.start("--concurrency", "5", "--llm-base-url", f"http://ops:hunter2@127.0.0.1:{port}/v1",
                            "--llm-api-keys", key, env={"STREAMCREW_LLM_MAX_RETRIES": "1", "STREAMCREW_LLM_BACKOFF_S": "0.01"})
     # When an ask job with one attempt runs

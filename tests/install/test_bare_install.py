@@ -85,7 +85,8 @@ async def test_bare_install_serves_mock_llm(bare_venv: Path, tmp_path: Path) -> 
     mock = Child([str(bare_venv / "bin" / "streamcrew"), "mock-llm", "--port", str(port)], log_path=tmp_path / "mock.log",
                  cwd=tmp_path, repo_on_path=False)
     try:
-        # Then it serves (it asks uvicorn for httptools: a base dependency)
+        # Then it serves (it asks uvicorn for httptools: a base dependency), and it is what answers: it holds the port
+        wait_for_log(mock, f"STREAMCREW_LLM_BASE_URL=http://127.0.0.1:{port}/v1", timeout=30)
         await wait_serving(mock, f"http://127.0.0.1:{port}/healthz", timeout=30, what="the bare install's mock-llm to answer /healthz")
     finally:
         mock.stop()

@@ -9,7 +9,6 @@ from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
 from consumers.notifier.dead import list_webhook_dead
-from streams.embedded import free_port
 from streams.keys import Keys, partition_keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, pending
 from tests.consumers.notifier.receiver import Receiver, Reply
@@ -33,10 +32,10 @@ async def all_acked(redis: Redis, keys: Keys) -> bool:
 
 
 async def test_every_partition_is_delivered_once_signed_and_settled_in_its_own_partition(
-    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver, refusing_port: int,
 ) -> None:
     parts = partition_keys(keys, PARTITIONS)
-    down = f"http://127.0.0.1:{free_port()}/down"
+    down = f"http://127.0.0.1:{refusing_port}/down"
     # Given results in each of 4 partitions: 25 to one endpoint, one to a flaky endpoint, one to an endpoint that is down
     for p, part in enumerate(parts):
         for n in range(25):

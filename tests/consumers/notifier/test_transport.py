@@ -95,11 +95,9 @@ async def test_a_silent_endpoint_times_out_and_is_retried(serve: Start) -> None:
     assert attempt.kind is Kind.RETRY and attempt.error.startswith("timeout after 0.5s")
 
 
-async def test_nothing_listening_is_a_connect_error() -> None:
-    from streams.embedded import free_port
-
+async def test_nothing_listening_is_a_connect_error(refusing_port: int) -> None:
     d = deliverer()
-    port = free_port()
+    port = refusing_port
     try:
         attempt = await d.deliver(f"http://user:pw@127.0.0.1:{port}/x?token=q", "job-c", b"{}")
     finally:
