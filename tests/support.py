@@ -23,7 +23,8 @@ from consumers.processes import Child, streamcrew_cmd
 from streams.connection import _client_options
 from streams.embedded import RedisServer, free_port
 
-METRICS_PORT_ATTEMPTS = 3
+PORT_ATTEMPTS = 3
+PORT_TAKEN = "address already in use"  # what the OS error says, in any process's log
 
 
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
@@ -65,21 +66,41 @@ def wait_for_log(child: Child, text: str, *, timeout: float = 90.0) -> None:
         time.sleep(0.02)
 
 
-def start_serving_metrics(start: Callable[[int], Child]) -> tuple[Child, int]:
-    """``start(port)`` starts a process (and waits for its ready line) with ``--metrics-port port``, a port drawn here.
+def start_on_drawn_port(
+    start: Callable[[int], Child], holds: Callable[[int], str], *, what: str, timeout: float = 90.0,
+    draw: Callable[[], int] = lambda: free_port(), attempts: int = PORT_ATTEMPTS,
+) -> tuple[Child, int]:
+    """``start(port)`` starts a process on a port drawn here; it is returned once its own log shows ``holds(port)``,
+    a line it writes once it holds the socket.
 
-    Tests run in parallel: another process can bind the drawn port before this one does, and a process that
-    cannot listen runs on without /metrics, so a scrape would read the other's. The process's own log must say
-    it listens there (serve_metrics logs it before the ready line), or it is stopped and another port drawn.
+    Tests run in parallel: another process can bind a drawn port before this one does, and whatever answers
+    there then is that process (a test once asked another test's gateway for its job). A process whose log says
+    the port was taken (it exits, or runs on without /metrics) is stopped and another port drawn.
     """
-    for _ in range(METRICS_PORT_ATTEMPTS):
-        port = free_port()
-        child = start(port)
-        if f":{port}/metrics" in child.log_text():
-            return child, port
-        assert f"cannot listen on port {port} " in child.log_text(), f"no metrics line for port {port}:\n{child.log_text()[-3000:]}"
+    for _ in range(attempts):
+        port = draw()
+        child, line = start(port), holds(port)
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = child.alive()  # before the log: a process found exited has written all of it
+            log = child.log_text()
+            if line in log:
+                return child, port
+            if PORT_TAKEN in log.lower():
+                break
+            if not alive:
+                raise AssertionError(f"{what} exited with {child.process.returncode}:\n{log[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what} to hold port {port}:\n{log[-3000:]}")
+            time.sleep(0.02)
         child.kill()
-    raise AssertionError(f"no free metrics port in {METRICS_PORT_ATTEMPTS} draws")
+    raise AssertionError(f"{what}: every port drawn was taken ({attempts} draws)")
+
+
+def start_serving_metrics(start: Callable[[int], Child]) -> tuple[Child, int]:
+    """``start(port)`` starts a process with ``--metrics-port port``; returned once it serves /metrics there
+    (serve_metrics logs it before the ready line; a process that cannot listen runs on without /metrics)."""
+    return start_on_drawn_port(start, lambda port: f":{port}/metrics", what="/metrics")
 
 
 class WorkerFactory:

@@ -25,7 +25,7 @@ from streams.embedded import free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from tests.squatter import SQUATTER_BODY
-from tests.support import WorkerFactory, results, wait_results, wait_serving, wait_until
+from tests.support import PORT_ATTEMPTS, WorkerFactory, results, start_on_drawn_port, wait_results, wait_serving, wait_until
 
 MODEL = "deepseek-v3.2"
 PRICE_PER_M = (0.42, 0.42)  # USD per million prompt / completion tokens (the seed price table)
@@ -70,9 +70,6 @@ def _assert_no_secret_in(child: Child, *secrets: str) -> None:
         assert secret not in log, "an API key appears in the worker's log"
 
 
-PORT_ATTEMPTS = 3
-
-
 class MockProcess:
     """``streamcrew mock-llm`` on a fixed free port, restartable with other options."""
 
@@ -88,23 +85,20 @@ class MockProcess:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self, *args: str) -> None:
-        """Start it; on its first start another port is drawn when another process took the drawn one first (tests
-        run in parallel), since a /healthz answer alone could come from that process."""
-        for _ in range(PORT_ATTEMPTS):
+        """Start it; on its first start another port is drawn when another process took this one first (see
+        :func:`tests.support.start_on_drawn_port`); after that the port is fixed: workers point at it."""
+        def start(port: int) -> Child:
             self.starts += 1
-            child = self.child = Child(streamcrew_cmd("mock-llm", "--port", str(self.port), *args),
-                                       log_path=self.log_dir / f"mock-llm-{self.starts}.log")
-            bound = f"STREAMCREW_LLM_BASE_URL={self.openai_base_url}"  # it says where it listens (once it holds the port), as the workers' setting
-            await wait_until(lambda: bound in child.log_text() or not child.alive(), timeout=20, what="mock-llm to bind its port")
-            if bound in child.log_text():
-                break
-            if self.bound_once or "address already in use" not in child.log_text().lower():
-                raise AssertionError(f"mock-llm exited:\n{child.log_text()[-3000:]}")
-            self.port = free_port()
-        else:
-            raise AssertionError(f"mock-llm found no free port in {PORT_ATTEMPTS} draws")
+            self.port = port
+            return Child(streamcrew_cmd("mock-llm", "--port", str(port), *args), log_path=self.log_dir / f"mock-llm-{self.starts}.log")
+
+        ports = iter([self.port])
+        self.child, _ = start_on_drawn_port(
+            # it says where it listens (once it holds the port), as the value the workers' setting takes
+            start, lambda port: f"STREAMCREW_LLM_BASE_URL=http://127.0.0.1:{port}/v1", what="mock-llm", timeout=20,
+            draw=lambda: next(ports, None) or free_port(), attempts=1 if self.bound_once else PORT_ATTEMPTS)
         self.bound_once = True
-        await wait_serving(child, f"http://127.0.0.1:{self.port}/healthz", timeout=20, what="mock-llm to answer /healthz")
+        await wait_serving(self.child, f"http://127.0.0.1:{self.port}/healthz", timeout=20, what="mock-llm to answer /healthz")
 
     def stop(self) -> None:
         if self.child is not None:

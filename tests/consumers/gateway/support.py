@@ -11,10 +11,8 @@ import httpx
 
 from consumers import cli
 from consumers.processes import Child, streamcrew_cmd
-from streams.embedded import free_port
-from tests.support import wait_until
+from tests.support import start_on_drawn_port, wait_until
 
-PORT_ATTEMPTS = 3
 
 
 def gateway_cmd(*args: str) -> list[str]:
@@ -45,35 +43,23 @@ class GatewayFactory:
         self.gateways: list[Gateway] = []
 
     async def start(self, env: dict[str, str] | None = None, *, redis_url: str | None = None) -> Gateway:
-        for _ in range(PORT_ATTEMPTS):
-            if (gateway := await self._start(env, redis_url)) is not None:
-                return gateway
-        raise AssertionError(f"no free port for a gateway in {PORT_ATTEMPTS} tries")
-
-    async def _start(self, env: dict[str, str] | None, redis_url: str | None) -> Gateway | None:
-        """A gateway serving on a free port, or None when another process took that port first.
-
-        The port is free when drawn, not when the gateway binds it seconds later: with tests in parallel,
-        another process can bind it meanwhile, and a /healthz check alone then reads that process's answer
-        (a test then asked another test's gateway for its job: 404). So the gateway's own "Uvicorn running
-        on" line must be in its log first: uvicorn writes it once it holds the socket.
-        """
-        port = free_port()
+        """A gateway serving on a port of its own (see :func:`tests.support.start_on_drawn_port`: uvicorn writes
+        "Uvicorn running on" once it holds the socket), once it answers /healthz."""
         base = {"STREAMCREW_REDIS_URL": redis_url or self.redis_url, "STREAMCREW_PREFIX": self.prefix,
                 "STREAMCREW_SSE_POLL_S": "0.02", "STREAMCREW_SSE_POLL_MAX_S": "0.1"}
-        log_path = self.log_dir / f"gateway-{len(self.gateways)}.log"
-        child = Child(gateway_cmd("--host", "127.0.0.1", "--port", str(port)), env={**base, **(env or {})}, log_path=log_path)
-        gateway = Gateway(child, port)
-        self.gateways.append(gateway)
-        bound = f"Uvicorn running on http://127.0.0.1:{port} "
+
+        def start(port: int) -> Child:
+            log_path = self.log_dir / f"gateway-{len(self.gateways)}.log"
+            child = Child(gateway_cmd("--host", "127.0.0.1", "--port", str(port)), env={**base, **(env or {})}, log_path=log_path)
+            self.gateways.append(Gateway(child, port))
+            return child
+
+        child, port = start_on_drawn_port(start, lambda port: f"Uvicorn running on http://127.0.0.1:{port} ", what="the gateway",
+                                          timeout=20)
+        gateway = self.gateways[-1]
 
         async def answers() -> bool:
-            if not child.alive():
-                if "address already in use" in child.log_text():
-                    return True  # another process took the port: try another
-                raise AssertionError(f"gateway exited:\n{child.log_text()[-3000:]}")
-            if bound not in child.log_text():
-                return False
+            assert child.alive(), f"gateway exited:\n{child.log_text()[-3000:]}"
             try:
                 async with gateway.client() as c:
                     return (await c.get("/healthz")).status_code == 200
@@ -81,7 +67,7 @@ class GatewayFactory:
                 return False
 
         await wait_until(answers, timeout=20, what=f"the gateway on port {port} to answer /healthz")
-        return gateway if child.alive() else None
+        return gateway
 
     def close(self) -> None:
         for gateway in self.gateways:

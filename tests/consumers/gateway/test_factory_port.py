@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+import tests.support
 from streams.embedded import free_port
-from tests.consumers.gateway import support
 from tests.consumers.gateway.support import GatewayFactory
 
 
@@ -15,7 +15,7 @@ async def test_a_port_taken_before_the_gateway_binds_it_is_given_up(
 ) -> None:
     # Given a first port drawn that another server holds (and answers /healthz on)
     drawn = iter([squatter])
-    monkeypatch.setattr(support, "free_port", lambda: next(drawn, None) or free_port())
+    monkeypatch.setattr(tests.support, "free_port", lambda: next(drawn, None) or free_port())
     # When the factory starts a gateway
     gateway = await gateways.start()
     # Then it serves on another port, and it is the gateway that answers there
