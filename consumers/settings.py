@@ -40,6 +40,12 @@ class WorkerSettings(ServesPartitions):
     """``streamcrew worker``: every field is also a ``STREAMCREW_*`` variable."""
 
     concurrency: int = Field(default=100, ge=1, le=100_000, description="jobs run at once by one worker process")
+    refill_wait_ms: int = Field(
+        default=50, ge=0, le=10_000,
+        description="while fewer than a tenth of the slots are free, wait up to this long for a tenth before claiming more, "
+                    "and hold finished jobs' settles up to half of it: one read and one settle then serve several jobs "
+                    "instead of one each (several times less Redis CPU per job when job times vary); 0 = claim as soon as "
+                    "a slot frees")
     # NoDecode: a plain "a,b" from the environment reaches _split_commas (pydantic-settings would parse it as JSON)
     agents: Annotated[list[str] | None, NoDecode] = Field(default=None, description="agents this worker serves (default: all registered)")
     app: Annotated[list[str], NoDecode] = Field(default_factory=list, description="modules to import that register user agents")

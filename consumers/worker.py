@@ -27,6 +27,7 @@ from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
 from streams.outage import until_redis_answers
 from streams.jobs import JobProcessor
+from streams.hold import REFILL_FRACTION
 from streams.keys import WORKERS_GROUP, Keys, lanes_in_priority, serving_partitions
 from streams.urls import loggable_url
 from streams.workflow import WORKFLOW_AGENT
@@ -110,7 +111,9 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
         await until_redis_answers("worker start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), level_size=len(partitions), group=WORKERS_GROUP,
-                           consumer=name, concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s)
+                           consumer=name, concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s,
+                           refill=settings.concurrency // REFILL_FRACTION if settings.refill_wait_ms else 1,
+                           refill_wait_s=settings.refill_wait_ms / 1000)
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
                              summary_every_s=settings.log_summary_s, partitions=partitions)
     if settings.metrics_port:

@@ -24,6 +24,7 @@ from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, 
 from streams.job_ids import is_valid_job_id, may_carry_id
 from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
+from streams.hold import until_refill
 from streams.keys import Keys
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
@@ -103,14 +104,11 @@ class JobProcessor:
         self.executor = executor
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
-        self.settler = Settler(
-            redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
-            job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
-        )
-        self.workflows = WorkflowStarter(
-            redis, settings, group=runtime.group, worker=self.worker, checker=executor,
-            reject=self._reject_invalid, release=runtime.release,
-        )
+        self.settler = Settler(redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
+                               job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
+                               hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)
+        self.workflows = WorkflowStarter(redis, settings, group=runtime.group, worker=self.worker, checker=executor,
+                                         reject=self._reject_invalid, release=runtime.release)
         self._running: dict[Slot, Running] = {}
         self._trimmed_at = 0.0
         self._tally = JobTally()

@@ -2,11 +2,13 @@
 
 Jobs end at their own pace; the settler gathers every op queued while the
 previous batch was in flight and writes them with one call of ``settle.lua``,
-so the cost of a round trip is shared by the whole batch.
+so the cost of a round trip is shared by the whole batch. While the pool is
+full, ops finished one at a time are held back briefly (:mod:`streams.hold`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from streams import metrics
 from streams.batch import BatchWriter
 from streams.entries import Release
 from streams.envelope import flat
+from streams.hold import HeldBack
 from streams.keys import Keys
 from streams.replicated import Rerouted, call_and_wait
 from streams.scripts import Scripts
@@ -74,8 +77,9 @@ class Settler:
 
     def __init__(
         self, redis: Redis, keys: Keys | Sequence[Keys], *, group: str, max_result_bytes: int, job_ttl_s: int,
-        release: Release, replica_acks: int = 0,
+        release: Release, replica_acks: int = 0, hold: Callable[[int], bool] | None = None, hold_s: float = 0.0,
     ) -> None:
+        """``hold``, ``hold_s``: finished ops wait as :mod:`streams.hold` says, so one call settles several."""
         self._redis = redis
         self._replica_acks = replica_acks
         self._scripts = Scripts(redis)
@@ -87,14 +91,23 @@ class Settler:
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)
-        self.submit = self._writer.submit
+        self._held: HeldBack[SettleOp] = HeldBack(self._writer.submit, hold=hold, hold_s=hold_s)
+        self.submit = self._held.submit
         self.run = self._writer.run
-        self.flush = self._writer.flush
-        self.close = self._writer.close
 
     @property
     def pending(self) -> int:
-        return self._writer.pending
+        return self._held.held + self._writer.pending
+
+    async def flush(self) -> None:
+        """Write everything submitted so far, held ops included."""
+        self._held.let_go()
+        await self._writer.flush()
+
+    async def close(self, task: asyncio.Task[None]) -> None:
+        """Write what is submitted, then end ``task`` (the one running :meth:`run`)."""
+        self._held.let_go()
+        await self._writer.close(task)
 
     async def _write(self, batch: list[SettleOp]) -> list[bool]:
         if len(self._heads) == 1:

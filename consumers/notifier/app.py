@@ -19,6 +19,7 @@ from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
 from streams.connection import connect_detected, require_version
 from streams.groups import ensure_groups, standard_groups
+from streams.hold import REFILL_FRACTION
 from streams.outage import until_redis_answers
 from streams.keys import NOTIFIER_GROUP, Keys, serving_partitions
 from streams.runtime import GroupRuntime
@@ -28,7 +29,6 @@ log = logging.getLogger("streamcrew.notifier")
 # A pool full of work (an endpoint's backlog waiting its turn) is refilled once a tenth of it is free, or after
 # REFILL_WAIT_S; settled entries are held for half that (committer.py), so one read and one commit serve
 # several deliveries instead of one each. An idle pool reads, and commits, at once.
-REFILL_FRACTION = 10
 REFILL_WAIT_S = 0.1
 
 

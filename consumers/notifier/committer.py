@@ -6,9 +6,8 @@ whose Redis master is failing over holds back only its own commits.
 
 When an endpoint is the bottleneck, its deliveries end one at a time; written
 at once, each would cost a commit and (its slot freed) a read of its own.
-While ``hold`` says the freed slots would not let the read go yet, settled
-entries wait up to ``hold_s`` and go in one batch; their entries stay pending
-meanwhile, so a crash only re-sends them (same ``webhook-id``).
+Settled entries are held back as :mod:`streams.hold` says; a crash meanwhile
+only re-sends them (same ``webhook-id``).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from collections.abc import Callable, Sequence
 from consumers.notifier.store import CommitOp, Store
 from streams.batch import BatchWriter
 from streams.entries import Release
+from streams.hold import HeldBack
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,7 @@ class Committer:
         self.group = group
         self.consumer = consumer
         self._release = release
-        self._hold = hold if hold_s > 0 else None
-        self._hold_s = hold_s
-        self._held: list[Item] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._held: HeldBack[Item] = HeldBack(lambda item: self._route[item[0].stream].submit(item), hold=hold, hold_s=hold_s)
         self._writers: list[BatchWriter[Item]] = []
         self._route: dict[str, BatchWriter[Item]] = {}
         for store in stores:
@@ -52,23 +49,7 @@ class Committer:
         self._tasks: list[asyncio.Task[None]] = []
 
     def submit(self, op: CommitOp, on_written: Written | None = None) -> None:
-        if self._hold is None:
-            self._route[op.stream].submit((op, on_written))
-            return
-        self._held.append((op, on_written))
-        if not self._hold(len(self._held)):
-            self._let_go()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._hold_s, self._let_go)
-
-    def _let_go(self) -> None:
-        """Queue every held commit on its partition's writer."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        held, self._held = self._held, []
-        for item in held:
-            self._route[item[0].stream].submit(item)
+        self._held.submit((op, on_written))
 
     async def run(self) -> None:
         self._tasks = [asyncio.create_task(writer.run()) for writer in self._writers]
@@ -76,12 +57,12 @@ class Committer:
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written, in every partition."""
-        self._let_go()
+        self._held.let_go()
         await asyncio.gather(*(writer.flush() for writer in self._writers))
 
     async def close(self, task: asyncio.Task[None]) -> None:
         """Write what is queued in every partition, then end ``task`` (the one running :meth:`run`)."""
-        self._let_go()
+        self._held.let_go()
         for writer, writing in zip(self._writers, self._tasks, strict=True):
             await writer.close(writing)
         await task

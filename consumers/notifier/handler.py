@@ -33,6 +33,7 @@ from consumers.notifier.ssrf import MAX_URL_CHARS
 from consumers.notifier.store import CommitOp, Pending, Store
 from streams.envelope import JobResult, now_ms
 from streams.errors import DecodeError
+from streams.hold import until_refill
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.urls import loggable_url
 
@@ -95,16 +96,12 @@ class NotifierHandler:
         self.runtime = runtime
         self.deliverer = deliverer
         self.committer = Committer(self.stores, group=runtime.group, consumer=runtime.consumer, release=runtime.release,
-                                   hold=self._hold_commits, hold_s=runtime.refill_wait_s / 2)
+                                   hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)
         self._due_streams = frozenset(store.due for store in self.stores)
         self._work: dict[Slot, Work] = {}
         self._tally: dict[Kind, int] = {}
         self._tally_since = time.monotonic()
         runtime.handler = self
-
-    def _hold_commits(self, held: int) -> bool:
-        """Hold settled entries back while freeing their slots would not let the read go yet (see ``committer.py``)."""
-        return self.runtime.accepting and self.runtime.free_slots() + held < self.runtime.refill
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         if reclaimed:
