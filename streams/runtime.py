@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from streams.connection import BLOCK_MS
@@ -25,6 +23,7 @@ from streams.entries import Entry, EntryHandler, ReadReply, Slot
 from streams.groups import ensure_group
 from streams.leases import Leases
 from streams.outage import REDIS_DOWN, Backoff
+from streams.quiet import QuietStreams, by_slot, slot_of_for
 from streams.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -94,11 +93,9 @@ class GroupRuntime:
         self._accepting = True
         self._levels = [self.streams[i : i + level_size] for i in range(0, len(self.streams), level_size)]
         self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
-        # On Redis Cluster one XREADGROUP may only name keys of one slot: block on each slot's streams at once.
-        by_slot: dict[int, list[str]] = {}
-        for stream in self.streams:
-            by_slot.setdefault(key_slot(stream.encode()) if isinstance(redis, RedisCluster) else 0, []).append(stream)
-        self._blocking_groups = list(by_slot.values())
+        slot_of = slot_of_for(redis)  # on Redis Cluster: block on each slot's streams at once
+        self._blocking_groups = list(by_slot(self.streams, slot_of).values())
+        self.quiet = QuietStreams(redis, group, slot_of)
         self._reader: asyncio.Task[None] | None = None
         self._helpers_stopped = False
         # Pending under this consumer, held by no slot: a read's beyond the free slots, and those let go unsettled.
@@ -185,6 +182,7 @@ class GroupRuntime:
         """Stop renewal, reclaim, upkeep and cleanup. The flag ends a loop even where a library turned the
         cancellation into an error the loop rides out (a timeout racing the cancel)."""
         self._helpers_stopped = True
+        await self.quiet.close()
         for task in getattr(self, "_helpers", []):
             task.cancel()
         await asyncio.gather(*getattr(self, "_helpers", []), return_exceptions=True)
@@ -254,8 +252,8 @@ class GroupRuntime:
 
     async def _read_strict(self) -> bool:
         """One non-blocking read at a time, highest level first, sized by the slots free at that moment (a
-        reclaim may take some between reads); within a level the streams take turns. Returns whether one gave
-        entries (the next read starts from the top: strict priority)."""
+        reclaim may take some between reads); within a level the streams take turns, and quiet ones (watched,
+        streams.quiet) are skipped. Returns whether one gave entries (the next read starts from the top)."""
         for level, streams in enumerate(self._levels):
             first = self._turns[level]
             for step in range(len(streams)):
@@ -264,19 +262,20 @@ class GroupRuntime:
                     return False
                 at = (first + step) % len(streams)
                 stream = streams[at]
+                if self.quiet.quiet(stream):
+                    continue
                 reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
                 if reply:
                     self._turns[level] = (at + 1) % len(streams)
+                    self.quiet.watch([s for above in self._levels[:level] for s in above])  # all read empty, or quiet
                     await self.deliver(stream, reply[0][1], reclaimed=False)
                     return True
+        self.quiet.stop()  # all empty: the blocking read waits on every stream itself
         return False
 
     async def _read_blocking(self) -> None:
-        """All streams empty: wait for the first entry on any of them (COUNT 1 each).
-
-        On a cluster the slots' reads block side by side; each delivers what it got as it returns,
-        and the next read waits for all of them (at most ``block_ms``).
-        """
+        """All streams empty: wait for the first entry on any of them (COUNT 1 each). On a cluster the slots' reads
+        block side by side; each delivers what it got as it returns, and the next read waits for all (at most ``block_ms``)."""
         if len(self._blocking_groups) == 1:
             await self._read_blocking_group(self.streams)
         else:
@@ -284,9 +283,8 @@ class GroupRuntime:
             await asyncio.gather(*(self._read_blocking_group(group, block_ms) for group in self._blocking_groups))
 
     async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> None:
-        reply = cast(ReadReply, await self.redis.xreadgroup(
-            self.group, self.consumer, {s: ">" for s in streams}, count=1, block=block_ms or self.block_ms
-        ))
+        reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {s: ">" for s in streams}, count=1,
+                                                           block=block_ms or self.block_ms))
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
             await self.deliver(stream, entries, reclaimed=False)
 
