@@ -1,7 +1,8 @@
 """A worker whose jobs end one at a time claims and settles them in batches (STREAMCREW_REFILL_WAIT_MS).
 
-Counted on a Redis of the test's own (``INFO commandstats``): with the wait off, a full pool reads
-(high lane, then normal) and settles once per job that ends; with the default, once per several.
+Counted on a Redis of the test's own (``INFO commandstats``): with the wait off, a full pool reads and
+settles about once per job that ends (the empty high lane is watched, streams.quiet); with the default,
+once per several.
 """
 
 from __future__ import annotations
@@ -50,6 +51,6 @@ async def test_a_full_pool_reads_and_settles_once_per_several_jobs(own_redis: Re
     reads_at_once, scripts_at_once = await calls_per_job(own_redis, tmp_path, "off", "0")
     reads, scripts = await calls_per_job(own_redis, tmp_path, "default", None)
     # Then the default reads, and calls scripts (publish, start, settle), at most half as often per job
-    assert reads_at_once > 1.0, f"the wait off should read about twice per job ending: {reads_at_once:.2f}"
+    assert reads_at_once > 0.4, f"the wait off should read about once per job ending: {reads_at_once:.2f}"
     assert reads <= reads_at_once / 2, f"reads per job: {reads:.2f} with the default wait, {reads_at_once:.2f} without"
     assert scripts <= scripts_at_once / 2, f"script calls per job: {scripts:.2f} with the default wait, {scripts_at_once:.2f} without"
