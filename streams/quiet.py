@@ -2,7 +2,7 @@
 
 Strict priority reads every stream of a higher level before one of a lower: with N partitions, a worker
 whose work is in the normal lanes read N empty high lanes before each read of a normal one, a round trip
-each (bench/README.md, "Jobs that end one at a time"). Once a read below them gave entries, those higher
+each (bench/README.md, "The empty higher lanes, watched instead of read"). Once a read below them gave entries, those higher
 streams are *watched*: per hash slot, one ``XREAD BLOCK`` (which claims nothing) from each stream's
 group's last-delivered ID, so it returns as soon as any entry the group has not been given is there. While
 it waits, its streams are *quiet* and the reads skip them; once it returns (an entry, an error, or its
@@ -106,4 +106,3 @@ class QuietStreams:
             if info["name"] == self._group:
                 return str(info["last-delivered-id"])
         return "0-0"  # no group (yet): any entry ends the watch, and the read recreates the group
-

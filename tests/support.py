@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import shutil
 import signal
 import time
 import tomllib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import _client_options
 from streams.embedded import RedisServer, free_port
+from streams.runtime import GroupRuntime
 
 PORT_ATTEMPTS = 3
 PORT_TAKEN = "address already in use"  # what the OS error says, in any process's log
@@ -287,3 +289,15 @@ async def replica_caught_up(client: Redis) -> None:
         return int((await client.info("replication")).get("slave0", {}).get("offset", 0)) >= target
 
     await wait_until(acknowledged, timeout=20, what="the replica to acknowledge a write from its master's stream")
+
+
+@contextlib.asynccontextmanager
+async def serving(runtime: GroupRuntime) -> AsyncIterator[GroupRuntime]:
+    """``runtime`` reading for the block; then it stops accepting and its loops end."""
+    task = asyncio.create_task(runtime.run())
+    try:
+        yield runtime
+    finally:
+        runtime.stop_accepting()
+        await asyncio.gather(task, return_exceptions=True)
+        await runtime.stop_helpers()

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from streams.keys import Keys
 from streams.runtime import Entry, GroupRuntime, Slot
-from tests.support import wait_until
+from tests.support import serving, wait_until
 
 CONCURRENCY = 4
 
@@ -47,14 +47,9 @@ async def test_partitions_of_one_lane_take_turns_below_a_higher_lane(redis: Redi
                            concurrency=CONCURRENCY, lease_s=30, block_ms=100)
     await redis.xgroup_create(high + "-p1", "g", id="0", mkstream=True)
     handler = Releasing(runtime)
-    task = asyncio.create_task(runtime.run())
-    try:
+    async with serving(runtime):
         # When one consumer with 4 slots reads them all
         await wait_until(lambda: handler.entries == 85, timeout=20, what="all 85 entries to be read")
-    finally:
-        runtime.stop_accepting()
-        await asyncio.gather(task, return_exceptions=True)
-        await runtime.stop_helpers()
     # Then the higher level went first, and the two partitions' backlogs were read in turn, not one after the other
     first_normal = handler.reads.index(p0)
     assert set(handler.reads[:first_normal]) == {high}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -13,7 +12,7 @@ from streams.embedded import RedisServer
 from streams.keys import Keys
 from streams.quiet import QuietStreams
 from streams.runtime import Entry, GroupRuntime, Slot
-from tests.support import wait_until
+from tests.support import serving, wait_until
 
 PARTITIONS = 6
 
@@ -52,13 +51,8 @@ async def running(redis: Redis, prefix: str, *, holding: bool = False, watch_blo
     if watch_block_ms is not None:
         runtime.quiet = QuietStreams(redis, "g", lambda s: 0, block_ms=watch_block_ms)
     handler = Recording(runtime, holding=holding)
-    task = asyncio.create_task(runtime.run())
-    try:
+    async with serving(runtime):
         yield handler
-    finally:
-        runtime.stop_accepting()
-        await asyncio.gather(task, return_exceptions=True)
-        await runtime.stop_helpers()
 
 
 async def test_a_normal_backlog_is_read_without_rereading_every_empty_high_lane(own_redis: RedisServer, keys: Keys) -> None:

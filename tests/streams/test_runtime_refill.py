@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from streams.keys import Keys
 from streams.runtime import Entry, GroupRuntime, Slot
-from tests.support import wait_until
+from tests.support import serving, wait_until
 
 
 CONCURRENCY = 10
@@ -45,13 +45,8 @@ async def running(redis: Redis, stream: str, *, refill_wait_s: float) -> AsyncIt
                            block_ms=200, refill=REFILL, refill_wait_s=refill_wait_s)
     await redis.xgroup_create(stream, "g", id="0", mkstream=True)
     handler = Holding(runtime)
-    task = asyncio.create_task(runtime.run())
-    try:
+    async with serving(runtime):
         yield handler
-    finally:
-        runtime.stop_accepting()
-        await asyncio.gather(task, return_exceptions=True)
-        await runtime.stop_helpers()
 
 
 @contextlib.asynccontextmanager
