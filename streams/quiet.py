@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,7 +46,7 @@ class QuietStreams:
     def __init__(self, redis: Any, group: str, slot_of: Callable[[str], int], *, block_ms: int = WATCH_BLOCK_MS) -> None:
         self._redis = redis
         self._group = group
-        self._slot_of = slot_of
+        self._slot_of: Callable[[str], int] = functools.cache(slot_of)  # the same few streams, watched on every read
         self._block_ms = block_ms
         self._watches: dict[int, tuple[frozenset[str], asyncio.Task[None]]] = {}
         self._quiet: set[str] = set()

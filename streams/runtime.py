@@ -93,6 +93,7 @@ class GroupRuntime:
         self._accepting = True
         self._levels = [self.streams[i : i + level_size] for i in range(0, len(self.streams), level_size)]
         self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
+        self._above = [[s for above in self._levels[:i] for s in above] for i in range(len(self._levels))]  # what a hit watches
         slot_of = slot_of_for(redis)  # on Redis Cluster: block on each slot's streams at once
         self._blocking_groups = list(by_slot(self.streams, slot_of).values())
         self.quiet = QuietStreams(redis, group, slot_of)
@@ -267,7 +268,7 @@ class GroupRuntime:
                 reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
                 if reply:
                     self._turns[level] = (at + 1) % len(streams)
-                    self.quiet.watch([s for above in self._levels[:level] for s in above])  # all read empty, or quiet
+                    self.quiet.watch(self._above[level])  # all read empty, or quiet
                     await self.deliver(stream, reply[0][1], reclaimed=False)
                     return True
         self.quiet.stop()  # all empty: the blocking read waits on every stream itself
