@@ -54,17 +54,19 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
     end
     if jid == '' then
       jid = eid .. id_suffix
-      if redis.call('EXISTS', job_prefix .. jid) == 1 then jid = lane_name .. ':' .. eid .. id_suffix end
       if redis.call('EXISTS', job_prefix .. jid) == 1 then
-        redis.call('XDEL', lane, eid)
-        jid = false
+        jid = lane_name .. ':' .. eid .. id_suffix
+        if redis.call('EXISTS', job_prefix .. jid) == 1 then
+          redis.call('XDEL', lane, eid)
+          jid = false
+        end
       end
     end
     if jid then
       if sub == '' then sub = string.match(eid, '^(%d+)') end
+      -- one HSET with the request's own fields (a replica is sent each write: one command, not two)
       redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,
-        'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name)
-      if #extra > 0 then redis.call('HSET', job_prefix .. jid, unpack(extra)) end
+        'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name, unpack(extra))
       out[#out + 1] = {jid, 'queued', 1}
     else
       out[#out + 1] = {'', 'conflict', 0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.keys import Keys, partition_keys
@@ -58,3 +59,36 @@ async def test_an_id_less_job_whose_both_names_are_taken_is_withdrawn(redis, key
         assert await redis.hgetall(keys.job(job_id)) == {"status": "queued", "tenant": "squatter"}
     # And the next one gets a fresh id
     assert (await producer.publish("echo", {})).job_id == f"{ahead}-2"
+
+
+async def test_an_id_less_job_whose_entry_id_is_taken_gets_its_lane_name(redis, keys: Keys, producer: Producer) -> None:  # type: ignore[no-untyped-def]
+    # Given a record squatting the next entry ID of the clock (a raw XADD named it), but not its '<lane>:' form
+    ahead = 9_999_999_999_000
+    await redis.set(keys.clock, f"{ahead}-0")
+    await redis.hset(keys.job(f"{ahead}-1"), mapping={"status": "queued", "tenant": "squatter"})
+    # When an id-less job is published on that entry ID, with a tenant and a webhook
+    published = await producer.publish("echo", {}, tenant="acme", webhook="https://example.com/hook")
+    # Then it is named '<lane>:<entry ID>', and its record holds the request's own fields with the rest
+    assert (published.job_id, published.status, published.created) == (f"normal:{ahead}-1", "queued", True)
+    record = await redis.hgetall(keys.job(f"normal:{ahead}-1"))
+    assert {k: record.get(k) for k in ("status", "agent", "tenant", "webhook", "source")} == {
+        "status": "queued", "agent": "echo", "tenant": "acme", "webhook": "https://example.com/hook",
+        "source": f"normal/{ahead}-1"}
+    assert await redis.hgetall(keys.job(f"{ahead}-1")) == {"status": "queued", "tenant": "squatter"}
+
+
+async def test_an_id_less_publish_writes_each_record_once(own_redis: RedisServer) -> None:
+    # Each write is sent again to every replica: a job's record is one HSET, and a name found free is not looked up twice
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(own_redis.url, decode_responses=True)
+    try:
+        producer = Producer(redis, Keys("publish-once"))
+        await producer.publish("echo", {"warm": True})  # the groups and the script are made before the count
+        await redis.config_resetstat()
+        requests = [JobRequest(agent="echo", data={"i": i}, tenant="acme", webhook="https://example.com/hook") for i in range(50)]
+        await producer.publish_many(requests, priority="normal")
+        calls = {name.removeprefix("cmdstat_"): stat["calls"] for name, stat in (await redis.info("commandstats")).items()}
+        assert (calls.get("hset"), calls.get("exists"), calls.get("xadd")) == (50, 50, 50), calls
+    finally:
+        await redis.aclose()
