@@ -89,11 +89,11 @@ def gateway(
 ) -> None:
     """HTTP API: submit jobs, status, results, stats, dead letters (FastAPI on uvicorn)."""
     from consumers.gateway import GatewaySettings, run_gateway
-    from streams.connection import check_reachable
+    from streams.connection import wait_reachable
 
     settings = build(GatewaySettings, host=host, port=port, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
-    run(check_reachable(settings.effective_redis_url))  # one clear line and exit 4, as the worker's, not uvicorn's traceback
+    run(wait_reachable(settings.effective_redis_url, "gateway start"))  # waits out a Redis that is down; a refusal is one line and exit 4
     run_gateway(settings)
 
 

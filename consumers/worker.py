@@ -21,7 +21,7 @@ from agents.llm import LLMSettings
 from consumers.lifecycle import serve_until_stopped, settle_heap, stop_on_signals
 from consumers.metrics_server import serve_metrics
 from consumers.settings import WorkerSettings
-from streams.connection import connect_detected, require_version
+from streams.connection import connect_when_reachable
 from streams.envelope import JobRequest
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_groups, standard_groups
@@ -102,11 +102,10 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once."""
     agents_llm.configure(llm)
     keys = Keys(settings.prefix)
-    redis = await connect_detected(settings.effective_redis_url)
+    redis = await connect_when_reachable(settings.effective_redis_url, "worker start")
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)
-    await require_version(redis)
     for partition in partitions:
         await until_redis_answers("worker start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
     name = consumer_name()

@@ -9,8 +9,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # Blocking reads wait at most this long, so the socket timeout must be larger.
@@ -193,10 +193,33 @@ async def require_version(redis: Redis) -> tuple[int, ...]:
     return version
 
 
-async def check_reachable(url: str) -> None:
-    """Connect to ``url`` and check its version, then let go: a process that connects later fails early instead."""
-    redis = await connect_detected(url)
-    try:
-        await require_version(redis)
-    finally:
-        await redis.aclose()
+async def connect_when_reachable(url: str, what: str) -> Redis:
+    """:func:`connect_detected` and :func:`require_version`, waiting out a Redis that is down or still loading.
+
+    A long-running process started before its Redis (a pod rescheduled during an outage, compose without a
+    health check) serves once Redis is there, as it rides out an outage later, instead of exiting into its
+    supervisor's restart backoff (Kubernetes grows it to 5 minutes). Waiting cannot cure a refusal: a wrong
+    password, an ACL or a Redis too old still fails at once.
+    """
+    from streams.outage import REDIS_DOWN, Backoff
+
+    backoff = Backoff(what)
+    while True:
+        redis: Redis | None = None
+        try:
+            redis = await connect_detected(url)
+            await require_version(redis)
+        except BaseException as exc:
+            if redis is not None:
+                await redis.aclose()
+            if isinstance(exc, AuthenticationError) or not isinstance(exc, REDIS_DOWN):
+                raise
+            await backoff.failed(exc)
+        else:
+            backoff.ok()
+            return redis
+
+
+async def wait_reachable(url: str, what: str) -> None:
+    """:func:`connect_when_reachable`, then let go: for a process that connects later (the gateway's app)."""
+    await (await connect_when_reachable(url, what)).aclose()

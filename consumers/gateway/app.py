@@ -20,7 +20,7 @@ from consumers.gateway.metrics import RequestMetrics
 from consumers.gateway.responses import json_response
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.state import GatewayState
-from streams.connection import connect_detected
+from streams.connection import connect_when_reachable
 from streams.gauges import register_stream_gauges
 from streams.keys import Keys
 
@@ -46,7 +46,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = redis if redis is not None else await connect_detected(settings.effective_redis_url)
+        client = redis if redis is not None else await connect_when_reachable(settings.effective_redis_url, "gateway start")
         app.state.gateway = GatewayState.build(settings, client)
         register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix), partitions=settings.partitions)
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,

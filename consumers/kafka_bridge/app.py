@@ -31,7 +31,7 @@ from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, 
 from consumers.kafka_bridge.settings import KafkaBridgeSettings
 from consumers.lifecycle import stop_on_signals
 from consumers.metrics_server import serve_metrics
-from streams.connection import connect_detected, require_version
+from streams.connection import connect_when_reachable
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_group
 from streams.keys import Keys, serving_partitions
@@ -196,8 +196,7 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     """Serve until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
     _quiet_libraries(settings.log_level)
     keys = Keys(settings.prefix)
-    redis = await connect_detected(settings.effective_redis_url)  # a Redis Cluster is found, not configured
-    await require_version(redis)
+    redis = await connect_when_reachable(settings.effective_redis_url, "kafka-bridge start")  # a Redis Cluster is found, not configured
     bridge = build_bridge(settings, redis)
     for partition in bridge.partitions:
         await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)

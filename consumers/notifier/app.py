@@ -17,7 +17,7 @@ from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
-from streams.connection import connect_detected, require_version
+from streams.connection import connect_when_reachable
 from streams.groups import ensure_groups, standard_groups
 from streams.hold import REFILL_FRACTION
 from streams.outage import until_redis_answers
@@ -55,8 +55,7 @@ def notifier_streams(stores: list[Store]) -> list[str]:
 async def run_notifier(settings: NotifierSettings) -> int:
     """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
     keys = Keys(settings.prefix)
-    redis = await connect_detected(settings.effective_redis_url)
-    await require_version(redis)
+    redis = await connect_when_reachable(settings.effective_redis_url, "notifier start")
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     for partition in partitions:
         await until_redis_answers("notifier start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
