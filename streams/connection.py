@@ -13,6 +13,8 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streams.outage import until_redis_answers
+
 # Blocking reads wait at most this long, so the socket timeout must be larger.
 BLOCK_MS = 1000
 SOCKET_TIMEOUT_S = 15.0
@@ -201,23 +203,16 @@ async def connect_when_reachable(url: str, what: str) -> Redis:
     supervisor's restart backoff (Kubernetes grows it to 5 minutes). Waiting cannot cure a refusal: a wrong
     password, an ACL or a Redis too old still fails at once.
     """
-    from streams.outage import REDIS_DOWN, Backoff
-
-    backoff = Backoff(what)
-    while True:
-        redis: Redis | None = None
+    async def checked() -> Redis:
+        redis = await connect_detected(url)
         try:
-            redis = await connect_detected(url)
             await require_version(redis)
-        except BaseException as exc:
-            if redis is not None:
-                await redis.aclose()
-            if isinstance(exc, AuthenticationError) or not isinstance(exc, REDIS_DOWN):
-                raise
-            await backoff.failed(exc)
-        else:
-            backoff.ok()
-            return redis
+        except BaseException:
+            await redis.aclose()
+            raise
+        return redis
+
+    return await until_redis_answers(what, checked, unless=(AuthenticationError,))
 
 
 async def wait_reachable(url: str, what: str) -> None:

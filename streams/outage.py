@@ -54,13 +54,17 @@ class Backoff:
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError, OutOfMemoryError)
 
 
-async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """``await call()`` again and again, with :class:`Backoff`, until Redis answers it (a write that must land)."""
+async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]], *, unless: tuple[type[BaseException], ...] = ()) -> T:
+    """``await call()`` again and again, with :class:`Backoff`, until Redis answers it (a write that must land).
+
+    ``unless``: outages by type that waiting cannot cure (a wrong password is a ConnectionError), raised at once."""
     backoff = Backoff(what)
     while True:
         try:
             answer = await call()
         except REDIS_DOWN as exc:
+            if isinstance(exc, unless):
+                raise
             await backoff.failed(exc)
         else:
             backoff.ok()
