@@ -8,6 +8,7 @@ import inspect
 import os
 import shutil
 import signal
+import threading
 import time
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -162,22 +163,18 @@ async def undelivered(redis, stream: str, group: str = "workers") -> list:  # ty
 # The password of the users the acl_user fixture makes: tests assert it never reaches a log.
 ACL_PASSWORD = "acl-test-password-9f2c"
 
-# Busy for ARGV[1] ms: Redis serves no other client meanwhile (up to its busy-reply threshold, `lua-time-limit`).
-BUSY_LUA = """
-local function ms() local t = redis.call('TIME'); return t[1] * 1000 + math.floor(t[2] / 1000) end
-local stop = ms() + tonumber(ARGV[1])
-while ms() < stop do end
-return 1
-"""
-
-
 async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
-    """Redis stalled for ``ms`` from now, as a slow command or a paused host stalls it: nothing is answered, every
-    command sent meanwhile runs once it is back. Returns once a PING goes unanswered (the stall has begun); await
-    the task for its end. Past 5 s, raise the server's ``lua-time-limit`` first, or it answers BUSY instead."""
-    blocker = Redis.from_url(url, socket_timeout=ms / 1000 + 30, retry=Retry(NoBackoff(), 0))  # sent once, waited for
-    task: asyncio.Task[object] = asyncio.create_task(blocker.eval(BUSY_LUA, 0, ms))
-    task.add_done_callback(lambda _: asyncio.ensure_future(blocker.aclose()))
+    """Redis stalled for ``ms`` from now, as a paused host or VM stalls it: the server process is stopped (SIGSTOP),
+    so nothing is answered, connections still open (the kernel accepts them) and every command sent meanwhile runs
+    once it is resumed (SIGCONT), by wall time whatever the server's version. (A busy Lua loop stalled it before:
+    Redis 8 and Valkey 8 answer TIME inside a script with the time the script started, and os.clock counts only
+    the CPU time a loaded machine gives it.) The server must be local (``INFO server``'s process_id). Returns once
+    a PING goes unanswered (the stall has begun); await the task for its end."""
+    async with Redis.from_url(url) as info_client:
+        pid = int((await info_client.info("server"))["process_id"])
+    resume = threading.Timer(ms / 1000, os.kill, (pid, signal.SIGCONT))  # a thread: resumed even if the test's loop ends
+    os.kill(pid, signal.SIGSTOP)
+    resume.start()
 
     async def unanswered() -> bool:
         probe = Redis.from_url(url, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
@@ -189,8 +186,8 @@ async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
         finally:
             await probe.aclose()
 
-    await wait_until(unanswered, timeout=5, what="Redis to be busy with the stalling script")
-    return task
+    await wait_until(unanswered, timeout=5, what="Redis to be stopped")
+    return asyncio.create_task(asyncio.to_thread(resume.join))
 
 
 def impatient_client(url: str, timeout_s: float = 0.5) -> Redis:
