@@ -10,7 +10,9 @@ replicas, the busiest master's CPU as a share of the single instance's (target <
 share on a second cluster of three masters without replicas (like for like: the single instance feeds
 no replica either) and the worker's jobs/s on both. ``--single-replica`` also runs the single instance with a replica attached,
 which isolates what feeding a replica costs a master. Needs redis-server
-and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite).
+and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite); the first
+line names the server they are, since the figure depends on it (bench/README.md: Redis 7.0 feeds a replica
+dearer than Redis 8 or Valkey 8). To measure another build, put its directory first on PATH.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ def replica_of(binary: str, port: int) -> Iterator[None]:
         yield
     finally:
         replica.close()
+
+
+def server_label(port: int) -> str:
+    """The server's name and version (Valkey reports a Redis-compatible redis_version beside its own)."""
+    with sync_redis.Redis(host="127.0.0.1", port=port, decode_responses=True) as c:
+        info = c.info("server")
+    name = str(info.get("server_name") or "redis")
+    version = info.get(f"{name}_version") or info.get("redis_version")
+    return f"{name.capitalize()} {version}"
 
 
 def redis_cpu(port: int) -> float:
@@ -142,6 +153,7 @@ def main() -> None:
     rounds: list[tuple[dict[int, float], float, dict[int, float], float, dict[int, float]]] = []
     with bench_redis(None) as single_url, tempfile.TemporaryDirectory() as tmp:
         single_port = int(single_url.rsplit(":", 1)[1].split("/")[0])
+        print(f"server: {server_label(single_port)} ({binaries[0]}), single instance and every cluster node", flush=True)
         cluster = LocalCluster(*binaries).start()
         bare = LocalCluster(*binaries, size=3, replicas=0).start()  # the same three masters' work, no replica to feed
         try:
