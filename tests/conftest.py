@@ -35,7 +35,7 @@ def _docker_redis() -> tuple[str, object] | None:
         return None
     from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
 
-    container = RedisContainer("redis:7").start()
+    container = RedisContainer("redis:8.0").start()
     return f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0", container
 
 

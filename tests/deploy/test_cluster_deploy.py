@@ -24,8 +24,8 @@ from streams.keys import LANES, WORKERS_GROUP, Keys, partition_keys
 from tests.cluster_support import cluster_binaries, cluster_port
 from tests.deploy.keda_partitions import render, scaled_object, thresholds
 from tests.deploy.support import (
-    CLUSTER_COMPOSE, CLUSTER_INIT, COMPOSE, K8S, K8S_CLUSTER, check_invocation, cluster_overlay_settings, load_yaml_all,
-    only,
+    CLUSTER_COMPOSE, CLUSTER_INIT, COMPOSE, K8S, K8S_CLUSTER, REDIS_IMAGE, check_invocation, cluster_overlay_settings,
+    load_yaml_all, only,
 )
 from tests.deploy.test_manifests import GRACE_SETTINGS, IMAGE, effective_grace_s, ours, seconds
 
@@ -55,7 +55,7 @@ def test_cluster_compose_has_six_cluster_nodes_with_aof() -> None:
     for name in NODES:
         node = services[name]
         command = [str(a) for a in node["command"]]
-        assert str(node["image"]).startswith("redis:7"), name
+        assert node["image"] == REDIS_IMAGE, name
         assert command[0] == "redis-server" and option(command, "--port") == "6379", name
         assert option(command, "--cluster-enabled") == "yes" and option(command, "--appendonly") == "yes", name
         assert option(command, "--appendfsync") == "everysec", name
@@ -76,7 +76,7 @@ def test_cluster_compose_has_six_cluster_nodes_with_aof() -> None:
 def test_cluster_init_service_runs_the_script_on_every_node() -> None:
     services = cluster_compose()["services"]
     init = services["redis-cluster-init"]
-    assert str(init["image"]).startswith("redis:7") and init["restart"] == "no"
+    assert init["image"] == REDIS_IMAGE and init["restart"] == "no"
     mount = f"./{CLUSTER_INIT.name}:/{CLUSTER_INIT.name}:ro"
     assert mount in init["volumes"] and init["command"] == ["sh", f"/{CLUSTER_INIT.name}"]
     assert init["environment"]["REDIS_CLUSTER_NODES"].split() == [f"{n}:6379" for n in NODES]

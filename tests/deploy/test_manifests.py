@@ -24,7 +24,7 @@ from consumers.settings import DEFAULT_WORKER_METRICS_PORT, WorkerSettings
 from streams.gauges import StreamGauges
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
 from tests.deploy.support import (
-    ALERTS, COMPOSE, DASHBOARD, DEPLOY, DOCS, K8S, METRIC_NAME, PROMETHEUS_CONFIG, ROOT, check_invocation,
+    ALERTS, COMPOSE, DASHBOARD, DEPLOY, DOCS, K8S, METRIC_NAME, PROMETHEUS_CONFIG, REDIS_IMAGE, ROOT, check_invocation,
     command_lines_in_docs, env_names_in, env_vars, load_yaml_all, project_version,
 )
 
@@ -177,7 +177,7 @@ def test_compose_has_the_whole_stack() -> None:
     services = compose()["services"]
     assert {"redis", "gateway", "worker", "notifier", "kafka-bridge", "mock-llm", "prometheus", "grafana"} <= set(services)
     redis = services["redis"]
-    assert str(redis["image"]).startswith("redis:7")
+    assert redis["image"] == REDIS_IMAGE
     command = " ".join(redis["command"])
     assert "--appendonly yes" in command and "--appendfsync everysec" in command
     assert services["worker"]["deploy"]["replicas"] == 3
@@ -302,7 +302,7 @@ def test_k8s_images_and_redis() -> None:
         assert container(deployment)["image"] == "streamcrew", f"{name}: tagged by the kustomization's images"
     (redis,) = [o for o in k8s_objects() if o.get("kind") == "StatefulSet"]
     c = container(redis)
-    assert c["image"].startswith("redis:7") and "--appendonly" in c["args"]
+    assert c["image"] == REDIS_IMAGE and "--appendonly" in c["args"]
 
 
 # -- docs/operations.md ---------------------------------------------------------------------------------
