@@ -163,15 +163,18 @@ async def undelivered(redis, stream: str, group: str = "workers") -> list:  # ty
 # The password of the users the acl_user fixture makes: tests assert it never reaches a log.
 ACL_PASSWORD = "acl-test-password-9f2c"
 
-async def stall_redis(url: str, ms: int) -> asyncio.Task[object]:
-    """Redis stalled for ``ms`` from now, as a paused host or VM stalls it: the server process is stopped (SIGSTOP),
-    so nothing is answered, connections still open (the kernel accepts them) and every command sent meanwhile runs
-    once it is resumed (SIGCONT), by wall time whatever the server's version. (A busy Lua loop stalled it before:
-    Redis 8 and Valkey 8 answer TIME inside a script with the time the script started, and os.clock counts only
-    the CPU time a loaded machine gives it.) The server must be local (``INFO server``'s process_id). Returns once
-    a PING goes unanswered (the stall has begun); await the task for its end."""
-    async with Redis.from_url(url) as info_client:
-        pid = int((await info_client.info("server"))["process_id"])
+async def stall_redis(server: RedisServer, ms: int) -> asyncio.Task[object]:
+    """The test's own Redis stalled for ``ms`` from now, as a paused host or VM stalls it: its process is stopped
+    (SIGSTOP), so nothing is answered, connections still open (the kernel accepts them) and every command sent
+    meanwhile runs once it is resumed (SIGCONT), by wall time whatever the server's version. (A busy Lua loop
+    stalled it before: Redis 8 and Valkey 8 answer TIME inside a script with the time the script started, and
+    os.clock counts only the CPU time a loaded machine gives it.) Returns once a PING goes unanswered (the stall
+    has begun); await the task for its end."""
+    url = server.url
+    assert server.process is not None, "the server is not running"
+    pid = server.process.pid
+    async with Redis.from_url(url) as info_client:  # the process is the server itself, not a wrapper around it
+        assert int((await info_client.info("server"))["process_id"]) == pid, "the server runs under another process"
     resume = threading.Timer(ms / 1000, os.kill, (pid, signal.SIGCONT))  # a thread: resumed even if the test's loop ends
     os.kill(pid, signal.SIGSTOP)
     resume.start()
@@ -202,17 +205,18 @@ class StallsBeforeScript(Redis):
 
     armed_ms = 0
     stall: asyncio.Task[object] | None = None
+    server: RedisServer
 
     async def execute_command(self, *args: object, **options: object) -> object:
         if self.armed_ms and args and args[0] == "EVALSHA":
             ms, self.armed_ms = self.armed_ms, 0
-            self.stall = await stall_redis(self.url, ms)
+            self.stall = await stall_redis(self.server, ms)
         return await super().execute_command(*args, **options)
 
     @classmethod
-    def to(cls, url: str, timeout_s: float = 0.5) -> StallsBeforeScript:
-        client = cls.from_url(url, **{**_client_options(), "socket_timeout": timeout_s})
-        client.url = url
+    def to(cls, server: RedisServer, timeout_s: float = 0.5) -> StallsBeforeScript:
+        client = cls.from_url(server.url, **{**_client_options(), "socket_timeout": timeout_s})
+        client.server = server
         return client
 
 

@@ -31,7 +31,7 @@ async def test_a_stall_past_the_socket_timeout_runs_each_request_once(own_redis:
         await wait_until(lambda: redis.xlen(keys.results), timeout=30, what="the worker's first result")
         # When Redis stalls 2 s past the socket timeout while the worker starts and settles jobs, and a producer
         # publishes 5 more id-less jobs into the stall (its call is sent again before Redis is back)
-        stall = await stall_redis(own_redis.url, STALL_MS)
+        stall = await stall_redis(own_redis, STALL_MS)
         during = await producer.publish_many([JobRequest(agent="echo", data={"during": i}, max_attempts=1) for i in range(DURING)])
         await stall
 

@@ -31,8 +31,8 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "streamcrew.json"
 PACKAGES = ("streams", "agents", "consumers")
 ENV_NAME = re.compile(r"\bSTREAMCREW_[A-Z0-9_]*[A-Z0-9]")
 METRIC_NAME = re.compile(r"\bstreamcrew_[a-z0-9_]+")
-# The Redis image every deploy file runs: the release the suite and bench_cluster were run on (bench/README.md,
-# "Redis Cluster by server version"). Redis 7.0 - 7.4 work too, but a 7.0 master spends ~40 % more feeding its replica.
+# The Redis image every deploy file runs: a supported release the suite and bench_cluster were run on (bench/README.md,
+# "Redis Cluster by server version"; the suite also runs on Redis 7.0.15 and Valkey 8.0.1).
 REDIS_IMAGE = "redis:8.0"
 NOT_THE_CLI = frozenset({"-n", "--namespace", "-p", "--project-name", "-t", "--tag"})
 

@@ -36,7 +36,7 @@ async def test_a_publish_sent_again_during_a_stall_makes_one_job(own_redis: Redi
     await producer.publish("echo", {"warm": True})
     calls_before = await evalsha_calls(impatient)
     # When it publishes an id-less request while Redis is stalled for 1.5 s
-    stall = await stall_redis(own_redis.url, STALL_MS)
+    stall = await stall_redis(own_redis, STALL_MS)
     published = await producer.publish("echo", {"n": 1})
     await stall
     # Then the call went out more than once (the reply of the first timed out), yet one job was made: the one named
@@ -96,7 +96,7 @@ async def test_a_settle_sent_again_answers_written_and_writes_once(redis: Redis,
 async def test_a_replay_sent_again_during_a_stall_reports_the_replay(own_redis: RedisServer) -> None:
     # Given a dead letter, and an operator's client that gives a reply up after 0.5 s and sends the call again
     keys = Keys("resent")
-    client = StallsBeforeScript.to(own_redis.url)
+    client = StallsBeforeScript.to(own_redis)
     letter = DeadLetter(id="again", agent="echo", reason="exhausted", error="boom", source_stream=keys.lane("normal"),
                         source_id="1700000000000-0", attempts=3, dead_at=1_700_000_000_500,
                         request={"agent": "echo", "data": "{}"})

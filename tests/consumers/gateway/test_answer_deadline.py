@@ -35,7 +35,7 @@ async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls
             # When Redis stalls and a caller submits a job (its publish goes out and gets no reply), and once that
             # one is answered, more callers submit jobs (queued behind the publish in flight) and ask for a job,
             # and an operator reads the queue's figures and dead letters
-            stall = await stall_redis(own_redis.url, STALL_MS)
+            stall = await stall_redis(own_redis, STALL_MS)
             in_flight = await client.post("/jobs", json=_job("during-0"))
             *queued, read_job, stats, dead, webhooks_dead = await asyncio.gather(
                 *(client.post("/jobs", json=_job(f"during-{i}")) for i in range(1, WAITING)),

@@ -23,7 +23,7 @@ async def test_a_commit_sent_again_during_a_stall_answers_settled(own_redis: Red
         await store.commit([], group=NOTIFIER_GROUP, consumer="n1")
         calls = await evalsha_calls(client)
         # When n1 commits both while Redis is stalled for 1.5 s (the call goes out again; both copies run)
-        stall = await stall_redis(own_redis.url, 1500)
+        stall = await stall_redis(own_redis, 1500)
         settled = await store.commit([CommitOp(keys.results, eid) for eid, _ in entries], group=NOTIFIER_GROUP, consumer="n1")
         await stall
         # Then it hears both settled, as the first copy had them, and nothing is left pending
