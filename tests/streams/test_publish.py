@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from redis.asyncio import Redis
 
 from streams.embedded import RedisServer
 from streams.envelope import JobRequest
@@ -79,8 +80,6 @@ async def test_an_id_less_job_whose_entry_id_is_taken_gets_its_lane_name(redis, 
 
 async def test_an_id_less_publish_writes_each_record_once(own_redis: RedisServer) -> None:
     # Each write is sent again to every replica: a job's record is one HSET, and a name found free is not looked up twice
-    from redis.asyncio import Redis
-
     redis = Redis.from_url(own_redis.url, decode_responses=True)
     try:
         producer = Producer(redis, Keys("publish-once"))
