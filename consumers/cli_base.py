@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from streams.config import StreamSettings
-from streams.errors import StreamcrewError
+from streams.errors import ConfigError, StreamcrewError
+from streams.seeds import seed_urls
 
 T = TypeVar("T")
 
@@ -91,13 +92,18 @@ def _redis_url_problem(url: str) -> str | None:
     if not url.startswith(REDIS_SCHEMES):
         return f"it must start with one of {', '.join(REDIS_SCHEMES)}"
     try:
-        urlsplit(url).port
-    except ValueError:
-        return "its port is not a number from 0 to 65535"
-    try:
-        parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        return str(exc)  # a bad query option: redis-py names the option, not its value
+        seeds = seed_urls(url)  # a Redis Cluster's nodes may be listed: host1:port1,host2:port2
+    except ConfigError as exc:
+        return str(exc)
+    for seed in seeds:
+        try:
+            urlsplit(seed).port
+        except ValueError:
+            return "its port is not a number from 0 to 65535"
+        try:
+            parse_url(seed)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            return str(exc)  # a bad query option: redis-py names the option, not its value
     return None
 
 

@@ -13,7 +13,8 @@ class StreamSettings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis to use (rediss:// for TLS); unset means the embedded Redis where a command allows it, else redis://localhost:6379/0",
+        description=("Redis to use (rediss:// for TLS; a Redis Cluster's nodes may be listed: redis://h1:7000,h2:7000/0); "
+                     "unset means the embedded Redis where a command allows it, else redis://localhost:6379/0"),
     )
     prefix: str = Field(default="streamcrew", min_length=1, description="key prefix")
     lease_s: float = Field(default=60.0, gt=0, description="seconds a claimed job may go without a heartbeat before it is reclaimed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -13,7 +13,10 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streams.errors import ConfigError
 from streams.outage import until_redis_answers
+from streams.seeds import seed_addresses, seed_urls
+from streams.urls import loggable_url
 
 # Blocking reads wait at most this long, so the socket timeout must be larger.
 BLOCK_MS = 1000
@@ -79,8 +82,10 @@ def connect(url: str, *, max_connections: int | None = None) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
     redis-py 8's default socket timeout costs pipelined loops dearly, so every
-    timeout is set explicitly.
+    timeout is set explicitly. A URL that lists several nodes is for a cluster (:func:`connect_cluster`).
     """
+    if len(seed_urls(url)) > 1:
+        raise ConfigError("this Redis URL lists several nodes, which only a Redis Cluster client can use")
     client = Redis.from_url(url, max_connections=max_connections, **_client_options())
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
@@ -111,12 +116,14 @@ class StreamsCluster(RedisCluster):
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
-    """A Redis Cluster client for ``url`` (any one node), with the timeouts of :func:`connect`.
+    """A Redis Cluster client for ``url`` (any one node, or several: streams.seeds), with the timeouts of :func:`connect`.
 
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
-    backoff covers the seconds a failover takes.
+    backoff covers the seconds a failover takes. It starts from the first listed node that answers.
     """
-    client = StreamsCluster.from_url(url, max_connections=max_connections or 100, **_client_options())
+    first, *others = seed_urls(url)
+    seeds = [ClusterNode(host, port) for host, port in seed_addresses(url)[1:]] if others else None
+    client = StreamsCluster.from_url(first, startup_nodes=seeds, max_connections=max_connections or 100, **_client_options())
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():
@@ -156,13 +163,27 @@ async def _server_facts(redis: Redis, section: str) -> tuple[dict[str, str] | No
 
 
 async def cluster_enabled(url: str) -> bool:
-    """Whether the server at ``url`` is a Redis Cluster node (HELLO's ``mode``, else INFO's ``cluster_enabled``)."""
-    probe = connect(url, max_connections=1)
-    try:
-        facts, info = await _server_facts(probe, "cluster")
-    finally:
-        await probe.aclose()
-    return says_cluster(facts, info)
+    """Whether the server at ``url`` is a Redis Cluster node (HELLO's ``mode``, else INFO's ``cluster_enabled``).
+
+    A URL that lists several nodes asks them in turn until one answers, and that one must be a cluster node.
+    """
+    seeds = seed_urls(url)
+    for number, seed in enumerate(seeds, start=1):
+        probe = connect(seed, max_connections=1)
+        try:
+            facts, info = await _server_facts(probe, "cluster")
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            if isinstance(exc, AuthenticationError) or number == len(seeds):
+                raise  # the same credentials go to every node; the last node's outage is the outage
+            continue
+        finally:
+            await probe.aclose()
+        clustered = says_cluster(facts, info)
+        if len(seeds) > 1 and not clustered:
+            raise ConfigError(f"the Redis URL lists {len(seeds)} nodes, but {loggable_url(seed)} is not a Redis Cluster node: "
+                              "name one node of a single Redis")
+        return clustered
+    raise AssertionError("seed_urls gives at least one URL")
 
 
 async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:

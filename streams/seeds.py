@@ -1,0 +1,46 @@
+"""Several Redis Cluster nodes in one URL: ``redis://[user:password@]host1:port1,host2:port2[/db][?options]``.
+
+A cluster client learns every node from the first one that answers. A URL that names one node cannot
+start a process while that node is down, nor ever again once a failover has replaced it for good; a
+list of nodes (or a name that resolves to every node) can. Each seed is an ordinary one-host URL with
+the list's scheme, credentials, path and query, so redis-py parses every part of it as usual.
+Errors here quote none of the URL: it may hold a password.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from streams.errors import ConfigError
+
+DEFAULT_PORT = 6379
+
+
+def seed_urls(url: str) -> list[str]:
+    """The one-host URLs a URL lists (``url`` itself when it names one host), in the order given."""
+    parts = urlsplit(url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return [url]
+    if parts.scheme == "unix":
+        raise ConfigError("a unix:// Redis URL names one socket; list several nodes with redis:// or rediss://")
+    names = [name.strip() for name in hosts.split(",")]
+    seeds = [urlunsplit((parts.scheme, f"{userinfo}{at}{name}", parts.path, parts.query, parts.fragment)) for name in names]
+    for number, seed in enumerate(seeds, start=1):
+        try:
+            named = urlsplit(seed).hostname
+            urlsplit(seed).port
+        except ValueError:
+            raise ConfigError(f"node {number} of the Redis URL's {len(seeds)} has a port that is not a number from 0 to 65535") from None
+        if not named:
+            raise ConfigError(f"node {number} of the Redis URL's {len(seeds)} names no host (a comma too many?)")
+    return seeds
+
+
+def seed_addresses(url: str) -> list[tuple[str, int]]:
+    """(host, port) of every seed of ``url``, for a cluster client's ``startup_nodes``."""
+    addresses = []
+    for seed in seed_urls(url):
+        parts = urlsplit(seed)
+        addresses.append((parts.hostname or "localhost", parts.port or DEFAULT_PORT))
+    return addresses

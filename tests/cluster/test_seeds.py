@@ -1,0 +1,72 @@
+"""A Redis URL that lists several cluster nodes (streams.seeds, docs/operations.md "Failover"): a process starts
+from the first listed node that answers, so a node that is down, or gone for good after a failover, keeps no
+worker, CLI command or /metrics scrape from starting. Before, a URL named one node and a process started while
+it was down waited for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+from redis.asyncio import Redis
+
+from consumers.processes import streamcrew_cmd
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.producer import Producer
+from tests.cluster.conftest import PARTITIONS
+from tests.cluster.test_workers import wait_all_results
+from tests.cluster_support import LocalCluster
+from tests.consumers.test_metrics import _samples
+from tests.support import WorkerFactory, wait_until
+
+
+def listing(cluster: LocalCluster, dead_port: int) -> str:
+    """A URL listing a node that refuses every connection first, then two live nodes of the cluster."""
+    live = ",".join(f"127.0.0.1:{port}" for port in cluster.alive_ports()[-2:])
+    return f"redis://127.0.0.1:{dead_port},{live}/0"
+
+
+async def test_worker_cli_and_gauges_start_past_a_listed_node_that_is_down(
+    cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, tmp_path: Path, refusing_port: int,
+) -> None:
+    url = listing(cluster, refusing_port)
+    keys = Keys(cluster_prefix)
+    workers = WorkerFactory(url, cluster_prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    try:
+        # Given a worker whose URL lists a node that is down before the live ones
+        worker, metrics_port = workers.start_serving_metrics("--concurrency", "20")
+        # When jobs of every partition arrive
+        await Producer(cluster_redis, keys, partitions=PARTITIONS).publish_many(
+            [JobRequest(agent="echo", data={"i": i}, id=f"seeded-{i}") for i in range(60)])
+        # Then it runs them all, reading every partition through the cluster it learnt from a live node
+        got = await wait_all_results(cluster_redis, keys, 60, timeout=40)
+        assert sorted(r.id for r in got) == sorted(f"seeded-{i}" for i in range(60))
+
+        # And its /metrics gauges (a client of their own, made at the first scrape) read every partition
+        async def scraped() -> dict:
+            async with httpx.AsyncClient() as client:
+                return _samples((await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
+
+        async def counted() -> bool:
+            samples = await scraped()
+            return sum(v for (name, labels), v in samples.items()
+                       if name == "streamcrew_stream_length" and ("stream", "results") in labels) == 60
+
+        await wait_until(counted, timeout=10, what="the results gauges of every partition to sum to 60")
+        lengths = [labels for (name, labels), _ in (await scraped()).items()
+                   if name == "streamcrew_stream_length" and ("stream", "results") in labels]
+        assert sorted(dict(labels)["partition"] for labels in lengths) == [str(p) for p in range(PARTITIONS)]
+        assert worker.alive(), worker.log_text()[-2000:]
+    finally:
+        workers.close()
+
+    # And the CLI, given the same list, finds every partition's results
+    stats = subprocess.run(streamcrew_cmd("stats", "--json", "--redis-url", url, "--prefix", cluster_prefix),
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    assert stats.returncode == 0, stats.stderr[-2000:]
+    assert json.loads(stats.stdout)["results"]["length"] == 60
+

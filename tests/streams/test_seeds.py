@@ -1,0 +1,62 @@
+"""A Redis URL may list several cluster nodes (streams.seeds): how it splits, how it is logged, and the clear
+refusals: a malformed list, a list pointing at a single Redis. No error quotes the URL (it may hold a password)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from consumers.processes import streamcrew_cmd
+from streams.connection import cluster_enabled, connect
+from streams.errors import ConfigError
+from streams.seeds import seed_addresses, seed_urls
+from streams.urls import loggable_url
+
+SECRET = "s3cret-pw"
+
+
+def test_a_list_splits_into_one_url_per_node_with_the_same_credentials_path_and_query() -> None:
+    url = f"redis://app:{SECRET}@Node-a:7000, node-b ,[::1]:7002/0?socket_timeout=3"
+    assert seed_urls(url) == [f"redis://app:{SECRET}@Node-a:7000/0?socket_timeout=3", f"redis://app:{SECRET}@node-b/0?socket_timeout=3",
+                              f"redis://app:{SECRET}@[::1]:7002/0?socket_timeout=3"]
+    assert seed_addresses(url) == [("node-a", 7000), ("node-b", 6379), ("::1", 7002)]
+    assert loggable_url(url) == "redis://node-a:7000,node-b,[::1]:7002/0"
+    # One host stays exactly as given
+    assert seed_urls(f"rediss://:{SECRET}@h:1/2") == [f"rediss://:{SECRET}@h:1/2"]
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    (f"redis://u:{SECRET}@h1,,h2", "node 2 of the Redis URL's 3 names no host"),
+    (f"redis://u:{SECRET}@h1:7000,h2:70000", "node 2 of the Redis URL's 2 has a port that is not a number"),
+    (f"unix://u:{SECRET}@a,b/tmp/redis.sock", "a unix:// Redis URL names one socket"),
+])
+def test_a_malformed_list_is_refused_without_quoting_it(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as caught:
+        seed_urls(url)
+    assert SECRET not in str(caught.value)
+    # And every command refuses it as a setting, before touching Redis
+    done = subprocess.run(streamcrew_cmd("stats", "--redis-url", url), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and says in done.stderr and SECRET not in done.stderr + done.stdout, done.stderr
+
+
+async def test_a_list_naming_a_single_redis_is_refused(redis_url: str, refusing_port: int) -> None:
+    # Given a single Redis listed after a node that is down
+    host_port = redis_url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    listed = f"redis://127.0.0.1:{refusing_port},{host_port}/0"
+    # Then the detection says what is wrong, and so does a command, with exit 2: waiting would not cure it
+    with pytest.raises(ConfigError, match=f"lists 2 nodes, but redis://{host_port}/0 is not a Redis Cluster node"):
+        await cluster_enabled(listed)
+    with pytest.raises(ConfigError, match="only a Redis Cluster client"):
+        connect(listed)
+    done = subprocess.run(streamcrew_cmd("stats", "--redis-url", listed), capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "STREAMCREW_REDIS_URL": ""})
+    assert done.returncode == 2 and "is not a Redis Cluster node" in done.stderr, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_list_of_nodes_that_are_all_down_is_an_outage(refusing_port: int) -> None:
+    # Given a URL listing only nodes that refuse connections, when a one-shot command runs, then Redis cannot be reached (exit 4)
+    done = subprocess.run(streamcrew_cmd("stats", "--redis-url", f"redis://127.0.0.1:{refusing_port},localhost:{refusing_port}/0"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4 and "cannot reach Redis" in done.stderr, (done.returncode, done.stderr[-2000:])
