@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from streams.config import StreamSettings
 from streams.errors import ConfigError, StreamcrewError
+from streams.outage import quiet_cluster_refresh_errors
 from streams.seeds import seed_urls
 
 T = TypeVar("T")
@@ -59,6 +60,7 @@ def setup_logging(level: str = "info") -> None:
         raise typer.Exit(Exit.USAGE)
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per job is ours
+    quiet_cluster_refresh_errors()  # an outage of a whole cluster is one line per loop, not one per retry
 
 
 def build(cls: type[T], **overrides: Any) -> T:

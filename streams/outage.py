@@ -12,7 +12,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, TryAgainError
+import redis.exceptions
+from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, SlotNotCoveredError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -51,7 +52,15 @@ class Backoff:
 # not refusals of the call (a refused settle batch would wait for its entries' lease to run out). A Redis at its
 # maxmemory (noeviction) refuses writes with OOM until memory is freed or raised: an outage of writes, so finished
 # work waits in memory and is written then, rather than run again after its lease (a script refused by OOM wrote nothing).
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError, OutOfMemoryError)
+# The cluster client's own "no node of the cluster answers" (every node down: a restart of the whole cluster) and "no
+# master for this slot" are outages too: before, each pass of a loop logged them as an unexpected error with a traceback.
+# (redis-py before 8.2 raises the first as a plain RedisClusterException, which stays an unexpected error there.)
+CLUSTER_UNREACHABLE: tuple[type[Exception], ...] = tuple(
+    getattr(redis.exceptions, name) for name in ("RedisClusterUnreachableError",) if hasattr(redis.exceptions, name))
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError, OutOfMemoryError,
+    SlotNotCoveredError, *CLUSTER_UNREACHABLE,
+)
 
 
 async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]], *, unless: tuple[type[BaseException], ...] = ()) -> T:
@@ -69,3 +78,34 @@ async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]], *, un
         else:
             backoff.ok()
             return answer
+
+
+class OncePerOutage(logging.Filter):
+    """Lets one "Topology refresh failed" record of redis-py's cluster client through per ``every_s``.
+
+    While no node of a cluster answers, redis-py logs that ERROR on every retry of every loop, about once a
+    second; the loops' :class:`Backoff` already says the outage started and when it ended, once each.
+    """
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.last: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Topology refresh failed"):
+            return True
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
+
+
+def quiet_cluster_refresh_errors() -> None:
+    """Install :class:`OncePerOutage` on redis-py's cluster loggers (asyncio and sync: the /metrics gauges)."""
+    for name in ("redis.asyncio.cluster", "redis.cluster"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, OncePerOutage) for f in logger.filters):
+            logger.addFilter(OncePerOutage())
+

@@ -299,6 +299,15 @@ class LocalCluster:
         # synced with its master, so the next failover test finds a replica that can take over
         self._wait(f"node {port} to sync as a replica", lambda: self._synced(port))
 
+    def restart_all(self) -> None:
+        """Start every node that is down again on its port and directory (a whole cluster's restart: its nodes.conf
+        keeps the slots; these nodes keep no data) and wait for ``cluster_state:ok``."""
+        for port, proc in self.nodes.items():
+            if proc.poll() is not None:
+                self._start_node(port)
+        self._wait("every node to answer again", self._all_answer)
+        self.wait_ok()
+
     def _synced(self, port: int) -> bool:
         with self.client(port) as c:
             info = c.info("replication")
