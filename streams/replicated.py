@@ -8,6 +8,8 @@ pipeline, or on a cluster one connection of the master that owns the script's ke
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from redis.asyncio import Redis
@@ -20,6 +22,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 # What a failover or a resharding answers a call sent straight to the master the client last knew.
 REROUTE = (AskError, TryAgainError, ClusterDownError, ReadOnlyError)  # MovedError is an AskError
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+log = logging.getLogger(__name__)
 
 
 class Rerouted(Exception):
@@ -81,3 +85,32 @@ async def _on_master(cluster: RedisCluster, key: str, *commands: tuple[Any, ...]
         if isinstance(command.result, Exception):
             raise command.result
     return [command.result for command in queued]
+
+
+class Shortfalls:
+    """Writes that went without their replicas' acknowledgement, told once per spell and partition.
+
+    A replica down for minutes would otherwise log a line for every batch of its master's partitions (about one a
+    second each): one line when a partition's writes start going without, one when they are acknowledged again.
+    """
+
+    def __init__(self, what: str, timeout_ms: int) -> None:
+        self.what = what
+        self.timeout_ms = timeout_ms
+        self._spells: dict[int, tuple[float, int]] = {}  # partition -> (since, writes that went without)
+
+    def count(self, partition: int, acked: int, wanted: int) -> None:
+        """Note one write of ``partition`` and how many of the ``wanted`` replicas acknowledged it."""
+        spell = self._spells.get(partition)
+        if acked >= wanted:
+            if spell is not None:
+                del self._spells[partition]
+                log.warning("%s of partition %d acknowledged by %d replicas again after %.1fs (%d went without)",
+                            self.what, partition, wanted, time.monotonic() - spell[0], spell[1])
+        elif spell is None:
+            self._spells[partition] = (time.monotonic(), 1)
+            log.warning("%s of partition %d acknowledged by %d of %d replicas within %d ms; going on without them "
+                        "(said again once they acknowledge)", self.what, partition, acked, wanted, self.timeout_ms)
+        else:
+            self._spells[partition] = (spell[0], spell[1] + 1)
+

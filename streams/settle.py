@@ -23,12 +23,12 @@ from streams.entries import Release
 from streams.envelope import flat
 from streams.hold import HeldBack
 from streams.keys import Keys
-from streams.replicated import Rerouted, call_and_wait
+from streams.replicated import Rerouted, Shortfalls, call_and_wait
 from streams.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
-# A settle batch waits at most this long for its replicas; fewer acknowledgements are logged, not fatal.
+# A settle batch waits at most this long for its replicas; fewer acknowledgements are logged (once a spell), not fatal.
 WAIT_TIMEOUT_MS = 1000
 
 
@@ -82,6 +82,7 @@ class Settler:
         """``hold``, ``hold_s``: finished ops wait as :mod:`streams.hold` says, so one call settles several."""
         self._redis = redis
         self._replica_acks = replica_acks
+        self._shortfalls = Shortfalls("settle batches", WAIT_TIMEOUT_MS)
         self._scripts = Scripts(redis)
         # One call of settle.lua per partition in a batch: its keys share the partition's hash slot.
         partitions = [keys] if isinstance(keys, Keys) else list(keys)
@@ -127,10 +128,10 @@ class Settler:
         if not self._replica_acks:
             reply = await self._scripts.settle(keys=keys, args=args)
         else:
-            reply = await self._write_replicated(keys, args)
+            reply = await self._write_replicated(p, keys, args)
         return [_wrote(x) for x in reply]
 
-    async def _write_replicated(self, keys: list[str], args: list[Any]) -> Any:
+    async def _write_replicated(self, p: int, keys: list[str], args: list[Any]) -> Any:
         """The settle and a WAIT for ``replica_acks`` replicas of its master, on one connection (a failover then keeps it)."""
         try:
             reply, acked = await call_and_wait(self._redis, self._scripts.settle, keys, args, self._replica_acks, WAIT_TIMEOUT_MS)
@@ -138,8 +139,7 @@ class Settler:
             # The master moved or is unreachable: the client's own routing finds the new one (a fresh master, no replica yet)
             log.warning("settle batch written through the cluster's rerouting without waiting for replicas (%s)", exc)
             return await self._scripts.settle(keys=keys, args=args)
-        if acked < self._replica_acks:
-            log.warning("settle batch acknowledged by %s of %d replicas within %d ms", acked, self._replica_acks, WAIT_TIMEOUT_MS)
+        self._shortfalls.count(p, acked, self._replica_acks)
         return reply
 
     def _done(self, op: SettleOp, wrote: bool) -> None:

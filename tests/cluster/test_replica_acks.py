@@ -39,7 +39,7 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     os.kill(replica.pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="streams.settle"):
+        with caplog.at_level(logging.WARNING, logger="streams.replicated"):
             wrote = await settler._write([done_op(p0.lane("normal"), "1-0", "normal/1-0", "j1", {"id": "j1", "status": "completed"}, None)])
         waited = time.monotonic() - started
     finally:
