@@ -108,4 +108,3 @@ def quiet_cluster_refresh_errors() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, OncePerOutage) for f in logger.filters):
             logger.addFilter(OncePerOutage())
-

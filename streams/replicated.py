@@ -113,4 +113,3 @@ class Shortfalls:
                         "(said again once they acknowledge)", self.what, partition, acked, wanted, self.timeout_ms)
         else:
             self._spells[partition] = (spell[0], spell[1] + 1)
-

@@ -90,6 +90,7 @@ class Settler:
         self._heads: list[list[str | int]] = [
             [k.job_prefix, group, max_result_bytes, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
+        self._numbers = [k.partition or 0 for k in partitions]  # what the log calls them (a worker may serve some only)
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)
         self._held: HeldBack[SettleOp] = HeldBack(self._writer.submit, hold=hold, hold_s=hold_s)
@@ -139,7 +140,7 @@ class Settler:
             # The master moved or is unreachable: the client's own routing finds the new one (a fresh master, no replica yet)
             log.warning("settle batch written through the cluster's rerouting without waiting for replicas (%s)", exc)
             return await self._scripts.settle(keys=keys, args=args)
-        self._shortfalls.count(p, acked, self._replica_acks)
+        self._shortfalls.count(self._numbers[p], acked, self._replica_acks)
         return reply
 
     def _done(self, op: SettleOp, wrote: bool) -> None:

@@ -26,9 +26,10 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     cluster: LocalCluster, cluster_redis: Redis, cluster_prefix: str, caplog,
 ) -> None:
     partitions = partition_keys(Keys(cluster_prefix), PARTITIONS)
-    settler = Settler(cluster_redis, partitions, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
+    # (a settler of partitions 3-5, as a worker given --partitions 3-5 has: the log names partitions by number)
+    settler = Settler(cluster_redis, partitions[3:], group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
                       release=lambda s, e, settled=True: None, replica_acks=1)
-    p0 = partitions[0]
+    p0 = partitions[3]
     replica = cluster.nodes[cluster.online_replica_of(cluster.master_of_slot(key_slot(p0.results.encode())))]
     # Given the partition master's pool holding several connections (as a busy worker's does)
     await asyncio.gather(*(cluster_redis.xlen(p0.results) for _ in range(4)))
@@ -47,5 +48,5 @@ async def test_a_settle_batch_waits_for_the_partition_masters_stopped_replica(
     # Then the batch is written and counted only after WAIT timed out
     assert wrote == [True]
     assert waited >= WAIT_TIMEOUT_MS / 1000 * 0.9, f"the settle batch returned after {waited:.3f}s without waiting for the replica"
-    assert "acknowledged by 0 of 1 replicas" in caplog.text
+    assert "settle batches of partition 3 acknowledged by 0 of 1 replicas" in caplog.text, caplog.text
     cluster.wait_ok()
