@@ -503,7 +503,7 @@ def main() -> None:
             try:
                 partitions = args.partitions or 6
                 cluster.place([str(p) for p in range(partitions)])
-                ok = asyncio.run(soak(cluster.url, partitions, cluster, args, logs))
+                ok = asyncio.run(soak(cluster.listed_url(), partitions, cluster, args, logs))  # every node: a restart finds one up
             finally:
                 cluster.close()
         elif args.stalls or args.restarts:

@@ -92,6 +92,11 @@ class LocalCluster:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.ports[0]}/0"
 
+    def listed_url(self, userinfo: str = "") -> str:
+        """A URL listing every node (streams.seeds): a process starts while any of them is down; ``userinfo``
+        is ``user:password@``."""
+        return f"redis://{userinfo}" + ",".join(f"127.0.0.1:{port}" for port in self.ports) + "/0"
+
     def _start_node(self, port: int) -> None:
         node_dir = self.directory / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ def cluster_user(cluster: LocalCluster, cluster_prefix: str) -> Iterator[str]:
     for port in cluster.alive_ports():
         with cluster.client(port) as admin:
             admin.execute_command("ACL", "SETUSER", user, "on", f">{ACL_PASSWORD}", f"~{cluster_prefix}:*", "resetchannels", "+@all", "-@dangerous")
-    yield f"redis://{user}:{ACL_PASSWORD}@" + ",".join(f"127.0.0.1:{port}" for port in cluster.alive_ports()) + "/0"
+    yield cluster.listed_url(f"{user}:{ACL_PASSWORD}@")
     for port in cluster.alive_ports():
         with cluster.client(port) as admin:
             admin.execute_command("ACL", "DELUSER", user)

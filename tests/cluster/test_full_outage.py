@@ -44,7 +44,7 @@ def hooks() -> Iterator[Receiver]:
 
 
 async def test_every_node_down_then_back_is_an_outage_ridden_out(bare_cluster: LocalCluster, tmp_path: Path, hooks: Receiver) -> None:
-    url = "redis://" + ",".join(f"127.0.0.1:{port}" for port in bare_cluster.ports) + "/0"
+    url = bare_cluster.listed_url()
     prefix = f"c{uuid.uuid4().hex[:12]}"
     keys = Keys(prefix)
     workers, gateways = WorkerFactory(url, prefix, tmp_path, env=ENV), GatewayFactory(url, prefix, tmp_path)
