@@ -23,6 +23,7 @@ from consumers.gateway.state import GatewayState
 from streams.connection import connect_when_reachable
 from streams.gauges import register_stream_gauges
 from streams.keys import Keys
+from streams.outage import quiet_cluster_refresh_errors
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -46,6 +47,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_cluster_refresh_errors()  # also when another ASGI server runs the app, not `streamcrew gateway`
         client = redis if redis is not None else await connect_when_reachable(settings.effective_redis_url, "gateway start")
         app.state.gateway = GatewayState.build(settings, client)
         register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix), partitions=settings.partitions)
