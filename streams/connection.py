@@ -25,7 +25,7 @@ CONNECT_TIMEOUT_S = 5.0
 MIN_REDIS = (6, 2, 0)
 
 
-def _client_options() -> dict[str, Any]:
+def _client_options(retries: int = 2) -> dict[str, Any]:
     """What every client gets, single-node or cluster: replies as ``str``, explicit timeouts, retries on connection errors."""
     return {
         "decode_responses": True,
@@ -36,7 +36,7 @@ def _client_options() -> dict[str, Any]:
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_keepalive": True,
         "health_check_interval": 30,
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=retries),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
     }
 
@@ -78,7 +78,7 @@ def guarded(connection_class: type[AbstractConnection]) -> type[AbstractConnecti
     return _GUARDED[connection_class]
 
 
-def connect(url: str, *, max_connections: int | None = None) -> Redis:
+def connect(url: str, *, max_connections: int | None = None, retries: int = 2) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
     redis-py 8's default socket timeout costs pipelined loops dearly, so every
@@ -86,7 +86,7 @@ def connect(url: str, *, max_connections: int | None = None) -> Redis:
     """
     if len(seed_urls(url)) > 1:
         raise ConfigError("this Redis URL lists several nodes, which only a Redis Cluster client can use")
-    client = Redis.from_url(url, max_connections=max_connections, **_client_options())
+    client = Redis.from_url(url, max_connections=max_connections, **_client_options(retries))
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
     return client
@@ -169,7 +169,7 @@ async def cluster_enabled(url: str) -> bool:
     """
     seeds = seed_urls(url)
     for number, seed in enumerate(seeds, start=1):
-        probe = connect(seed, max_connections=1)
+        probe = connect(seed, max_connections=1, retries=2 if number == len(seeds) else 0)  # the next node, not this one again
         try:
             facts, info = await _server_facts(probe, "cluster")
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
