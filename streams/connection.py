@@ -21,6 +21,12 @@ from streams.urls import loggable_url
 # Blocking reads wait at most this long, so the socket timeout must be larger.
 BLOCK_MS = 1000
 SOCKET_TIMEOUT_S = 15.0
+# A cluster routes around a master that hangs (its replica takes over after cluster-node-timeout): every second
+# a call waits on the hung node is a second all the partitions a worker reads in turn wait too. Measured, one
+# master SIGSTOPped for good: a worker of every partition finished nothing on the healthy ones for 30 s at 15 s
+# (two timeouts: the call, then redis-py's topology refresh asking the same node), 10 s at 5 s. Still above the
+# longest block (a 2 s watch). ``?socket_timeout=`` in the URL overrides either.
+CLUSTER_SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
 MIN_REDIS = (6, 2, 0)
 
@@ -123,7 +129,8 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     """
     first, *others = seed_urls(url)
     seeds = [ClusterNode(host, port) for host, port in seed_addresses(url)[1:]] if others else None
-    client = StreamsCluster.from_url(first, startup_nodes=seeds, max_connections=max_connections or 100, **_client_options())
+    options = {**_client_options(), "socket_timeout": CLUSTER_SOCKET_TIMEOUT_S}
+    client = StreamsCluster.from_url(first, startup_nodes=seeds, max_connections=max_connections or 100, **options)
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():
