@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 from redis.exceptions import ResponseError
 
+from streams.groups import is_nogroup
 from streams.outage import REDIS_DOWN, Backoff
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,11 @@ class BatchWriter(Generic[T]):
                 self._queue[:0] = batch  # nothing is lost: retried in order once Redis answers
                 await backoff.failed(exc)
                 continue
-            except ResponseError:
-                # Not expected: the entries stay pending and are reclaimed after the lease, so nothing is lost.
-                log.exception("%s: Redis refused a batch of %d; its entries will be reclaimed", self.name, len(batch))
+            except ResponseError as exc:
+                if is_nogroup(exc):  # a Redis restarted empty: the entries went with the group; the read loop makes it again
+                    log.warning("%s: a batch of %d not written: its consumer group is gone (Redis restarted empty?)", self.name, len(batch))
+                else:  # not expected: the entries stay pending and are reclaimed after the lease, so nothing is lost
+                    log.exception("%s: Redis refused a batch of %d; its entries will be reclaimed", self.name, len(batch))
                 written = [False] * len(batch)
             finally:
                 self._writing = False

@@ -10,6 +10,11 @@ from redis.exceptions import ResponseError
 from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys
 
 
+def is_nogroup(exc: BaseException) -> bool:
+    """Whether Redis refused a call because the consumer group (or its stream) is gone: a Redis restarted empty."""
+    return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
+
+
 async def ensure_group(redis: Redis, stream: str, group: str) -> None:
     """``XGROUP CREATE stream group 0 MKSTREAM`` unless the group exists.
 

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from streams.connection import BLOCK_MS
 from streams.entries import Entry, EntryHandler, ReadReply, Slot
-from streams.groups import ensure_group
+from streams.groups import ensure_group, is_nogroup
 from streams.leases import Leases
 from streams.outage import REDIS_DOWN, Backoff
 from streams.quiet import QuietStreams, by_slot, slot_of_for
@@ -37,10 +37,6 @@ READ_BATCH = 500
 CLUSTER_BLOCK_MS = 100
 # After an error no loop expects, the loop goes on after this pause (not in a busy loop).
 UNEXPECTED_PAUSE_S = 1.0
-
-
-def is_nogroup(exc: BaseException) -> bool:
-    return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
 
 
 class GroupRuntime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError, TryAgainError
@@ -45,3 +46,23 @@ async def test_a_script_error_is_still_a_refusal() -> None:
     await asyncio.wait_for(writer.flush(), timeout=10)
     await asyncio.wait_for(writer.close(task), timeout=10)
     assert done == {"a": False}
+
+
+async def test_a_group_gone_with_its_redis_is_a_warning_without_a_traceback(redis, keys, caplog) -> None:  # type: ignore[no-untyped-def]
+    done: dict[str, bool] = {}
+
+    async def write(batch: list[str]) -> list[bool]:  # a real NOGROUP: the group of a Redis restarted empty
+        await redis.xreadgroup("workers", "c", {keys.lane("normal"): ">"}, count=1)
+        return [True] * len(batch)
+
+    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
+    task = asyncio.create_task(writer.run())
+    with caplog.at_level(logging.WARNING, logger="streams.batch"):
+        writer.submit("a")
+        await asyncio.wait_for(writer.flush(), timeout=10)
+        await asyncio.wait_for(writer.close(task), timeout=10)
+    # Then the batch counts as not written, said in one line (the read loop makes the group again)
+    assert done == {"a": False}
+    said = [r for r in caplog.records if r.name == "streams.batch"]
+    assert [r.levelno for r in said] == [logging.WARNING] and "consumer group is gone" in said[0].getMessage()
+    assert said[0].exc_info is None
