@@ -84,7 +84,7 @@ def guarded(connection_class: type[AbstractConnection]) -> type[AbstractConnecti
     return _GUARDED[connection_class]
 
 
-def connect(url: str, *, max_connections: int | None = None, retries: int = 2) -> Redis:
+def connect(url: str, *, max_connections: int | None = None, retries: int = 2, timeout_s: float = SOCKET_TIMEOUT_S) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
     redis-py 8's default socket timeout costs pipelined loops dearly, so every
@@ -92,7 +92,7 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2) -
     """
     if len(seed_urls(url)) > 1:
         raise ConfigError("this Redis URL lists several nodes, which only a Redis Cluster client can use")
-    client = Redis.from_url(url, max_connections=max_connections, **_client_options(retries))
+    client = Redis.from_url(url, max_connections=max_connections, **{**_client_options(retries), "socket_timeout": timeout_s})
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
     return client
@@ -176,7 +176,9 @@ async def cluster_enabled(url: str) -> bool:
     """
     seeds = seed_urls(url)
     for number, seed in enumerate(seeds, start=1):
-        probe = connect(seed, max_connections=1, retries=2 if number == len(seeds) else 0)  # the next node, not this one again
+        # A listed node that fails or hangs: the next one, not this one again, nor a single Redis's long wait
+        probe = connect(seed, max_connections=1, retries=2 if number == len(seeds) else 0,
+                        timeout_s=SOCKET_TIMEOUT_S if len(seeds) == 1 else CLUSTER_SOCKET_TIMEOUT_S)
         try:
             facts, info = await _server_facts(probe, "cluster")
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:

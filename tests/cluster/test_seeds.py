@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 from redis.asyncio import Redis
 
 from consumers.processes import streamcrew_cmd
+from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, SOCKET_TIMEOUT_S, cluster_enabled
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
@@ -69,4 +74,23 @@ async def test_worker_cli_and_gauges_start_past_a_listed_node_that_is_down(
                            capture_output=True, text=True, timeout=60, env={**os.environ, "STREAMCREW_PARTITIONS": str(PARTITIONS)})
     assert stats.returncode == 0, stats.stderr[-2000:]
     assert json.loads(stats.stdout)["results"]["length"] == 60
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that takes connections (the kernel's backlog) and never answers: a node that hangs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield int(s.getsockname()[1])
+
+
+async def test_a_listed_node_that_hangs_is_passed_over_after_the_cluster_timeout(cluster: LocalCluster, silent_port: int) -> None:
+    # Given a URL listing a node that never answers before a live one
+    url = f"redis://127.0.0.1:{silent_port},127.0.0.1:{cluster.alive_ports()[-1]}/0"
+    started = time.monotonic()
+    # Then the cluster is found from the live one, after the cluster client's wait on the silent one, not a single Redis's
+    assert await cluster_enabled(url)
+    waited = time.monotonic() - started
+    assert CLUSTER_SOCKET_TIMEOUT_S * 0.9 <= waited < SOCKET_TIMEOUT_S, f"the probe passed over the silent node after {waited:.1f} s"
 
