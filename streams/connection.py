@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.errors import ConfigError
 from streams.outage import until_redis_answers
-from streams.seeds import seed_addresses, seed_urls
+from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
 
 # Blocking reads wait at most this long, so the socket timeout must be larger.
@@ -31,14 +31,14 @@ CONNECT_TIMEOUT_S = 5.0
 MIN_REDIS = (6, 2, 0)
 
 
-def _client_options(retries: int = 2) -> dict[str, Any]:
+def _client_options(retries: int = 2, timeout_s: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
     """What every client gets, single-node or cluster: replies as ``str``, explicit timeouts, retries on connection errors."""
     return {
         "decode_responses": True,
         # A raw XADD may hold bytes that are not UTF-8: they decode to lone surrogates (and encode back to the same
         # bytes) instead of failing the whole read, so the worker can reject that one entry (streams.envelope.not_utf8).
         "encoding_errors": "surrogateescape",
-        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_timeout": timeout_s,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_keepalive": True,
         "health_check_interval": 30,
@@ -92,7 +92,7 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
     """
     if len(seed_urls(url)) > 1:
         raise ConfigError("this Redis URL lists several nodes, which only a Redis Cluster client can use")
-    client = Redis.from_url(url, max_connections=max_connections, **{**_client_options(retries), "socket_timeout": timeout_s})
+    client = Redis.from_url(url, max_connections=max_connections, **_client_options(retries, timeout_s))
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
     return client
@@ -127,10 +127,9 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
     backoff covers the seconds a failover takes. It starts from the first listed node that answers.
     """
-    first, *others = seed_urls(url)
-    seeds = [ClusterNode(host, port) for host, port in seed_addresses(url)[1:]] if others else None
-    options = {**_client_options(), "socket_timeout": CLUSTER_SOCKET_TIMEOUT_S}
-    client = StreamsCluster.from_url(first, startup_nodes=seeds, max_connections=max_connections or 100, **options)
+    first, others = first_and_others(url)
+    client = StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
+                                     max_connections=max_connections or 100, **_client_options(timeout_s=CLUSTER_SOCKET_TIMEOUT_S))
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():

@@ -26,7 +26,7 @@ from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from streams.connection import hello_facts, says_cluster
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
-from streams.seeds import seed_addresses, seed_urls
+from streams.seeds import first_and_others
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,9 @@ class StreamGauges(Collector):
         """The client, made at the first scrape: a cluster client when the server says it is a cluster node."""
         if self._redis is None:
             options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
-            first, *others = seed_urls(self._url)
+            first, others = first_and_others(self._url)
             if others:  # a list of nodes names a cluster (the process checked so at start); start from any that answers
-                nodes = [ClusterNode(host, port) for host, port in seed_addresses(self._url)[1:]]  # type: ignore[no-untyped-call]
+                nodes = [ClusterNode(host, port) for host, port in others]  # type: ignore[no-untyped-call]
                 self._redis = sync_redis.RedisCluster.from_url(first, startup_nodes=nodes, **options)
                 return self._redis
             probe = sync_redis.Redis.from_url(self._url, **options)

@@ -37,10 +37,8 @@ def seed_urls(url: str) -> list[str]:
     return seeds
 
 
-def seed_addresses(url: str) -> list[tuple[str, int]]:
-    """(host, port) of every seed of ``url``, for a cluster client's ``startup_nodes``."""
-    addresses = []
-    for seed in seed_urls(url):
-        parts = urlsplit(seed)
-        addresses.append((parts.hostname or "localhost", parts.port or DEFAULT_PORT))
-    return addresses
+def first_and_others(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The first seed's URL (options, credentials and all) and (host, port) of the others, for a cluster
+    client's ``from_url`` and ``startup_nodes``."""
+    first, *others = seed_urls(url)
+    return first, [(parts.hostname or "localhost", parts.port or DEFAULT_PORT) for parts in map(urlsplit, others)]

@@ -11,7 +11,7 @@ import pytest
 from consumers.processes import streamcrew_cmd
 from streams.connection import cluster_enabled, connect
 from streams.errors import ConfigError
-from streams.seeds import seed_addresses, seed_urls
+from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
 
 SECRET = "s3cret-pw"
@@ -21,7 +21,7 @@ def test_a_list_splits_into_one_url_per_node_with_the_same_credentials_path_and_
     url = f"redis://app:{SECRET}@Node-a:7000, node-b ,[::1]:7002/0?socket_timeout=3"
     assert seed_urls(url) == [f"redis://app:{SECRET}@Node-a:7000/0?socket_timeout=3", f"redis://app:{SECRET}@node-b/0?socket_timeout=3",
                               f"redis://app:{SECRET}@[::1]:7002/0?socket_timeout=3"]
-    assert seed_addresses(url) == [("node-a", 7000), ("node-b", 6379), ("::1", 7002)]
+    assert first_and_others(url) == (f"redis://app:{SECRET}@Node-a:7000/0?socket_timeout=3", [("node-b", 6379), ("::1", 7002)])
     assert loggable_url(url) == "redis://node-a:7000,node-b,[::1]:7002/0"
     # One host stays exactly as given
     assert seed_urls(f"rediss://:{SECRET}@h:1/2") == [f"rediss://:{SECRET}@h:1/2"]
