@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,10 @@ class Producer:
         self.partitions = partition_keys(keys, partitions)
         self._scripts = Scripts(redis)
         self._groups_ready = False
-        self._next_idless = itertools.cycle(range(len(self.partitions)))
+        # Id-less requests take turns from a random partition: a producer that lives for one request (a CLI
+        # `submit`, a producer made per web request) would otherwise put every one of them into partition 0.
+        first = random.randrange(len(self.partitions))
+        self._next_idless = itertools.cycle([*range(first, len(self.partitions)), *range(first)])
 
     async def ensure_groups(self) -> None:
         if not self._groups_ready:
@@ -63,7 +67,8 @@ class Producer:
             self._groups_ready = True
 
     def partition_for(self, request: JobRequest) -> int:
-        """crc32(id) mod N for a request with an id (a repeat meets its first copy); id-less ones take turns."""
+        """crc32(id) mod N for a request with an id (a repeat meets its first copy); id-less ones take turns, from a
+        random partition."""
         return partition_of(request.id, len(self.partitions)) if request.id else next(self._next_idless)
 
     async def publish(

@@ -11,8 +11,9 @@ from streams import dead
 from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.gauges import StreamGauges
 from streams.groups import ensure_groups, standard_groups
-from streams.keys import Keys, partition_keys
+from streams.keys import Keys, partition_keys, partition_of
 from streams.partition_stats import partitioned_queue_stats
+from streams.producer import Producer
 from streams.records import get_job
 from tests.streams.test_gauges import _values
 from tests.support import WorkerFactory, wait_until
@@ -137,3 +138,15 @@ async def test_stats_list_each_consumer_once_over_the_partitions(redis, keys: Ke
     # Then each consumer is listed once, with what it holds in all of them (each partition's list stays under partitions)
     assert sorted((c["name"], c["pending"]) for c in lane["consumers"]) == [("w-one", 4), ("w-two", 0)]
     assert lane["pending"] == 4
+
+
+async def test_id_less_requests_spread_over_partitions_even_one_producer_per_request(redis, keys: Keys) -> None:
+    # Given a producer per request (a CLI `submit`, a producer made per web request), each publishing one id-less job
+    ids = [(await Producer(redis, keys, partitions=N).publish("echo", {})).job_id for _ in range(40)]
+    # Then they land in more than one partition (each producer's turns start at a random one; all 40 in one: 4 x 4**-40)
+    used = {partition_of(job_id, N) for job_id in ids}
+    assert len(used) > 1, f"40 one-request producers put every id-less job into partition {used}"
+    # And one producer's id-less jobs still take turns over every partition
+    producer = Producer(redis, keys, partitions=N)
+    turns = [partition_of((await producer.publish("echo", {})).job_id, N) for _ in range(2 * N)]
+    assert sorted(turns[:N]) == list(range(N)) and turns[N:] == turns[:N], turns
