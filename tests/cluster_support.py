@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import pytest
 import redis as sync_redis
 from redis.crc import key_slot
 
-from streams.embedded import dies_with_parent, path_binary
+from streams.embedded import PORT_ATTEMPTS, answers, dies_with_parent, log_tail, lost_its_port, path_binary
 
 NODE_TIMEOUT_MS = 1000
 READY_TIMEOUT_S = 30.0
@@ -32,14 +32,17 @@ PLACE_STABLE_S = 3.0  # placed slots must still agree this long after they first
 BUS_OFFSET = 10000  # each node's cluster bus listens on its port + 10000, so ports stay at or below 55535
 
 
-def cluster_port() -> int:
-    """A free loopback port whose bus port (+10000) is free too."""
+def cluster_port(taken: Iterable[int] = ()) -> int:
+    """A free loopback port whose bus port (+10000) is free too, neither of them a port or bus port of ``taken``."""
+    used = {q + offset for q in taken for offset in (0, BUS_OFFSET)}
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
         if port + BUS_OFFSET > 65535:
             port = random.randint(20000, 65535 - BUS_OFFSET)
+        if {port, port + BUS_OFFSET} & used:
+            continue
         try:
             for candidate in (port, port + BUS_OFFSET):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -83,9 +86,9 @@ class LocalCluster:
         self.replicas = replicas
         self.ports: list[int] = []
         while len(self.ports) < size:
-            if (port := cluster_port()) not in self.ports:
-                self.ports.append(port)
+            self.ports.append(cluster_port(self.ports))
         self.nodes: dict[int, subprocess.Popen[bytes]] = {}
+        self._moved = 0  # nodes given new ports at start (streams.embedded.PORT_ATTEMPTS at most)
         self.directory = Path(os.environ.get("TMPDIR", "/tmp")) / f"streamcrew-cluster-{os.getpid()}-{self.ports[0]}"
 
     @property
@@ -123,14 +126,25 @@ class LocalCluster:
                 raise RuntimeError(f"local cluster: timed out after {timeout}s waiting for {check}; logs in {self.directory}")
             time.sleep(0.05)
 
-    def _all_answer(self) -> bool:
-        for port, proc in self.nodes.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"cluster node {port} exited with {proc.returncode}; see {self.directory / str(port)}/redis.log")
-        for port in self.ports:
-            with self.client(port) as c:
-                c.ping()
-        return True
+    def _all_answer(self, *, may_move: bool = False) -> bool:
+        """Every node answers, itself (not another server on its port). A free port (or its bus port) can be taken
+        between being found and being bound, by any process's connection: a node that exited for that gets new
+        ones while ``may_move`` (before the cluster is created: afterwards its port is its name in the cluster)."""
+        for port, proc in list(self.nodes.items()):
+            if proc.poll() is None:
+                continue
+            if may_move and self._moved < PORT_ATTEMPTS and lost_its_port(self._log(port)):
+                self._moved += 1
+                del self.nodes[port]
+                new = cluster_port(self.ports)
+                self.ports[self.ports.index(port)] = new
+                self._start_node(new)
+                return False
+            raise RuntimeError(f"cluster node {port} exited with {proc.returncode}; its log ends:\n{log_tail(self._log(port))}")
+        return all(answers(port, proc.pid) for port, proc in self.nodes.items())
+
+    def _log(self, port: int) -> Path:
+        return self.directory / str(port) / "redis.log"
 
     def _state_ok(self) -> bool:
         for port in self.alive_ports():
@@ -149,7 +163,7 @@ class LocalCluster:
     def _start(self) -> LocalCluster:
         for port in self.ports:
             self._start_node(port)
-        self._wait("every node to answer PING", self._all_answer)
+        self._wait("every node to answer PING", lambda: self._all_answer(may_move=True))
         created = subprocess.run(
             [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60, check=False)
