@@ -125,7 +125,8 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     """A Redis Cluster client for ``url`` (any one node, or several: streams.seeds), with the timeouts of :func:`connect`.
 
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
-    backoff covers the seconds a failover takes. It starts from the first listed node that answers.
+    backoff covers the seconds a failover takes. Given a list, redis-py asks the nodes in a random order:
+    :func:`connect_detected` gives it the one node that answered its probe.
     """
     first, others = first_and_others(url)
     client = StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
@@ -173,6 +174,12 @@ async def cluster_enabled(url: str) -> bool:
 
     A URL that lists several nodes asks them in turn until one answers, and that one must be a cluster node.
     """
+    return await answering_cluster_node(url) is not None
+
+
+async def answering_cluster_node(url: str) -> str | None:
+    """The one-node URL of the first node ``url`` lists that answers, if it is a Redis Cluster node; None for a
+    single Redis (see :func:`cluster_enabled`)."""
     seeds = seed_urls(url)
     for number, seed in enumerate(seeds, start=1):
         # A listed node that fails or hangs: the next one, not this one again, nor a single Redis's long wait
@@ -190,7 +197,7 @@ async def cluster_enabled(url: str) -> bool:
         if len(seeds) > 1 and not clustered:
             raise ConfigError(f"the Redis URL lists {len(seeds)} nodes, but {loggable_url(seed)} is not a Redis Cluster node: "
                               "name one node of a single Redis")
-        return clustered
+        return seed if clustered else None
     raise AssertionError("seed_urls gives at least one URL")
 
 
@@ -199,8 +206,10 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
 
     The cluster client speaks the commands streamcrew uses with the same signatures, so it is typed as ``Redis``.
     """
-    if await cluster_enabled(url):
-        client = connect_cluster(url, max_connections=max_connections)
+    if (node := await answering_cluster_node(url)) is not None:
+        # From the node that just answered alone: redis-py would ask the listed ones in a random order, waiting out
+        # any that hangs; once started it knows every node of the cluster (its startup nodes follow the slot map).
+        client = connect_cluster(node, max_connections=max_connections)
         # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
         # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
         await client.initialize()

@@ -9,7 +9,7 @@ Errors here quote none of the URL: it may hold a password.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from streams.errors import ConfigError
 
@@ -18,7 +18,11 @@ DEFAULT_PORT = 6379
 
 def seed_urls(url: str) -> list[str]:
     """The one-host URLs a URL lists (``url`` itself when it names one host), in the order given."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # Python's check of a bracketed (IPv6) host; its message may quote part of a password
+        raise ConfigError("the Redis URL does not parse: an IPv6 host goes in [brackets], and a '[' or ']' in the "
+                          "password must be percent-encoded (%5B, %5D)") from None
     userinfo, at, hosts = parts.netloc.rpartition("@")
     if "," not in hosts:
         return [url]
@@ -41,4 +45,5 @@ def first_and_others(url: str) -> tuple[str, list[tuple[str, int]]]:
     """The first seed's URL (options, credentials and all) and (host, port) of the others, for a cluster
     client's ``from_url`` and ``startup_nodes``."""
     first, *others = seed_urls(url)
-    return first, [(parts.hostname or "localhost", parts.port or DEFAULT_PORT) for parts in map(urlsplit, others)]
+    # Percent-decoded, as redis-py decodes the first URL's host (an IPv6 zone: [fe80::1%25eth0])
+    return first, [(unquote(parts.hostname or "localhost"), parts.port or DEFAULT_PORT) for parts in map(urlsplit, others)]

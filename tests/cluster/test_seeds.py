@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from consumers.processes import streamcrew_cmd
-from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, SOCKET_TIMEOUT_S, cluster_enabled
+from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, SOCKET_TIMEOUT_S, cluster_enabled, connect_detected
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
@@ -76,13 +77,21 @@ async def test_worker_cli_and_gauges_start_past_a_listed_node_that_is_down(
     assert json.loads(stats.stdout)["results"]["length"] == 60
 
 
+@contextmanager
+def silent_ports(n: int) -> Iterator[list[int]]:
+    """Loopback ports that take connections (the kernel's backlog) and never answer: nodes that hang."""
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+        yield [int(s.getsockname()[1]) for s in sockets]
+
+
 @pytest.fixture
 def silent_port() -> Iterator[int]:
-    """A loopback port that takes connections (the kernel's backlog) and never answers: a node that hangs."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(16)
-        yield int(s.getsockname()[1])
+    with silent_ports(1) as (port,):
+        yield port
 
 
 async def test_a_listed_node_that_hangs_is_passed_over_after_the_cluster_timeout(cluster: LocalCluster, silent_port: int) -> None:
@@ -94,3 +103,23 @@ async def test_a_listed_node_that_hangs_is_passed_over_after_the_cluster_timeout
     waited = time.monotonic() - started
     assert CLUSTER_SOCKET_TIMEOUT_S * 0.9 <= waited < SOCKET_TIMEOUT_S, f"the probe passed over the silent node after {waited:.1f} s"
 
+
+
+async def test_the_cluster_client_starts_from_the_node_that_answered_not_from_a_listed_one_that_hangs(cluster: LocalCluster) -> None:
+    # Given a live node listed first and five that never answer after it
+    with silent_ports(5) as silent:
+        url = "redis://" + ",".join(f"127.0.0.1:{p}" for p in [cluster.alive_ports()[-1], *silent]) + "/0"
+        started = time.monotonic()
+        # When a process connects (the probe, then the cluster client learning the slot map)
+        client = await connect_detected(url)
+        waited = time.monotonic() - started
+        try:
+            # Then it is ready at once: the client starts from the node that answered (redis-py, given the list, asks
+            # the listed nodes in a random order and waits out each silent one it meets first: 5 times in 6)
+            assert waited < CLUSTER_SOCKET_TIMEOUT_S, f"connected after {waited:.1f} s"
+            assert await client.set(f"seeds-{time.time_ns()}", "1", ex=10)
+            # And it knows the cluster's nodes, none of the silent ones
+            known = {node.port for node in client.get_nodes()}  # type: ignore[attr-defined]
+            assert set(cluster.masters()) <= known <= set(cluster.alive_ports()), known
+        finally:
+            await client.aclose()

@@ -23,6 +23,8 @@ def test_a_list_splits_into_one_url_per_node_with_the_same_credentials_path_and_
                               f"redis://app:{SECRET}@[::1]:7002/0?socket_timeout=3"]
     assert first_and_others(url) == (f"redis://app:{SECRET}@Node-a:7000/0?socket_timeout=3", [("node-b", 6379), ("::1", 7002)])
     assert loggable_url(url) == "redis://node-a:7000,node-b,[::1]:7002/0"
+    # Another node's host is percent-decoded, as redis-py decodes the first's (an IPv6 zone)
+    assert first_and_others("redis://h1:7000,[fe80::1%25lo]:7001/0")[1] == [("fe80::1%lo", 7001)]
     # One host stays exactly as given
     assert seed_urls(f"rediss://:{SECRET}@h:1/2") == [f"rediss://:{SECRET}@h:1/2"]
 
@@ -31,6 +33,8 @@ def test_a_list_splits_into_one_url_per_node_with_the_same_credentials_path_and_
     (f"redis://u:{SECRET}@h1,,h2", "node 2 of the Redis URL's 3 names no host"),
     (f"redis://u:{SECRET}@h1:7000,h2:70000", "node 2 of the Redis URL's 2 has a port that is not a number"),
     (f"unix://u:{SECRET}@a,b/tmp/redis.sock", "a unix:// Redis URL names one socket"),
+    (f"redis://u:{SECRET}[pw]@h1:7000,h2:7000/0", "the Redis URL does not parse"),  # Python's IPv6 check quoted "pw"
+    (f"redis://u:{SECRET}]pw@h1:7000/0", "the Redis URL does not parse"),
 ])
 def test_a_malformed_list_is_refused_without_quoting_it(url: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says) as caught:
