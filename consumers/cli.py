@@ -89,11 +89,23 @@ def gateway(
 ) -> None:
     """HTTP API: submit jobs, status, results, stats, dead letters (FastAPI on uvicorn)."""
     from consumers.gateway import GatewaySettings, run_gateway
-    from streams.connection import wait_reachable
+    from streams.connection import connect_when_reachable
+    from streams.keys import Keys
+    from streams.layout import claim_layout
+    from streams.outage import until_redis_answers
 
     settings = build(GatewaySettings, host=host, port=port, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
-    run(wait_reachable(settings.effective_redis_url, "gateway start"))  # waits out a Redis that is down; a refusal is one line and exit 4
+
+    async def ready() -> None:
+        """Waits out a Redis that is down (a refusal is one line and exit 4); another N for the prefix is exit 2."""
+        redis = await connect_when_reachable(settings.effective_redis_url, "gateway start")
+        try:
+            await until_redis_answers("gateway start", lambda: claim_layout(redis, Keys(settings.prefix), settings.partitions))
+        finally:
+            await redis.aclose()
+
+    run(ready())
     run_gateway(settings)
 
 

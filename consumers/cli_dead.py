@@ -164,9 +164,11 @@ async def _with_redis(settings: StreamSettings, call: Any) -> Any:
     """One short-lived client for a command that makes one call."""
     from streams.connection import connect_detected
     from streams.keys import Keys
+    from streams.layout import check_layout
 
     redis = await connect_detected(settings.effective_redis_url)
     try:
+        await check_layout(redis, Keys(settings.prefix), settings.partitions)
         return await call(redis, Keys(settings.prefix))
     finally:
         await redis.aclose()

@@ -17,6 +17,7 @@ from streams.config import StreamSettings
 from streams.connection import connect_detected
 from streams.envelope import DeadLetter, JobResult
 from streams.keys import Keys, partition_keys
+from streams.layout import check_layout
 from streams.partition_stats import partitioned_queue_stats
 from streams.producer import Producer, Published
 from streams.records import JobRecord, get_job, wait_for_terminal
@@ -105,6 +106,7 @@ async def open_ops(settings: StreamSettings) -> AsyncIterator[Ops]:
     """:class:`Ops` on a client for ``settings``' Redis (a cluster client when the server is a cluster node), closed after."""
     ops = Ops(settings, await connect_detected(settings.effective_redis_url))
     try:
+        await check_layout(ops.redis, ops.keys, ops.partitions)  # another N would look for jobs where they are not
         yield ops
     finally:
         await ops.close()

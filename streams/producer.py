@@ -18,6 +18,7 @@ from streams.raw import request_bytes
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys, partition_of
+from streams.layout import claim_layout
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
@@ -61,7 +62,10 @@ class Producer:
         self._next_idless = itertools.cycle([*range(first, len(self.partitions)), *range(first)])
 
     async def ensure_groups(self) -> None:
+        """Once: refuse a prefix laid out in another N (streams.layout), then make the lanes' groups."""
         if not self._groups_ready:
+            if self.keys.partition is None:
+                await claim_layout(self.redis, self.keys, len(self.partitions))
             for keys in self.partitions:
                 await ensure_groups(self.redis, standard_groups(keys))
             self._groups_ready = True

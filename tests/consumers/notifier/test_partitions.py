@@ -10,6 +10,7 @@ from standardwebhooks import Webhook
 
 from consumers.notifier.dead import list_webhook_dead
 from streams.keys import Keys, partition_keys
+from streams.layout import layout_key
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, pending
 from tests.consumers.notifier.receiver import Receiver, Reply
 from tests.support import wait_until
@@ -65,7 +66,8 @@ async def test_every_partition_is_delivered_once_signed_and_settled_in_its_own_p
     for p, part in enumerate(parts):
         (letter,) = await list_webhook_dead(redis, part)
         assert (letter.id, letter.url, letter.attempts) == (f"p{p}-down", down, 2)
-    assert not [k async for k in redis.scan_iter(match=f"{keys.prefix}:[^{{]*")]
+    # Nothing outside the partitions but the prefix's record of N (streams.layout)
+    assert [k async for k in redis.scan_iter(match=f"{keys.prefix}:[^{{]*")] == [layout_key(keys)]
 
 
 async def test_sigkilled_notifier_loses_nothing_in_any_partition(redis: Redis, keys: Keys, notifiers: NotifierFactory) -> None:
