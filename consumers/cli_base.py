@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from streams.config import StreamSettings
 from streams.errors import ConfigError, StreamcrewError
-from streams.outage import quiet_cluster_refresh_errors
+from streams.outage import WritesHeldBack, quiet_cluster_refresh_errors
 from streams.seeds import seed_urls
 
 T = TypeVar("T")
@@ -118,15 +118,18 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return uvloop.run(coro) if uvloop else asyncio.run(coro)
     except RedisConnectionError as exc:
-        err.print(f"[red]cannot reach Redis: {exc}[/red]")
+        err.print(f"[red]cannot reach Redis: {escape(str(exc))}[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except OutOfMemoryError as exc:
-        err.print(f"[red]Redis refused a write: it is out of memory ({exc}); free memory or raise maxmemory, then retry[/red]")
+        err.print(f"[red]Redis refused a write: it is out of memory ({escape(str(exc))}); free memory or raise maxmemory, then retry[/red]")
+        raise typer.Exit(Exit.UNAVAILABLE) from None
+    except WritesHeldBack as exc:
+        err.print(f"[red]Redis takes no writes for now ({escape(str(exc))}); retry once it does[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except NoPermissionError as exc:
-        err.print(f"[red]Redis refused a command: {exc}; the Redis user needs the prefix's keys (~<prefix>:*) and "
+        err.print(f"[red]Redis refused a command: {escape(str(exc))}; the Redis user needs the prefix's keys (~<prefix>:*) and "
                   "the commands of docs/operations.md, 'A Redis user of its own'[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except StreamcrewError as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(Exit.USAGE) from None

@@ -8,13 +8,14 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
+from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.errors import ConfigError
-from streams.outage import until_redis_answers
+from streams.outage import HELD_BACK_CODES, WritesHeldBack, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
 
@@ -59,6 +60,9 @@ class _WriteRaceGuard:
     worker's loop instead of being retried. Mixed into whatever connection class the URL chose.
     """
 
+    def set_parser(self, parser_class: type[BaseParser]) -> None:
+        super().set_parser(_holding_back(parser_class))  # type: ignore[misc]
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         try:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
@@ -73,6 +77,16 @@ CLOSED_TRANSPORT_SIGNS = ("NoneType", "the handler is closed")
 
 
 _GUARDED: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+_HOLDING_BACK: dict[type[BaseParser], type[BaseParser]] = {}
+
+
+def _holding_back(parser_class: type[BaseParser]) -> type[BaseParser]:
+    """``parser_class`` raising :class:`~streams.outage.WritesHeldBack` for the error codes of Redis refusing writes
+    for now (redis-py's parsers map an error's first word to its exception class; these have none there)."""
+    if parser_class not in _HOLDING_BACK:
+        classes = {**parser_class.EXCEPTION_CLASSES, **{code: WritesHeldBack for code in HELD_BACK_CODES}}
+        _HOLDING_BACK[parser_class] = type(f"HoldingBack{parser_class.__name__}", (parser_class,), {"EXCEPTION_CLASSES": classes})
+    return _HOLDING_BACK[parser_class]
 
 
 def guarded(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import redis.exceptions
-from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, ResponseError, SlotNotCoveredError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,26 +23,44 @@ T = TypeVar("T")
 
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
+# An outage that starts this soon after the last one logged is a flap of the same trouble: a loop whose calls
+# alternate between writes Redis refuses for now and reads it serves (upkeep under OOM or NOREPLICAS) would
+# otherwise log two lines a second. Such a flap is logged (at WARNING) only once it lasts FLAP_LOGGED_AFTER_S;
+# the next line logged says how many went unlogged.
+FLAP_WINDOW_S = 60.0
+FLAP_LOGGED_AFTER_S = 2.0
 
 
 class Backoff:
-    """Capped exponential backoff for Redis outages, with one log line per outage."""
+    """Capped exponential backoff for Redis outages, with one log line when one starts and one when it ends."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.delay_s = 0.0
         self.since: float | None = None
+        self._logged_at = -FLAP_WINDOW_S
+        self._told = False  # this outage's start was logged: so will its end be
+        self._unlogged = 0  # short outages since the last logged one
 
     async def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
         if self.since is None:
-            self.since = time.monotonic()
-            log.warning("%s: Redis unavailable (%s: %s); retrying with backoff", self.what, type(exc).__name__, exc)
+            self.since = now
+            self._told = False
+        if not self._told and (now - self._logged_at >= FLAP_WINDOW_S or now - self.since >= FLAP_LOGGED_AFTER_S):
+            self._told, self._logged_at = True, now
+            unlogged, self._unlogged = self._unlogged, 0
+            log.warning("%s: Redis unavailable (%s: %s); retrying with backoff%s", self.what, type(exc).__name__, exc,
+                        f" ({unlogged} shorter outages since the last such line)" if unlogged else "")
         self.delay_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self.delay_s * 2))
         await asyncio.sleep(self.delay_s)
 
     def ok(self) -> None:
         if self.since is not None:
-            log.warning("%s: Redis is back after %.1fs", self.what, time.monotonic() - self.since)
+            if self._told:
+                log.warning("%s: Redis is back after %.1fs", self.what, time.monotonic() - self.since)
+            else:
+                self._unlogged += 1
         self.since = None
         self.delay_s = 0.0
 
@@ -55,11 +73,21 @@ class Backoff:
 # The cluster client's own "no node of the cluster answers" (every node down: a restart of the whole cluster) and "no
 # master for this slot" are outages too: before, each pass of a loop logged them as an unexpected error with a traceback.
 # (redis-py before 8.2 raises the first as a plain RedisClusterException, which stays an unexpected error there.)
+class WritesHeldBack(ResponseError):
+    """Redis takes no writes for now, and will again: ``NOREPLICAS`` (fewer replicas than min-replicas-to-write),
+    ``MISCONF`` (its snapshot failed, a full disk, and stop-writes-on-bgsave-error is on), ``BUSY`` (a script ran
+    past its time limit). redis-py raises a plain ResponseError for these; the streams clients raise this
+    (streams.connection), so loops wait them out like an outage, instead of logging a traceback per pass and
+    dropping a settle batch whose jobs would then run again after their lease."""
+
+
+HELD_BACK_CODES = ("NOREPLICAS", "MISCONF", "BUSY")
+
 CLUSTER_UNREACHABLE: tuple[type[Exception], ...] = tuple(
     getattr(redis.exceptions, name) for name in ("RedisClusterUnreachableError",) if hasattr(redis.exceptions, name))
 REDIS_DOWN: tuple[type[BaseException], ...] = (
     RedisConnectionError, RedisTimeoutError, OSError, ClusterError, TryAgainError, ReadOnlyError, OutOfMemoryError,
-    SlotNotCoveredError, *CLUSTER_UNREACHABLE,
+    WritesHeldBack, SlotNotCoveredError, *CLUSTER_UNREACHABLE,
 )
 
 

@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.gateway.models import NAME_PATTERN
+from streams.outage import WritesHeldBack
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -34,10 +35,11 @@ MAX_DETAILS = 20
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client hung up before its answer
 
 # Redis is there but cannot serve the call for a few seconds: unreachable, or a Cluster in a failover
-# (CLUSTERDOWN, TRYAGAIN, redirections past redis-py's limit, a write that reached a demoted master).
-# Each is answered 503 with Retry-After, never 500.
+# (CLUSTERDOWN, TRYAGAIN, redirections past redis-py's limit, a write that reached a demoted master), or
+# taking no writes for now (OOM, NOREPLICAS, MISCONF, BUSY). Each is answered 503 with Retry-After, never 500.
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
-    RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ClusterError, ReadOnlyError, OutOfMemoryError)
+    RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ClusterError, ReadOnlyError, OutOfMemoryError,
+    WritesHeldBack)
 
 
 class ErrorBody(BaseModel):
@@ -127,8 +129,8 @@ def redis_unavailable(message: str) -> Response:
 
 async def _redis_down(_: Request, exc: Exception) -> Response:
     log.warning("redis unavailable: %s", exc)
-    return redis_unavailable("the job store (Redis) cannot serve this now (unreachable, out of memory, or a cluster failing "
-                             "over or moving this job's partition); retry later")
+    return redis_unavailable("the job store (Redis) cannot serve this now (unreachable, out of memory or taking no writes "
+                             "for now, or a cluster failing over or moving this job's partition); retry later")
 
 
 async def _cluster_client_error(request: Request, exc: Exception) -> Response:
