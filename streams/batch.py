@@ -24,6 +24,16 @@ T = TypeVar("T")
 CHUNK = 500
 
 
+class PartlyWritten(Exception):
+    """A write whose batch went in several calls (a settle batch's partitions), some of which met an outage:
+    ``written`` says per item whether it wrote, or None where its call failed (written again after the backoff)."""
+
+    def __init__(self, written: list[bool | None], cause: BaseException) -> None:
+        super().__init__(f"{written.count(None)} of {len(written)} not written: {cause}")
+        self.written = written
+        self.cause = cause
+
+
 class BatchWriter(Generic[T]):
     """Queues items; ``write`` stores a batch and says per item whether it wrote; ``done`` follows each."""
 
@@ -61,15 +71,28 @@ class BatchWriter(Generic[T]):
             self._writing = True
             try:
                 written = await self._write(batch)
+            except asyncio.CancelledError:
+                self._queue[:0] = batch  # kept for whoever flushes next (a close writes what is queued)
+                raise
             except REDIS_DOWN as exc:
                 self._queue[:0] = batch  # nothing is lost: retried in order once Redis answers
                 await backoff.failed(exc)
+                continue
+            except PartlyWritten as partly:  # what was written is done; only the rest goes again
+                for item, wrote in zip(batch, partly.written, strict=True):
+                    if wrote is not None:
+                        self._done(item, wrote)
+                self._queue[:0] = [item for item, wrote in zip(batch, partly.written, strict=True) if wrote is None]
+                await backoff.failed(partly.cause)
                 continue
             except ResponseError as exc:
                 if is_nogroup(exc):  # a Redis restarted empty: the entries went with the group; the read loop makes it again
                     log.warning("%s: a batch of %d not written: its consumer group is gone (Redis restarted empty?)", self.name, len(batch))
                 else:  # not expected: the entries stay pending and are reclaimed after the lease, so nothing is lost
                     log.exception("%s: Redis refused a batch of %d; its entries will be reclaimed", self.name, len(batch))
+                written = [False] * len(batch)
+            except Exception:  # a bug or a library's surprise: reported as not written, and the writer goes on
+                log.exception("%s: a batch of %d failed; its entries will be reclaimed", self.name, len(batch))
                 written = [False] * len(batch)
             finally:
                 self._writing = False

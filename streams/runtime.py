@@ -37,6 +37,8 @@ READ_BATCH = 500
 CLUSTER_BLOCK_MS = 100
 # After an error no loop expects, the loop goes on after this pause (not in a busy loop).
 UNEXPECTED_PAUSE_S = 1.0
+# Any failure of a call to Redis: a refusal (RedisError) or an outage (a cluster's "no node answers" is no RedisError).
+REDIS_FAILED: tuple[type[BaseException], ...] = (RedisError, *REDIS_DOWN)
 
 
 class GroupRuntime:
@@ -204,8 +206,10 @@ class GroupRuntime:
                     continue
             try:
                 if self.stalled and await self.leases.sweep():  # older than anything unread
+                    backoff.ok()
                     continue
                 if self.leftover and await self.leases.take_up_leftover():  # already ours: first, once a slot is free
+                    backoff.ok()
                     continue
                 got = await self._read_strict()
                 if not got and self.free_slots() > 0:
@@ -244,7 +248,7 @@ class GroupRuntime:
     async def _recreate_groups(self, backoff: Backoff) -> None:
         try:
             await self.ensure_groups()
-        except RedisError as exc:
+        except REDIS_FAILED as exc:  # a cluster's "no node answers" is no RedisError
             await backoff.failed(exc)
 
     async def _read_strict(self) -> bool:
@@ -360,8 +364,10 @@ class GroupRuntime:
             await asyncio.sleep(every_s)
             try:
                 await self.leases.forget_idle_consumers()
-            except RedisError as exc:
+            except REDIS_FAILED as exc:  # a cluster's "no node answers" is no RedisError: it ended the loop
                 log.debug("%s: consumer cleanup skipped: %s", self.group, exc)
+            except Exception:
+                await self._survive("consumer cleanup")
 
     # -- drain ---------------------------------------------------------------
 
@@ -390,6 +396,11 @@ class GroupRuntime:
                     break
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)
-        await self.leases.let_go_of_leftover()
+        try:
+            await self.leases.let_go_of_leftover()
+        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
+            log.warning("%s: could not hand on %d entries read beyond the free slots (%s); another consumer takes them "
+                        "after the lease", self.group, sum(map(len, self.leftover.values())), exc)
+            self.leftover.clear()
         await self.stop_helpers()
         return before - len(leftover), len(leftover)

@@ -18,11 +18,12 @@ import orjson
 from redis.asyncio import Redis
 
 from streams import metrics
-from streams.batch import BatchWriter
+from streams.batch import BatchWriter, PartlyWritten
 from streams.entries import Release
 from streams.envelope import flat
 from streams.hold import HeldBack
 from streams.keys import Keys
+from streams.outage import REDIS_DOWN
 from streams.replicated import Rerouted, Shortfalls, call_and_wait
 from streams.scripts import Scripts
 
@@ -117,11 +118,23 @@ class Settler:
         by_partition: dict[int, list[int]] = {}
         for i, op in enumerate(batch):
             by_partition.setdefault(self._partition_of[op.stream], []).append(i)
-        wrote = [False] * len(batch)
+        wrote: list[bool | None] = [False] * len(batch)
+        outage: BaseException | None = None
         for p, indexes in by_partition.items():
-            for i, one in zip(indexes, await self._write_partition(p, [batch[i] for i in indexes]), strict=True):
+            try:
+                written = await self._write_partition(p, [batch[i] for i in indexes])
+            except REDIS_DOWN as exc:  # this partition's master is away: the others' ops are written all the same
+                outage = outage or exc
+                for i in indexes:
+                    wrote[i] = None
+                continue
+            for i, one in zip(indexes, written, strict=True):
                 wrote[i] = one
-        return wrote
+        if outage is not None:
+            if all(one is None for one in wrote):
+                raise outage
+            raise PartlyWritten(wrote, outage)
+        return [bool(one) for one in wrote]
 
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()
@@ -137,9 +150,12 @@ class Settler:
         try:
             reply, acked = await call_and_wait(self._redis, self._scripts.settle, keys, args, self._replica_acks, WAIT_TIMEOUT_MS)
         except Rerouted as exc:
-            # The master moved or is unreachable: the client's own routing finds the new one (a fresh master, no replica yet)
-            log.warning("settle batch written through the cluster's rerouting without waiting for replicas (%s)", exc)
-            return await self._scripts.settle(keys=keys, args=args)
+            # The master moved or is unreachable: the client's own routing finds the new one (a fresh master, no replica
+            # yet). Said once written: while no node answers, every retry of the batch would say it again.
+            reply = await self._scripts.settle(keys=keys, args=args)
+            log.warning("settle batch of partition %d written through the cluster's rerouting without waiting for replicas (%s)",
+                        self._numbers[p], exc)
+            return reply
         self._shortfalls.count(self._numbers[p], acked, self._replica_acks)
         return reply
 

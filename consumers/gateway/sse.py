@@ -27,6 +27,7 @@ from consumers.gateway.errors import ApiError
 from consumers.gateway.jobs import JobIdPath, visible_job
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_view
 from consumers.gateway.state import GatewayState, gateway_state
+from streams.outage import REDIS_DOWN
 from streams.records import JobRecord, get_job
 
 router = APIRouter(tags=["jobs"])
@@ -92,7 +93,7 @@ async def job_events(
         delay = min(delay * 1.5, settings.sse_poll_max_s)
         try:
             polled = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
-        except (RedisError, OSError):  # Redis away: keep the stream and look again later
+        except (RedisError, *REDIS_DOWN):  # Redis away (a cluster's "no node answers" too): keep the stream, look again later
             delay = settings.sse_poll_max_s
             continue
         # The tenant is checked on every poll: the record may have expired and been created again by another

@@ -7,7 +7,9 @@ import logging
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ClusterError
 
+from streams.outage import CLUSTER_UNREACHABLE
 from streams.runtime import Entry, GroupRuntime, Slot
 from tests.support import wait_until
 
@@ -61,3 +63,32 @@ async def test_a_handler_error_frees_its_slots_and_the_loops_go_on(redis: Redis,
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.stop_helpers()
+
+
+async def test_consumer_cleanup_goes_on_after_a_cluster_wide_outage(redis: Redis) -> None:
+    # Given a runtime whose cleanup of idle consumers meets "no node of the cluster answers" once (that error is no
+    # RedisError: it ended the cleanup loop for good)
+    stream = "survive:forget"
+    await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    runtime = GroupRuntime(redis, streams=[stream], group="g", consumer="me", concurrency=1, lease_s=1, block_ms=100, forget_idle_s=10)
+    FailingOnce(runtime)
+    calls = 0
+    real = runtime.leases.forget_idle_consumers
+
+    async def unreachable_once() -> list[str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise (CLUSTER_UNREACHABLE[0] if CLUSTER_UNREACHABLE else ClusterError)("Redis Cluster cannot be connected")
+        return await real()
+
+    runtime.leases.forget_idle_consumers = unreachable_once  # type: ignore[method-assign]
+    task = asyncio.create_task(runtime.run())
+    try:
+        # Then it runs again (every second here)
+        await wait_until(lambda: calls >= 2, timeout=10, what="the consumer cleanup to run again after the outage")
+    finally:
+        runtime.stop_accepting()
+        await runtime.stop_helpers()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
