@@ -101,3 +101,22 @@ async def test_an_empty_known_agents_list_accepts_any_agent(gateways: GatewayFac
         for agent in ("echo", "anything"):
             answer = await client.post("/jobs", json={"agent": agent, "data": {}})
             assert answer.status_code == 202, answer.text
+
+
+async def test_workflow_steps_are_held_to_the_known_agents_too(gateways: GatewayFactory) -> None:
+    # Given a deployment that runs workflows of echo steps only
+    gateway = await gateways.start({"STREAMCREW_KNOWN_AGENTS": "workflow,echo"})
+    steps = [{"id": "a", "agent": "echo", "data": {}}, {"id": "b", "agent": "ask", "data": {}, "after": ["a"]}]
+    async with gateway.client() as client:
+        refused = await client.post("/jobs", json={"agent": "workflow", "data": {"steps": steps}})
+        accepted = await client.post("/jobs", json={"agent": "workflow", "data": {"steps": steps[:1]}})
+    # Then a step of another agent is refused as the job would be (before: 202, and the step ran)
+    assert refused.status_code == 422 and refused.json()["error"]["message"].startswith("data.steps: unknown agent 'ask'"), refused.text
+    assert accepted.status_code == 202, accepted.text
+
+
+async def test_a_body_of_very_many_unknown_fields_is_refused_without_listing_them(client) -> None:  # type: ignore[no-untyped-def]
+    body = {"agent": "echo", "data": {}, **{f"f{i}": 1 for i in range(100_000)}}
+    response = await client.post("/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"] == "body: 100000 problems (unknown fields?); send the documented fields only"
