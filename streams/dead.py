@@ -128,11 +128,15 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
     if ENTRY_ID.match(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
-    args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS, len(fields)]
+    args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS,
+                             f"{lane}/{letter.last_source_id or letter.source_id}", len(fields)]
     for k, v in fields.items():
         args += [k, v]
     receipt = keys.receipt(receipt_token())  # a copy redis-py sends again answers from it, not "vanished"
     new_id = await Scripts(redis).replay(keys=[keys.dead, receipt, keys.slot_guard], args=args)
+    if isinstance(new_id, list) and new_id[0] == "reused":
+        raise JobIsLive(f"job id {letter.id!r} of dead letter {entry_id} was submitted anew since it died (that run is "
+                        f"{new_id[1] or 'unknown'}); replaying would overwrite it: purge this dead letter")
     if isinstance(new_id, list):
         raise JobIsLive(f"job {letter.id!r} of dead letter {entry_id} is {new_id[1]} again (submitted anew since it died); "
                         "replaying would take over that run: let it end first, or purge this dead letter")

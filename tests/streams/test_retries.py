@@ -2,7 +2,10 @@
 
 import time
 
+import pytest
+
 from streams.dead import list_dead, replay
+from streams.errors import JobIsLive
 from streams.keys import Keys
 from streams.records import get_job
 from tests.support import wait_results
@@ -90,3 +93,36 @@ async def test_replay_keeps_a_deadline_still_ahead(redis, keys: Keys, producer, 
     await replay(redis, keys, letter.entry_id)
     entries = await redis.xrange(keys.lane("normal"))
     assert entries and entries[-1][1].get("deadline") == str(ahead)
+
+
+async def test_a_replay_never_overwrites_a_job_that_reused_the_id_since(redis, keys: Keys, producer, workers) -> None:
+    # Given acme's job that died, its record expired, and the id submitted anew by globex and completed
+    workers.start()
+    await producer.publish("echo", {"fail_first": 5, "secret": "ACME"}, id="shared", max_attempts=1, tenant="acme")
+    await wait_results(redis, keys, 1, timeout=20)
+    (letter,) = await list_dead(redis, keys)
+    await redis.delete(keys.job("shared"))  # its TTL ran out
+    await producer.publish("echo", {"mine": "GLOBEX"}, id="shared", tenant="globex")
+    await wait_results(redis, keys, 2, timeout=20)
+    # When an operator replays acme's dead letter
+    with pytest.raises(JobIsLive, match="submitted anew since it died"):
+        await replay(redis, keys, letter.entry_id)
+    # Then globex's job stays as it was: its result, its tenant; the letter stays for a purge
+    record = await get_job(redis, keys, "shared")
+    assert record is not None and (record.status, record.tenant, record.result) == ("completed", "globex", {"echo": {"mine": "GLOBEX"}})
+    assert [d.entry_id for d in await list_dead(redis, keys)] == [letter.entry_id]
+
+
+async def test_a_replay_onto_an_expired_record_belongs_to_its_tenant_from_the_start(redis, keys: Keys, producer, workers) -> None:
+    # Given acme's dead job whose record expired
+    worker = workers.start()
+    await producer.publish("echo", {"fail_first": 1, "sleep_s": 0.5}, id="late", max_attempts=1, tenant="acme")
+    await wait_results(redis, keys, 1, timeout=20)
+    (letter,) = await list_dead(redis, keys)
+    await redis.delete(keys.job("late"))
+    worker.stop()  # so the replayed job waits, queued, where its record can be read
+    # When it is replayed
+    assert await replay(redis, keys, letter.entry_id) == "late"
+    # Then its record says whose it is before any worker took it (a tenant's key reads it; before: no tenant, 404)
+    record = await get_job(redis, keys, "late")
+    assert record is not None and (record.status, record.tenant) == ("queued", "acme")
