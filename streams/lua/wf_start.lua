@@ -39,6 +39,9 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
       for i, s in ipairs(steps) do
         local sid = s[1]
         order[i] = sid
+        -- A step record left by an earlier workflow of this id (its own record expired first: a step that ended after
+        -- it has a later expiry) is that run's: its result, usage and tenant must not show through this one's.
+        redis.call('DEL', job_prefix .. wf_step_id(jid, sid))
         local n = #hs
         hs[n + 1], hs[n + 2], hs[n + 3], hs[n + 4], hs[n + 5], hs[n + 6] = sid .. '|st', 'pending', sid .. '|agent', s[2], sid .. '|deps', s[3]
         hs[n + 7], hs[n + 8], hs[n + 9], hs[n + 10], hs[n + 11], hs[n + 12] = sid .. '|after', s[4], sid .. '|kids', s[5], sid .. '|req', s[6]

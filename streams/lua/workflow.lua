@@ -72,12 +72,15 @@ local function wf_publish(C, h, wid, sid, now, p)
   end
   local rec = {'status', 'queued', 'agent', f[4], 'attempts', att, 'base', att, 'submitted_at', now,
     'source', lane .. '/' .. eid, 'lane', lane, 'parent', wid, 'step', sid}
+  local unowned = {tenant = true, traceparent = true}
   for i = 1, n, 2 do  -- readers (a tenant-bound API key) know whose step it is from the start
-    if fields[i] == 'tenant' or fields[i] == 'traceparent' then
+    if unowned[fields[i]] then
+      unowned[fields[i]] = nil
       rec[#rec + 1] = fields[i]
       rec[#rec + 1] = fields[i + 1]
     end
   end
+  for name in pairs(unowned) do redis.call('HDEL', key, name) end  -- never another run's, whoever wrote the record
   redis.call('HSET', key, unpack(rec))
   redis.call('HSET', h, sid .. '|st', 'queued')
 end
