@@ -22,7 +22,7 @@ from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
-from streams.workflow import WORKFLOW_AGENT
+from streams.workflow import STEP_ID, WORKFLOW_AGENT
 
 Entries = list[tuple[str, dict[str, str]]]
 StreamOf = Callable[[Keys], str]  # which dead stream of a prefix's (or a partition's) keys
@@ -35,7 +35,7 @@ _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")
 
 def _named(entry: str, partitions: int) -> tuple[str, int | None]:
     """``(entry ID, partition)`` of a dead letter's name; the partition is None when the name gives none."""
-    if partitions > 1 and (named := _NAMED.match(entry)):
+    if partitions > 1 and (named := _NAMED.fullmatch(entry)):
         return named.group(1), int(named.group(2))
     return entry, None
 
@@ -59,7 +59,7 @@ async def merged_entries(redis: Redis, keys: Keys, stream: StreamOf, *, count: i
     """``(name, fields)`` of the entries of every partition's ``stream``, oldest first, ``count`` at most,
     those after the entry named ``after``; each partition is read from there, so pages are exact."""
     if partitions <= 1:
-        if after and (named := _NAMED.match(after)):  # a partitioned name where there are none: its entry ID
+        if after and (named := _NAMED.fullmatch(after)):  # a partitioned name where there are none: its entry ID
             after = named.group(1)
         return cast(Entries, await redis.xrange(stream(keys), min=f"({after}" if after else "-", max="+", count=count))
     cursor, cursor_p = _named(after, partitions) if after else ("", None)
@@ -88,7 +88,7 @@ async def locate(
     A bare entry ID in a partitioned prefix is looked for in every partition; found in several, it is ambiguous.
     """
     if partitions <= 1:
-        if _NAMED.match(entry):  # a partition's name where there are none: nothing has that name
+        if _NAMED.fullmatch(entry):  # a partition's name where there are none: nothing has that name
             raise DeadLetterNotFound(f"no {what} {entry}: there are no partitions")
         return keys, entry
     entry_id, p = _named(entry, partitions)
@@ -126,7 +126,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if _passed(fields.get("deadline")):  # kept, it would expire the replayed job at once: an operator's replay means "run it"
         del fields["deadline"]
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
-    if ENTRY_ID.match(letter.source_id):  # the entry the producer wrote stays named through the replay
+    if ENTRY_ID.fullmatch(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
     args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS,
                              f"{lane}/{letter.last_source_id or letter.source_id}", len(fields)]
@@ -173,10 +173,11 @@ async def _present_entries(redis: Redis, stream: str, reason: str | None = None)
         start = "(" + entries[-1][0]
 
 
-def _workflows_of(job_id: str) -> list[str]:
-    """The workflows a step id belongs to, innermost first (``a::b::c`` -> ``a::b``, ``a``); none for other ids."""
-    parts = job_id.split(STEP_SEPARATOR)
-    return [STEP_SEPARATOR.join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
+def _workflow_of(job_id: str) -> str | None:
+    """The workflow a step's job id (``<workflow id>::<step id>``) belongs to, or None for other ids. A step id holds
+    no ':', so the workflow's id is all before the last '::' (``wf:::a`` is step ``a`` of ``wf:``, not of ``wf``)."""
+    at = job_id.rfind(STEP_SEPARATOR)
+    return job_id[:at] if at > 0 and STEP_ID.fullmatch(job_id[at + len(STEP_SEPARATOR):]) else None
 
 
 async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> tuple[list[str], list[str]]:
@@ -195,7 +196,7 @@ async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, par
         async for page in _present_entries(redis, where.dead, reason):
             for eid, fields in page:
                 job_id = fields.get("id", "")
-                if any(w in workflows for w in _workflows_of(job_id)):
+                if _workflow_of(job_id) in workflows:
                     continue  # its workflow's replay runs it and removes this letter: not a refusal to report
                 try:
                     replayed.append(await _replay_one(redis, where, eid))

@@ -11,21 +11,21 @@ from streams.raw import JOB_ID_MAX
 # a Redis key and a ``webhook-id`` header. '::' joins a workflow's id and a step's id (contract §9).
 JOB_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{1,{JOB_ID_MAX}}}$"
 JOB_ID_RULE = f"1-{JOB_ID_MAX} ASCII letters, digits, '_', '.', ':' or '-'"
-_JOB_ID = re.compile(JOB_ID_PATTERN)
+_JOB_ID = re.compile(JOB_ID_PATTERN)  # fullmatch: Python's '$' also matches before a final newline
 # The names the system gives id-less jobs: the entry ID, or '<lane>:<entry ID>' (publish.lua, start.lua).
 _GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+(?::\d+)?$")  # optional :<partition>
 
 
 def check_job_id(value: str) -> str:
     """``value`` if it is in the id alphabet, else a ValueError saying what is allowed."""
-    if not _JOB_ID.match(value):
+    if not _JOB_ID.fullmatch(value):
         raise ValueError(f"job id must be {JOB_ID_RULE}, got {value[:80]!r}")
     return value
 
 
 def is_generated_id(value: str) -> bool:
     """Whether ``value`` has the shape of an id the system generates (producers may not choose one)."""
-    return bool(_GENERATED_ID.match(value))
+    return bool(_GENERATED_ID.fullmatch(value))
 
 
 def reserved_id_problem(value: str) -> str | None:
@@ -42,7 +42,7 @@ STEP_ID_RESERVED = f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id an
 
 
 def is_valid_job_id(value: str | None) -> bool:
-    return value is not None and bool(_JOB_ID.match(value))
+    return value is not None and bool(_JOB_ID.fullmatch(value))
 
 
 def may_carry_id(job_id: str, parent: str | None, step: str | None) -> bool:

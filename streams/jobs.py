@@ -290,7 +290,7 @@ class JobProcessor:
         # source_id names the entry the producer wrote; a retried or handed-back job is a later entry (last_source_id)
         first = raw.get(SOURCE_FIELD, "")
         return {"id": job_id, "agent": agent, "reason": reason, "error": error, "source_stream": stream,
-                "source_id": first if ENTRY_ID.match(first) else entry_id, "last_source_id": entry_id,
+                "source_id": first if ENTRY_ID.fullmatch(first) else entry_id, "last_source_id": entry_id,
                 "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(raw)}
 
     # -- upkeep and drain ----------------------------------------------------
@@ -372,7 +372,7 @@ def _readded(c: Claimed) -> dict[str, str]:
     fields = dict(c.raw)
     fields["id"] = c.job_id
     fields.setdefault("submitted_at", str(c.submitted_at))
-    if not ENTRY_ID.match(fields.get(SOURCE_FIELD, "")):
+    if not ENTRY_ID.fullmatch(fields.get(SOURCE_FIELD, "")):
         fields[SOURCE_FIELD] = c.entry_id
     return fields
 

@@ -39,7 +39,7 @@ def partition_of(job_id: str, partitions: int) -> int:
         return 0
     while STEP_SEPARATOR in job_id:
         job_id = job_id.rsplit(STEP_SEPARATOR, 1)[0]
-    if (named := GENERATED_ID.match(job_id)) and int(named.group(1)) < partitions:
+    if (named := GENERATED_ID.fullmatch(job_id)) and int(named.group(1)) < partitions:
         return int(named.group(1))
     return zlib.crc32(job_id.encode()) % partitions
 

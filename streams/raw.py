@@ -27,7 +27,7 @@ def utf8_len(text: str) -> int:
 def request_bytes(raw: Mapping[str, str]) -> int:
     """A request's encoded size in bytes; on an entry a worker re-added (it names its ``source_id``), without
     the fields the worker added, so a retry never pushes a request over the limit it passed."""
-    if not ENTRY_ID.match(raw.get(SOURCE_FIELD, "")):
+    if not ENTRY_ID.fullmatch(raw.get(SOURCE_FIELD, "")):
         return sum(utf8_len(k) + utf8_len(v) for k, v in raw.items())
     return sum(utf8_len(k) + utf8_len(v) for k, v in raw.items() if not (k in READDED_FIELDS and len(v) <= JOB_ID_MAX))
 

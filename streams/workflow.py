@@ -70,7 +70,7 @@ def parse_workflow(data: dict[str, Any]) -> WorkflowSpec:
         raise WorkflowInvalid("workflow has no steps")
     seen: set[str] = set()
     for s in spec.steps:
-        if not STEP_ID.match(s.id):
+        if not STEP_ID.fullmatch(s.id):  # not match: its '$' lets a final newline through
             raise WorkflowInvalid(f"step {s.id!r}: id must match [A-Za-z0-9_.-]{{1,64}}")
         if s.id in seen:
             raise WorkflowInvalid(f"step {s.id!r}: duplicate step id")

@@ -25,6 +25,7 @@ from streams import metrics
 from streams.config import StreamSettings
 from streams.entries import Release
 from streams.envelope import JobRequest, dumps, flat, now_ms
+from streams.job_ids import JOB_ID_RULE, is_valid_job_id
 from streams.keys import Keys
 from streams.scripts import Scripts
 from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow, step_job_id
@@ -66,6 +67,7 @@ class WorkflowStarter:
         self._scripts = Scripts(redis)
 
     def validate(self, request: JobRequest) -> WorkflowSpec:
+        """The graph, and each step's agent and data as its agent checks them."""
         spec = parse_workflow(request.data)
         for s in spec.steps:
             if problem := self.checker.check_step(s.agent, s.data):
@@ -79,6 +81,7 @@ class WorkflowStarter:
         for c in claimed:
             try:
                 spec = self.validate(c.request)
+                _check_step_ids(c.job_id, spec)
             except WorkflowInvalid as exc:
                 self.reject(stream, lane, c.entry_id, c.job_id, c.raw, str(exc))
                 continue
@@ -159,3 +162,12 @@ async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str
             step["error"] = err
         steps.append(step)
     return steps
+
+
+def _check_step_ids(job_id: str, spec: WorkflowSpec) -> None:
+    """Each step's job id (``<workflow id>::<step id>``) must be a job id itself: a step given another id would
+    settle into no workflow, and the workflow would wait for it until its timeout, or for ever."""
+    for s in spec.steps:
+        if not is_valid_job_id(step_id := step_job_id(job_id, s.id)):
+            raise WorkflowInvalid(f"step {s.id!r}: its job id '<workflow id>::{s.id}' ({len(step_id)} characters) is not a "
+                                  f"job id ({JOB_ID_RULE}): shorten the workflow's id")

@@ -113,7 +113,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         job_request = JobRequest.model_validate({  # data was checked by JobSubmission
             "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
             "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
-            "traceparent": traceparent if traceparent and TRACEPARENT.match(traceparent) else None, "submitted_at": now_ms(),
+            "traceparent": traceparent if traceparent and TRACEPARENT.fullmatch(traceparent) else None, "submitted_at": now_ms(),
         }, context={DATA_CHECKED: True})
     except ValidationError as exc:  # a rule of the envelope's that JobSubmission does not repeat: 422, not 500
         raise _in_body(exc) from None

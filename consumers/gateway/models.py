@@ -73,7 +73,7 @@ WebhookUrl = Annotated[str, Field(min_length=1, max_length=2048, json_schema_ext
 
 
 def is_entry_id(value: str) -> bool:
-    return bool(_ENTRY_ID.match(value))
+    return bool(_ENTRY_ID.fullmatch(value))
 
 
 class JobSubmission(BaseModel):

@@ -3,6 +3,7 @@
 import pytest
 
 from agents.registry import AgentContext
+from streams.job_ids import check_job_id
 from streams.workflow import Workflow, WorkflowInvalid, parse_workflow
 
 
@@ -23,6 +24,7 @@ def test_builder_produces_the_contract_shape() -> None:
     ({"steps": [{"id": "a", "agent": "echo", "after": ["c"]}, {"id": "c", "agent": "echo", "after": ["b"]},
                 {"id": "b", "agent": "echo", "after": ["a"]}, {"id": "free", "agent": "echo"}]}, "steps 'a', 'b', 'c' form a cycle"),
     ({"steps": [{"id": "x" * 65, "agent": "echo"}]}, "id must match"),
+    ({"steps": [{"id": "a\n", "agent": "echo"}, {"id": "a", "agent": "echo"}]}, "id must match"),  # '$' let it through
     ({"steps": [{"id": "a", "agent": "workflow"}]}, "step 'a': a step cannot be a workflow"),
     ({"steps": [{"id": "a", "agent": "echo", "colour": "red"}]}, "step 'a': field 'colour'"),
     ({"steps": [{"agent": "echo"}]}, "step #1: field 'id'"),
@@ -41,3 +43,8 @@ def test_inputs_reach_the_task_text() -> None:
     text = ctx.with_inputs("Recommend?")
     assert text.startswith("Recommend?") and "- a: reviews are glowing" in text and '- n: {"count": 3}' in text
     assert AgentContext(job_id="j", agent="ask", attempt=1, max_attempts=1).with_inputs("Q") == "Q"
+
+
+def test_a_job_id_with_a_final_newline_is_refused() -> None:
+    with pytest.raises(ValueError, match="job id must be"):
+        check_job_id("wf\n")  # re.match's '$' matched before it

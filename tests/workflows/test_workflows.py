@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streams.dead import list_dead, replay, replay_all
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
 from streams.workflow import Workflow
-from tests.support import WorkerFactory, wait_results
+from tests.support import WorkerFactory, wait_results, wait_until
 from tests.workflows.support import event_counts, events_of, start_workers, wait_event
 
 
@@ -166,25 +168,28 @@ async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys
     assert not [d for d in await list_dead(redis, keys) if d.id.startswith("wf-replay")]
 
 
-async def test_replay_all_runs_a_failed_step_once_through_its_workflow(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+@pytest.mark.parametrize("wid", ["wf-replay-all", "wf-replay-all:"])  # ':' last: its step 'wf-replay-all:::flaky' (ran twice)
+async def test_replay_all_runs_a_failed_step_once_through_its_workflow(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory, wid: str,
+) -> None:
     # Given a failed workflow: its step's dead letter and its own are both present
     start_workers(workers, 1, "--concurrency", "4")
-    wf = Workflow("wf-replay-all")
+    wf = Workflow(wid)
     wf.step("flaky", "echo", {"fail_first": 1}, max_attempts=1)
     wf.step("after", "echo", {"n": 2}, after=["flaky"])
     await producer.publish_workflow(wf)
-    assert (await wait_event(redis, keys, "wf-replay-all")).status == "failed"
-    assert {d.id for d in await list_dead(redis, keys)} == {"wf-replay-all", "wf-replay-all::flaky"}
+    assert (await wait_event(redis, keys, wid)).status == "failed"
+    assert {d.id for d in await list_dead(redis, keys)} == {wid, f"{wid}::flaky"}
     # When every dead letter is replayed (the runbook's `streamcrew dead replay --all`)
     replayed, skipped = await replay_all(redis, keys)
     # Then only the workflow is replayed, and its replay runs the failed step once more: not once alone and once in it
-    assert (replayed, skipped) == (["wf-replay-all"], [])
-    done = await wait_event(redis, keys, "wf-replay-all", n=2)
+    assert (replayed, skipped) == ([wid], [])
+    done = await wait_event(redis, keys, wid, n=2)
     assert done.status == "completed", done.error
     await producer.publish("echo", {}, id="marker-after-replay")  # one worker, FIFO lane: a stray run would be in by now
     await wait_event(redis, keys, "marker-after-replay")
     counts = await event_counts(redis, keys)
-    assert counts["wf-replay-all::flaky"] == 2 and counts["wf-replay-all::after"] == 1, counts
+    assert counts[f"{wid}::flaky"] == 2 and counts[f"{wid}::after"] == 1, counts
     assert await list_dead(redis, keys) == []
 
 
@@ -319,3 +324,47 @@ async def test_the_first_designs_fan_out_runs_as_written(redis, keys: Keys, prod
     assert all(f"- {dep}: " in steps["recommendation"]["result"]["crew"]["task"] for dep in ("pricing", "sentiment"))
     # And no tool was called without the order number it needs (an action names none)
     assert all("validation failed" not in s["result"]["answer"] for s in steps.values()), steps
+
+
+async def test_a_new_workflow_of_an_old_id_shows_none_of_the_old_steps_records(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given acme's workflow that failed fast while a slower step ran on, and whose own record expired before that step's
+    workers.start("--concurrency", "4")
+    old = Workflow("wf-shared")
+    old.step("s1", "echo", {"fail_first": 9}, max_attempts=1)
+    old.step("s2", "echo", {"sleep_s": 1, "secret": "ACME"})
+    await producer.publish_workflow(old, tenant="acme")
+    assert (await wait_event(redis, keys, "wf-shared")).status == "failed"
+
+    async def slow_step_done() -> bool:
+        record = await get_job(redis, keys, "wf-shared::s2")
+        return record is not None and record.status == "completed"
+
+    await wait_until(slow_step_done, timeout=20, what="the slow step to end after its workflow")
+    await redis.delete(keys.job("wf-shared"), f"{keys.prefix}:wf:wf-shared")  # the workflow's record expired first
+    # When globex starts a workflow of the same id with a step of the same id
+    new = Workflow("wf-shared")
+    new.step("s2", "echo", {"mine": "GLOBEX", "sleep_s": 2})
+    await producer.publish_workflow(new, tenant="globex")
+
+    async def new_step_on() -> bool:
+        record = await get_job(redis, keys, "wf-shared::s2")
+        return record is not None and record.status in ("queued", "running")
+
+    await wait_until(new_step_on, timeout=20, what="the new workflow's step queued or running")
+    # Then the step's record is the new run's alone: globex's, without acme's result
+    record = await get_job(redis, keys, "wf-shared::s2")
+    assert record is not None and (record.tenant, record.result, record.finished_at) == ("globex", None, None), record
+
+
+async def test_a_workflow_whose_step_ids_would_not_be_job_ids_is_rejected_not_left_running(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow id of 500 characters: its step's job id '<id>::abcdefghijklmnop' would be 518, over 512
+    workers.start()
+    wf = Workflow("w" * 500)
+    wf.step("abcdefghijklmnop", "echo", {})
+    await producer.publish_workflow(wf)
+    # Then the workflow is rejected, saying why (before: its step was run under a generated id, and the workflow
+    # waited for it, running, for ever)
+    event = await wait_event(redis, keys, "w" * 500)
+    assert event.status == "rejected" and "shorten the workflow's id" in (event.error or ""), event
