@@ -103,8 +103,15 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
         end
       end
     end
+    local ended = false
+    if decision == 'resume' and published == 0 and ok >= tonumber(redis.call('HGET', h, 'total')) then
+      -- Every step completed after the run ended (an expiry overtook them): nothing to run, so it ends here, not
+      -- at its next timeout
+      wf_end(C, h, jid, 'completed', nil, worker)
+      ended = true
+    end
     local timeout = redis.call('HGET', h, 'timeout_s')
-    if timeout and timeout ~= '' then
+    if not ended and timeout and timeout ~= '' then
       redis.call('ZADD', timeouts, now + math.floor(tonumber(timeout) * 1000), jid)
     end
     out[#out + 1] = {decision, jid, published}

@@ -368,3 +368,29 @@ async def test_a_workflow_whose_step_ids_would_not_be_job_ids_is_rejected_not_le
     # waited for it, running, for ever)
     event = await wait_event(redis, keys, "w" * 500)
     assert event.status == "rejected" and "shorten the workflow's id" in (event.error or ""), event
+
+
+async def test_replaying_a_workflow_whose_steps_all_completed_after_it_expired_ends_it_at_once(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow that expired while its one step slept, and the step completed afterwards
+    start_workers(workers, 1, "--concurrency", "4")
+    wf = Workflow("wf-late", timeout_s=60)
+    wf.step("nap", "echo", {"sleep_s": 2})
+    await producer.publish_workflow(wf)
+
+    async def napping() -> bool:
+        record = await get_job(redis, keys, "wf-late::nap")
+        return record is not None and record.status == "running"
+
+    await wait_until(napping, timeout=20, what="the step running")
+    await redis.zadd(keys.workflow_timeouts, {"wf-late": 0})  # its timeout due now: expired while the step sleeps
+    assert (await wait_event(redis, keys, "wf-late", timeout=20)).status == "expired"
+    assert (await wait_event(redis, keys, "wf-late::nap", timeout=20)).status == "completed"
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-late"]
+    # When it is replayed
+    await replay(redis, keys, letter.entry_id)
+    # Then it ends completed at once, with the step's result (before: running, nothing to run, until its 60 s timeout
+    # expired it again with a second dead letter)
+    event = await wait_event(redis, keys, "wf-late", n=2, timeout=20)
+    assert event.status == "completed" and event.result["steps"]["nap"]["status"] == "completed", event
