@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from streams.config import StreamSettings
 from streams.errors import ConfigError, StreamcrewError
-from streams.outage import WritesHeldBack, quiet_cluster_refresh_errors
+from streams.outage import REDIS_DOWN, WritesHeldBack, quiet_cluster_refresh_errors
 from streams.seeds import seed_urls
 
 T = TypeVar("T")
@@ -109,6 +109,10 @@ def _redis_url_problem(url: str) -> str | None:
     return None
 
 
+# An outage's errors, but a plain OSError (a file the command reads) is not Redis's.
+REDIS_OUTAGES = tuple(kind for kind in REDIS_DOWN if kind is not OSError)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine, turning Redis and streamcrew errors into one clear line and an exit code."""
     try:
@@ -129,6 +133,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except NoPermissionError as exc:
         err.print(f"[red]Redis refused a command: {escape(str(exc))}; the Redis user needs the prefix's keys (~<prefix>:*) and "
                   "the commands of docs/operations.md, 'A Redis user of its own'[/red]")
+        raise typer.Exit(Exit.UNAVAILABLE) from None
+    except REDIS_OUTAGES as exc:  # the rest of an outage: a cluster with a slot no master serves, a failover
+        err.print(f"[red]Redis unavailable ({type(exc).__name__}: {escape(str(exc))}); retry once it is back[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except StreamcrewError as exc:
         err.print(f"[red]{escape(str(exc))}[/red]")

@@ -10,7 +10,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import AuthenticationError, RedisClusterException, ResponseError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -29,6 +29,8 @@ SOCKET_TIMEOUT_S = 15.0
 # longest block (a 2 s watch). ``?socket_timeout=`` in the URL overrides either.
 CLUSTER_SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
+# What redis-py's cluster client raises (a plain RedisClusterException) when the nodes it asked do not cover every slot.
+NOT_COVERED = "slots are not covered"
 MIN_REDIS = (6, 2, 0)
 
 
@@ -226,7 +228,13 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
         client = connect_cluster(node, max_connections=max_connections)
         # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
         # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
-        await client.initialize()
+        try:
+            await client.initialize()
+        except RedisClusterException as exc:
+            await client.aclose()
+            if NOT_COVERED in str(exc):  # a cluster being created, or a shard with no master: an outage, waited out
+                raise SlotNotCoveredError(f"the Redis Cluster does not serve every slot yet ({exc})") from None
+            raise
         return client  # type: ignore[return-value]
     return connect(url, max_connections=max_connections)
 
