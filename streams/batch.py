@@ -34,6 +34,14 @@ class PartlyWritten(Exception):
         self.cause = cause
 
 
+def log_refusal(name: str, count: int, exc: ResponseError) -> None:
+    """Say why Redis refused a batch of ``count`` (called in its ``except``: an unexpected refusal logs the traceback)."""
+    if is_nogroup(exc):  # a Redis restarted empty: the entries went with the group; the read loop makes it again
+        log.warning("%s: a batch of %d not written: its consumer group is gone (Redis restarted empty?)", name, count)
+    else:  # not expected: the entries stay pending and are reclaimed after the lease, so nothing is lost
+        log.exception("%s: Redis refused a batch of %d; its entries will be reclaimed", name, count)
+
+
 class BatchWriter(Generic[T]):
     """Queues items; ``write`` stores a batch and says per item whether it wrote; ``done`` follows each."""
 
@@ -86,10 +94,7 @@ class BatchWriter(Generic[T]):
                 await backoff.failed(partly.cause)
                 continue
             except ResponseError as exc:
-                if is_nogroup(exc):  # a Redis restarted empty: the entries went with the group; the read loop makes it again
-                    log.warning("%s: a batch of %d not written: its consumer group is gone (Redis restarted empty?)", self.name, len(batch))
-                else:  # not expected: the entries stay pending and are reclaimed after the lease, so nothing is lost
-                    log.exception("%s: Redis refused a batch of %d; its entries will be reclaimed", self.name, len(batch))
+                log_refusal(self.name, len(batch), exc)
                 written = [False] * len(batch)
             except Exception:  # a bug or a library's surprise: reported as not written, and the writer goes on
                 log.exception("%s: a batch of %d failed; its entries will be reclaimed", self.name, len(batch))

@@ -65,14 +65,6 @@ class Backoff:
         self.delay_s = 0.0
 
 
-# Redis (or the shard of a key) cannot answer now but will: back off and try again, losing nothing.
-# On a cluster a failover answers CLUSTERDOWN / TRYAGAIN / READONLY for a few seconds; those are outages too,
-# not refusals of the call (a refused settle batch would wait for its entries' lease to run out). A Redis at its
-# maxmemory (noeviction) refuses writes with OOM until memory is freed or raised: an outage of writes, so finished
-# work waits in memory and is written then, rather than run again after its lease (a script refused by OOM wrote nothing).
-# The cluster client's own "no node of the cluster answers" (every node down: a restart of the whole cluster) and "no
-# master for this slot" are outages too: before, each pass of a loop logged them as an unexpected error with a traceback.
-# (redis-py before 8.2 raises the first as a plain RedisClusterException, which stays an unexpected error there.)
 class WritesHeldBack(ResponseError):
     """Redis takes no writes for now, and will again: ``NOREPLICAS`` (fewer replicas than min-replicas-to-write),
     ``MISCONF`` (its snapshot failed, a full disk, and stop-writes-on-bgsave-error is on), ``BUSY`` (a script ran
@@ -83,6 +75,16 @@ class WritesHeldBack(ResponseError):
 
 HELD_BACK_CODES = ("NOREPLICAS", "MISCONF", "BUSY")
 
+
+# Redis (or the shard of a key) cannot answer now but will: back off and try again, losing nothing.
+# On a cluster a failover answers CLUSTERDOWN / TRYAGAIN / READONLY for a few seconds; those are outages too,
+# not refusals of the call (a refused settle batch would wait for its entries' lease to run out). A Redis at its
+# maxmemory (noeviction) refuses writes with OOM until memory is freed or raised: an outage of writes, so finished
+# work waits in memory and is written then, rather than run again after its lease (a script refused by OOM wrote nothing).
+# The cluster client's own "no node of the cluster answers" (every node down: a restart of the whole cluster) and "no
+# master for this slot" are outages too: before, each pass of a loop logged them as an unexpected error with a traceback.
+# (redis-py before 8.2 raises the first as a plain RedisClusterException, which stays an unexpected error there.)
+# Redis taking no writes for now (WritesHeldBack) is one too.
 CLUSTER_UNREACHABLE: tuple[type[Exception], ...] = tuple(
     getattr(redis.exceptions, name) for name in ("RedisClusterUnreachableError",) if hasattr(redis.exceptions, name))
 REDIS_DOWN: tuple[type[BaseException], ...] = (

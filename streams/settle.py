@@ -16,9 +16,10 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from streams import metrics
-from streams.batch import BatchWriter, PartlyWritten
+from streams.batch import BatchWriter, PartlyWritten, log_refusal
 from streams.entries import Release
 from streams.envelope import flat
 from streams.hold import HeldBack
@@ -127,6 +128,9 @@ class Settler:
                 outage = outage or exc
                 for i in indexes:
                     wrote[i] = None
+                continue
+            except ResponseError as exc:  # refused here (its group gone with an emptied master?): the others still go
+                log_refusal(f"settle (partition {self._numbers[p]})", len(indexes), exc)
                 continue
             for i, one in zip(indexes, written, strict=True):
                 wrote[i] = one

@@ -136,3 +136,29 @@ async def test_settle_ops_of_a_partition_whose_master_is_away_wait_while_the_oth
     # Then partition 0's result was written during the outage, partition 1's after it, each once
     assert released == [(parts[0].lane("normal"), True), (parts[1].lane("normal"), True)]
     assert [int(await redis.xlen(k.results)) for k in parts] == [1, 1]
+
+
+async def test_a_refusal_in_one_partition_leaves_the_others_written(redis, keys, caplog) -> None:  # type: ignore[no-untyped-def]
+    parts = partition_keys(keys, 2)
+    released: list[tuple[str, bool]] = []
+    settler = Settler(redis, parts, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
+                      release=lambda stream, entry_id, settled=True: released.append((stream, settled)))
+    real = settler._write_partition
+
+    async def refused_in_1(p: int, batch: list[SettleOp]) -> list[bool]:
+        if p == 1:
+            raise ResponseError("ERR a script bug")
+        return await real(p, batch)
+
+    settler._write_partition = refused_in_1  # type: ignore[method-assign]
+    task = asyncio.create_task(settler.run())
+    for k in reversed(parts):  # partition 1's first in the batch
+        settler.submit(done_op(k.lane("normal"), "1-0", f"{k.lane('normal')}/1-0", f"job-{k.partition}",
+                               {"id": f"job-{k.partition}", "status": "completed"}, None))
+    with caplog.at_level(logging.ERROR, logger="streams.batch"):
+        await asyncio.wait_for(settler.flush(), timeout=10)
+    await asyncio.wait_for(settler.close(task), timeout=10)
+    # Then partition 0's op is written, partition 1's reported not written (left to its lease), and said so
+    assert sorted(released) == sorted([(parts[0].lane("normal"), True), (parts[1].lane("normal"), False)])
+    assert [int(await redis.xlen(k.results)) for k in parts] == [1, 0]
+    assert "settle (partition 1): Redis refused a batch of 1" in caplog.text
