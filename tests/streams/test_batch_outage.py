@@ -4,21 +4,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streams.batch import BatchWriter, PartlyWritten
-from streams.keys import partition_keys
+from streams.keys import Keys, partition_keys
 from streams.settle import SettleOp, Settler, done_op
+
+
+def started(write: Callable[[list[str]], Awaitable[list[bool]]]) -> tuple[BatchWriter[str], asyncio.Task[None], dict[str, bool]]:
+    """A running BatchWriter of ``write`` and what it reported per item."""
+    done: dict[str, bool] = {}
+    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
+    return writer, asyncio.create_task(writer.run()), done
+
+
+async def settle_one_per_partition(redis, keys, write_partition) -> tuple[list[Keys], list[tuple[str, bool]]]:  # type: ignore[no-untyped-def]
+    """Settle one done op in each of two partitions (partition 1's first in the batch) through ``write_partition``
+    (given the real one and the partition); returns the partitions and the releases in order."""
+    parts = partition_keys(keys, 2)
+    released: list[tuple[str, bool]] = []
+    settler = Settler(redis, parts, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
+                      release=lambda stream, entry_id, settled=True: released.append((stream, settled)))
+    real = settler._write_partition
+
+    async def write(p: int, batch: list[SettleOp]) -> list[bool]:
+        return await write_partition(real, p, batch)
+
+    settler._write_partition = write  # type: ignore[method-assign]
+    task = asyncio.create_task(settler.run())
+    for k in reversed(parts):
+        settler.submit(done_op(k.lane("normal"), "1-0", f"{k.lane('normal')}/1-0", f"job-{k.partition}",
+                               {"id": f"job-{k.partition}", "status": "completed"}, None))
+    await asyncio.wait_for(settler.flush(), timeout=10)
+    await asyncio.wait_for(settler.close(task), timeout=10)
+    return parts, released
 
 
 @pytest.mark.parametrize("outage", [ClusterDownError("CLUSTERDOWN The cluster is down"), TryAgainError("TRYAGAIN"),
                                     ReadOnlyError("READONLY You can't write against a read only replica.")])
 async def test_a_failover_answer_is_retried_until_the_batch_is_written(outage: ResponseError) -> None:
     calls: list[list[str]] = []
-    done: dict[str, bool] = {}
 
     async def write(batch: list[str]) -> list[bool]:
         calls.append(batch)
@@ -26,8 +55,7 @@ async def test_a_failover_answer_is_retried_until_the_batch_is_written(outage: R
             raise outage
         return [True] * len(batch)
 
-    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
-    task = asyncio.create_task(writer.run())
+    writer, task, done = started(write)
     writer.submit("a")
     writer.submit("b")
     await asyncio.wait_for(writer.flush(), timeout=10)
@@ -38,13 +66,10 @@ async def test_a_failover_answer_is_retried_until_the_batch_is_written(outage: R
 
 
 async def test_a_script_error_is_still_a_refusal() -> None:
-    done: dict[str, bool] = {}
-
     async def write(batch: list[str]) -> list[bool]:
         raise ResponseError("ERR Error running script")
 
-    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
-    task = asyncio.create_task(writer.run())
+    writer, task, done = started(write)
     writer.submit("a")
     await asyncio.wait_for(writer.flush(), timeout=10)
     await asyncio.wait_for(writer.close(task), timeout=10)
@@ -52,14 +77,11 @@ async def test_a_script_error_is_still_a_refusal() -> None:
 
 
 async def test_a_group_gone_with_its_redis_is_a_warning_without_a_traceback(redis, keys, caplog) -> None:  # type: ignore[no-untyped-def]
-    done: dict[str, bool] = {}
-
     async def write(batch: list[str]) -> list[bool]:  # a real NOGROUP: the group of a Redis restarted empty
         await redis.xreadgroup("workers", "c", {keys.lane("normal"): ">"}, count=1)
         return [True] * len(batch)
 
-    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
-    task = asyncio.create_task(writer.run())
+    writer, task, done = started(write)
     with caplog.at_level(logging.WARNING, logger="streams.batch"):
         writer.submit("a")
         await asyncio.wait_for(writer.flush(), timeout=10)
@@ -72,15 +94,12 @@ async def test_a_group_gone_with_its_redis_is_a_warning_without_a_traceback(redi
 
 
 async def test_an_unexpected_error_is_reported_as_not_written_and_the_writer_goes_on(caplog) -> None:  # type: ignore[no-untyped-def]
-    done: dict[str, bool] = {}
-
     async def write(batch: list[str]) -> list[bool]:  # a bug, or a library's surprise
         if "a" in batch:
             raise KeyError("surprise")
         return [True] * len(batch)
 
-    writer: BatchWriter[str] = BatchWriter("test", write, lambda item, wrote: done.__setitem__(item, wrote))
-    task = asyncio.create_task(writer.run())
+    writer, task, done = started(write)
     with caplog.at_level(logging.ERROR, logger="streams.batch"):
         writer.submit("a")
         await asyncio.wait_for(writer.flush(), timeout=10)
@@ -112,52 +131,27 @@ async def test_a_batch_written_in_part_reports_that_part_and_writes_only_the_res
 
 
 async def test_settle_ops_of_a_partition_whose_master_is_away_wait_while_the_others_are_written(redis, keys) -> None:  # type: ignore[no-untyped-def]
-    # Given a settler of two partitions whose partition-1 calls meet an outage (its master away) until partition 0's
-    # result is written (before: the whole batch went again, so partition 0 waited for partition 1's master)
-    parts = partition_keys(keys, 2)
-    released: list[tuple[str, bool]] = []
-    settler = Settler(redis, parts, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
-                      release=lambda stream, entry_id, settled=True: released.append((stream, settled)))
-    real = settler._write_partition
-
-    async def away_until_partition_0_is_written(p: int, batch: list[SettleOp]) -> list[bool]:
-        if p == 1 and not await redis.xlen(parts[0].results):
+    # Given partition 1's calls meeting an outage (its master away) until partition 0's result is written (before: the
+    # whole batch went again, so partition 0 waited for partition 1's master)
+    async def away_until_partition_0_is_written(real, p: int, batch: list[SettleOp]) -> list[bool]:  # type: ignore[no-untyped-def]
+        if p == 1 and not await redis.xlen(partition_keys(keys, 2)[0].results):
             raise RedisConnectionError("partition 1's master is away")
         return await real(p, batch)
 
-    settler._write_partition = away_until_partition_0_is_written  # type: ignore[method-assign]
-    task = asyncio.create_task(settler.run())
-    ops = [done_op(k.lane("normal"), "1-0", f"{k.lane('normal')}/1-0", f"job-{k.partition}", {"id": f"job-{k.partition}", "status": "completed"}, None)
-           for k in parts]
-    for op in reversed(ops):  # partition 1's first in the batch
-        settler.submit(op)
-    await asyncio.wait_for(settler.flush(), timeout=10)
-    await asyncio.wait_for(settler.close(task), timeout=10)
+    parts, released = await settle_one_per_partition(redis, keys, away_until_partition_0_is_written)
     # Then partition 0's result was written during the outage, partition 1's after it, each once
     assert released == [(parts[0].lane("normal"), True), (parts[1].lane("normal"), True)]
     assert [int(await redis.xlen(k.results)) for k in parts] == [1, 1]
 
 
 async def test_a_refusal_in_one_partition_leaves_the_others_written(redis, keys, caplog) -> None:  # type: ignore[no-untyped-def]
-    parts = partition_keys(keys, 2)
-    released: list[tuple[str, bool]] = []
-    settler = Settler(redis, parts, group="workers", max_result_bytes=1_048_576, job_ttl_s=60,
-                      release=lambda stream, entry_id, settled=True: released.append((stream, settled)))
-    real = settler._write_partition
-
-    async def refused_in_1(p: int, batch: list[SettleOp]) -> list[bool]:
+    async def refused_in_1(real, p: int, batch: list[SettleOp]) -> list[bool]:  # type: ignore[no-untyped-def]
         if p == 1:
             raise ResponseError("ERR a script bug")
         return await real(p, batch)
 
-    settler._write_partition = refused_in_1  # type: ignore[method-assign]
-    task = asyncio.create_task(settler.run())
-    for k in reversed(parts):  # partition 1's first in the batch
-        settler.submit(done_op(k.lane("normal"), "1-0", f"{k.lane('normal')}/1-0", f"job-{k.partition}",
-                               {"id": f"job-{k.partition}", "status": "completed"}, None))
     with caplog.at_level(logging.ERROR, logger="streams.batch"):
-        await asyncio.wait_for(settler.flush(), timeout=10)
-    await asyncio.wait_for(settler.close(task), timeout=10)
+        parts, released = await settle_one_per_partition(redis, keys, refused_in_1)
     # Then partition 0's op is written, partition 1's reported not written (left to its lease), and said so
     assert sorted(released) == sorted([(parts[0].lane("normal"), True), (parts[1].lane("normal"), False)])
     assert [int(await redis.xlen(k.results)) for k in parts] == [1, 0]
