@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.dead import list_dead, replay, replay_all
-from streams.envelope import JobRequest
+from streams.envelope import JobRequest, now_ms
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
@@ -394,3 +394,22 @@ async def test_replaying_a_workflow_whose_steps_all_completed_after_it_expired_e
     # expired it again with a second dead letter)
     event = await wait_event(redis, keys, "wf-late", n=2, timeout=20)
     assert event.status == "completed" and event.result["steps"]["nap"]["status"] == "completed", event
+
+
+async def test_a_workflow_past_its_deadline_expires_unstarted_like_any_job(redis, keys: Keys, workers: WorkerFactory) -> None:
+    # Given a workflow entry whose deadline passed before any worker took it (contract §2)
+    start_workers(workers, 1, "--concurrency", "4")
+    data = '{"steps": [{"id": "a", "agent": "echo"}]}'
+    await redis.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-deadline", "data": data, "deadline": str(now_ms() - 60_000)})
+    await producer_marker(redis, keys)
+    # Then it ends expired with a dead letter, and no step ran (before: it ran and completed)
+    event = await wait_event(redis, keys, "wf-deadline")
+    assert event.status == "expired" and "deadline passed" in (event.error or ""), event
+    assert "wf-deadline::a" not in await event_counts(redis, keys)
+    assert any(d.id == "wf-deadline" and d.reason == "expired" for d in await list_dead(redis, keys))
+
+
+async def producer_marker(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    """A job after the others in the one worker's FIFO lane: once its event is in, a step would have run too."""
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "marker-after-deadline", "data": "{}"})
+    await wait_event(redis, keys, "marker-after-deadline")
