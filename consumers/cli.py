@@ -91,8 +91,7 @@ def gateway(
     from consumers.gateway import GatewaySettings, run_gateway
     from streams.connection import connect_when_reachable
     from streams.keys import Keys
-    from streams.layout import claim_layout
-    from streams.outage import until_redis_answers
+    from streams.layout import hold_layout
 
     settings = build(GatewaySettings, host=host, port=port, log_level=log_level, redis_url=redis_url, prefix=prefix)
     setup_logging(settings.log_level)
@@ -101,7 +100,7 @@ def gateway(
         """Waits out a Redis that is down (a refusal is one line and exit 4); another N for the prefix is exit 2."""
         redis = await connect_when_reachable(settings.effective_redis_url, "gateway start")
         try:
-            await until_redis_answers("gateway start", lambda: claim_layout(redis, Keys(settings.prefix), settings.partitions))
+            await hold_layout("gateway start", redis, Keys(settings.prefix), settings.partitions)
         finally:
             await redis.aclose()
 

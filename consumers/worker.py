@@ -29,7 +29,7 @@ from streams.outage import until_redis_answers
 from streams.jobs import JobProcessor
 from streams.hold import REFILL_FRACTION
 from streams.keys import WORKERS_GROUP, Keys, lanes_in_priority, serving_partitions
-from streams.layout import claim_layout
+from streams.layout import hold_layout
 from streams.urls import loggable_url
 from streams.workflow import WORKFLOW_AGENT
 from streams.runtime import GroupRuntime
@@ -104,7 +104,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     agents_llm.configure(llm)
     keys = Keys(settings.prefix)
     redis = await connect_when_reachable(settings.effective_redis_url, "worker start")
-    await until_redis_answers("worker start", lambda: claim_layout(redis, keys, settings.partitions))  # another N: refused
+    await hold_layout("worker start", redis, keys, settings.partitions)  # another N: refused
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)

@@ -137,16 +137,14 @@ class JobProcessor:
                     if request.deadline is None or request.deadline > now_ms():
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
-                    # Past its deadline it goes the way of any job: start.lua ends it expired, unstarted (contract §2;
-                    # its deadline is compared with a later now_ms(), _start's)
+                    # past its deadline: start.lua (with _start's later now) ends it expired, unstarted (contract §2)
                 elif problem := self.executor.check(request):
                     raise DecodeError(problem, raw)
             except DecodeError as exc:
                 self._reject_invalid(stream, lane, entry_id, job_id, raw, exc.reason)
                 continue
             submitted = request.submitted_at or entry_ms(entry_id)
-            # (a workflow here only expires: the executor runs no 'workflow' agent to ask for its attempts)
-            attempts = 1 if request.agent == WORKFLOW_AGENT else self.executor.max_attempts(request)
+            attempts = 1 if request.agent == WORKFLOW_AGENT else self.executor.max_attempts(request)  # one that only expires
             claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, attempts, submitted))
         if workflows:
             await self.workflows.start(self._keys_of[stream], stream, lane, workflows)

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from streams.errors import ConfigError
 from streams.keys import Keys
+from streams.outage import until_redis_answers
 
 
 def layout_key(keys: Keys) -> str:
@@ -32,6 +33,11 @@ async def claim_layout(redis: Redis, keys: Keys, partitions: int) -> None:
     key = layout_key(keys)
     if not await redis.set(key, str(partitions), nx=True):
         await check_layout(redis, keys, partitions)
+
+
+async def hold_layout(what: str, redis: Redis, keys: Keys, partitions: int) -> None:
+    """:func:`claim_layout` at a long-running process's start, waiting out a Redis that is down or full."""
+    await until_redis_answers(what, lambda: claim_layout(redis, keys, partitions))
 
 
 async def check_layout(redis: Redis, keys: Keys, partitions: int) -> None:

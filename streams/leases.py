@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from streams.entries import Entry, Slot
+from streams.outage import REDIS_FAILED
 
 if TYPE_CHECKING:
     from streams.runtime import GroupRuntime
@@ -156,10 +157,14 @@ class Leases:
         so another consumer's next sweep takes it instead of waiting out the lease."""
         rt = self.runtime
         idle_ms = int(rt.lease_s * 1000) + 1
-        for stream, items in list(rt.leftover.items()):
-            fresh = [eid for eid, read_at in items if time.monotonic() - read_at < rt.lease_s / 2]
-            if fresh:
-                await rt.redis.xclaim(stream, rt.group, rt.consumer, 0, cast("list[Any]", fresh), idle=idle_ms, justid=True)
+        try:
+            for stream, items in list(rt.leftover.items()):
+                fresh = [eid for eid, read_at in items if time.monotonic() - read_at < rt.lease_s / 2]
+                if fresh:
+                    await rt.redis.xclaim(stream, rt.group, rt.consumer, 0, cast("list[Any]", fresh), idle=idle_ms, justid=True)
+        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
+            log.warning("%s: could not hand on %d entries read beyond the free slots (%s); another consumer takes them "
+                        "after the lease", rt.group, sum(map(len, rt.leftover.values())), exc)
         rt.leftover.clear()
 
     async def forget_idle_consumers(self) -> list[str]:

@@ -92,6 +92,9 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     WritesHeldBack, SlotNotCoveredError, *CLUSTER_UNREACHABLE,
 )
 
+# Any failure of a call to Redis: a refusal (RedisError) or an outage (a cluster's "no node answers" is no RedisError).
+REDIS_FAILED: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, *REDIS_DOWN)
+
 
 async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]], *, unless: tuple[type[BaseException], ...] = ()) -> T:
     """``await call()`` again and again, with :class:`Backoff`, until Redis answers it (a write that must land).

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from streams.connection import BLOCK_MS
 from streams.entries import Entry, EntryHandler, ReadReply, Slot
 from streams.groups import ensure_group, is_nogroup
 from streams.leases import Leases
-from streams.outage import REDIS_DOWN, Backoff
+from streams.outage import REDIS_DOWN, REDIS_FAILED, Backoff
 from streams.quiet import QuietStreams, by_slot, slot_of_for
 from streams.scripts import Scripts
 
@@ -37,8 +37,6 @@ READ_BATCH = 500
 CLUSTER_BLOCK_MS = 100
 # After an error no loop expects, the loop goes on after this pause (not in a busy loop).
 UNEXPECTED_PAUSE_S = 1.0
-# Any failure of a call to Redis: a refusal (RedisError) or an outage (a cluster's "no node answers" is no RedisError).
-REDIS_FAILED: tuple[type[BaseException], ...] = (RedisError, *REDIS_DOWN)
 
 
 class GroupRuntime:
@@ -396,11 +394,6 @@ class GroupRuntime:
                     break
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)
-        try:
-            await self.leases.let_go_of_leftover()
-        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
-            log.warning("%s: could not hand on %d entries read beyond the free slots (%s); another consumer takes them "
-                        "after the lease", self.group, sum(map(len, self.leftover.values())), exc)
-            self.leftover.clear()
+        await self.leases.let_go_of_leftover()
         await self.stop_helpers()
         return before - len(leftover), len(leftover)

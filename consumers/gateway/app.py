@@ -23,8 +23,8 @@ from consumers.gateway.state import GatewayState
 from streams.connection import connect_when_reachable
 from streams.gauges import register_stream_gauges
 from streams.keys import Keys
-from streams.layout import claim_layout
-from streams.outage import quiet_cluster_refresh_errors, until_redis_answers
+from streams.layout import hold_layout
+from streams.outage import quiet_cluster_refresh_errors
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -50,7 +50,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         quiet_cluster_refresh_errors()  # also when another ASGI server runs the app, not `streamcrew gateway`
         client = redis if redis is not None else await connect_when_reachable(settings.effective_redis_url, "gateway start")
-        await until_redis_answers("gateway start", lambda: claim_layout(client, Keys(settings.prefix), settings.partitions))
+        await hold_layout("gateway start", client, Keys(settings.prefix), settings.partitions)
         app.state.gateway = GatewayState.build(settings, client)
         register_stream_gauges(settings.effective_redis_url, Keys(settings.prefix), partitions=settings.partitions)
         log.info("gateway on %s:%d, prefix %r, auth %s, rate limit %s", settings.host, settings.port, settings.prefix,

@@ -35,8 +35,7 @@ from streams.connection import connect_when_reachable
 from streams.gauges import register_stream_gauges
 from streams.groups import ensure_group
 from streams.keys import Keys, serving_partitions
-from streams.layout import claim_layout
-from streams.outage import until_redis_answers
+from streams.layout import hold_layout
 from streams.runtime import GroupRuntime
 
 log = logging.getLogger("streamcrew.kafka_bridge")
@@ -199,7 +198,7 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     _quiet_libraries(settings.log_level)
     keys = Keys(settings.prefix)
     redis = await connect_when_reachable(settings.effective_redis_url, "kafka-bridge start")  # a Redis Cluster is found, not configured
-    await until_redis_answers("kafka-bridge start", lambda: claim_layout(redis, keys, settings.partitions))  # another N: refused
+    await hold_layout("kafka-bridge start", redis, keys, settings.partitions)  # another N: refused
     bridge = build_bridge(settings, redis)
     for partition in bridge.partitions:
         await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)

@@ -19,7 +19,7 @@ from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
 from streams.connection import connect_when_reachable
 from streams.groups import ensure_groups, standard_groups
-from streams.layout import claim_layout
+from streams.layout import hold_layout
 from streams.hold import REFILL_FRACTION
 from streams.outage import until_redis_answers
 from streams.keys import NOTIFIER_GROUP, Keys, serving_partitions
@@ -57,7 +57,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
     """Deliver until SIGTERM/SIGINT, then drain; a second signal exits at once. Returns the exit code."""
     keys = Keys(settings.prefix)
     redis = await connect_when_reachable(settings.effective_redis_url, "notifier start")
-    await until_redis_answers("notifier start", lambda: claim_layout(redis, keys, settings.partitions))  # another N: refused
+    await hold_layout("notifier start", redis, keys, settings.partitions)  # another N: refused
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     for partition in partitions:
         await until_redis_answers("notifier start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
