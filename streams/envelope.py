@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from streams.errors import DecodeError
 from streams.job_ids import STEP_ID_RESERVED, check_job_id, may_carry_id
 from streams.keys import LANES
-from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes
+from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes, utf8_len
 
 # Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
 INPUTS_OMITTED = "inputs_omitted"
@@ -218,14 +218,24 @@ class JobRequest(BaseModel):
         return fields
 
     @classmethod
-    def from_fields(cls, raw: Mapping[str, str], *, max_bytes: int | None = None) -> JobRequest:
-        """Validate raw stream fields; any problem is a DecodeError naming it."""
+    def from_fields(cls, raw: Mapping[str, str], *, max_bytes: int | None = None, max_inputs_bytes: int | None = None) -> JobRequest:
+        """Validate raw stream fields; any problem is a DecodeError naming it.
+
+        A workflow step's ``inputs`` (its dependencies' results, added by workflow.lua) are held to
+        ``max_inputs_bytes`` (STREAMCREW_MAX_RESULT_BYTES) when it is given, not to ``max_bytes``: a step's
+        request is its own data, and the results it depends on were each allowed up to that size.
+        """
         if len(raw) > MAX_REQUEST_FIELDS:
             raise DecodeError(f"request has {len(raw)} fields, over the limit of {MAX_REQUEST_FIELDS}", raw)
         if bad := not_utf8(raw):
             raise DecodeError(f"field {bad!r} is not valid UTF-8", raw)
         if max_bytes is not None:
             size = request_bytes(raw)
+            if max_inputs_bytes is not None and raw.get("parent") and "inputs" in raw:
+                inputs_size = utf8_len(raw["inputs"])
+                if inputs_size > max_inputs_bytes:
+                    raise DecodeError(f"field 'inputs' is {inputs_size} bytes, over STREAMCREW_MAX_RESULT_BYTES ({max_inputs_bytes})", raw)
+                size -= utf8_len("inputs") + inputs_size
             if size > max_bytes:
                 raise DecodeError(f"request is {size} bytes, over the {max_bytes}-byte limit", raw)
         if "agent" not in raw or not raw["agent"]:

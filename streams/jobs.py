@@ -132,7 +132,7 @@ class JobProcessor:
                 continue
             job_id = explicit_id(raw) or self._keys_of[stream].generated_id(entry_id)
             try:
-                request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes)
+                request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
                 if request.agent == WORKFLOW_AGENT:
                     if request.deadline is None or request.deadline > now_ms():
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))

@@ -39,8 +39,8 @@ local function wf_publish(C, h, wid, sid, now, p)
     local names = {}
     for i, a in ipairs(after) do names[i] = a .. '|res' end
     local got = redis.call('HMGET', h, unpack(names))
-    local size = 0
-    for i = 1, #after do size = size + #(got[i] or 'null') end
+    local size = 2 * #after + 1  -- the inputs' encoded size, counted before it is built: braces, colons, commas
+    for i, a in ipairs(after) do size = size + #cjson.encode(a) + #(got[i] or 'null') end
     -- Not built past a step's limit, or the workflow's (WF_INPUTS_SHARES of it for all its steps together,
     -- so one settle publishing a wide fan-out never copies gigabytes): the worker rejects the step
     -- (streams.envelope.INPUTS_OMITTED).

@@ -32,6 +32,20 @@ def test_oversized_request_is_refused() -> None:
         JobRequest.from_fields(raw, max_bytes=1000)
 
 
+def test_a_steps_inputs_are_held_to_their_own_limit_not_the_requests() -> None:
+    # Given a workflow step whose inputs (its dependencies' results) are 1,499 bytes and whose own fields are small
+    inputs = '{"a": "' + "a" * 1490 + '"}'
+    step = {"agent": "echo", "data": "{}", "id": "wf::b", "parent": "wf", "step": "b", "inputs": inputs}
+    # Then a request limit of 1,000 bytes does not count them when the inputs have their own limit
+    assert JobRequest.from_fields(step, max_bytes=1000, max_inputs_bytes=2000).inputs == {"a": "a" * 1490}
+    with pytest.raises(DecodeError, match=r"field 'inputs' is 1499 bytes, over STREAMCREW_MAX_RESULT_BYTES \(1498\)"):
+        JobRequest.from_fields(step, max_bytes=1000, max_inputs_bytes=1498)
+    # And inputs on a request that is no step (a raw XADD) count toward the request's size, as every field does
+    not_a_step = {k: v for k, v in step.items() if k not in ("id", "parent", "step")}
+    with pytest.raises(DecodeError, match="over the 1000-byte limit"):
+        JobRequest.from_fields(not_a_step, max_bytes=1000, max_inputs_bytes=2000)
+
+
 def test_request_round_trips_through_fields() -> None:
     request = JobRequest(agent="order", data={"order_id": "ORD-1"}, id="j1", max_attempts=2, tenant="acme")
     assert JobRequest.from_fields(request.to_fields()) == request

@@ -86,6 +86,27 @@ async def test_a_step_whose_inputs_pass_the_limit_is_rejected_without_building_t
     assert event.status == "failed" and "d" in (event.error or ""), event
 
 
+async def test_a_steps_inputs_may_pass_the_request_limit_up_to_the_result_limit(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given requests of 1,600 bytes at most, results of 3,000, and a step after three steps whose results
+    # (~0.5, ~0.5 and ~1.1 KB: c repeats a's and b's as its inputs) come to ~2.2 KB together
+    workers.env.update({"STREAMCREW_MAX_REQUEST_BYTES": "1600", "STREAMCREW_MAX_RESULT_BYTES": str(LIMIT)})
+    start_workers(workers, 1)
+    wf = Workflow("wf-inputs")
+    wf.step("a", "echo", {"blob": BLOB[:500]})
+    wf.step("b", "echo", {"blob": BLOB[:500]})
+    wf.step("c", "echo", {}, after=["a", "b"])
+    wf.step("d", "echo", {}, after=["a", "b", "c"])
+    await producer.publish_workflow(wf)
+    # When it runs
+    event = await wait_event(redis, keys, "wf-inputs", timeout=60)
+    # Then d ran with all three results as its inputs (its request was over 1,600 bytes: rejected before)
+    d = await wait_event(redis, keys, "wf-inputs::d")
+    assert (d.status, event.status) == ("completed", "completed"), (d.error, event.error)
+    assert set(d.result["inputs"]) == {"a", "b", "c"} and len(json.dumps(d.result["inputs"])) > 1600, d.result
+
+
 LOUD = '''
 from agents import agent
 
