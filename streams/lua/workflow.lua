@@ -104,8 +104,11 @@ local function wf_end(C, h, wid, status, err, worker)
   -- 'offline': true when any step's usage has it (a job's rule: one offline call marks the job), so a total
   -- never passes offline answers off as a real model's, whether every step or only some ran offline;
   -- model: the distinct model names of all steps (a step's own list split at ','), sorted, comma-separated.
+  -- A step's usage is summed into one result event only: the fields summed are deleted once it is written, so a
+  -- replay's event counts the steps run since (as a replayed job's counts its new run), and summed over the
+  -- workflow's events each step's calls count once.
   local u = {prompt_tokens = 0, completion_tokens = 0, cost_usd = 0}
-  local models, used, offline = {}, false, false
+  local models, used, offline, summed = {}, false, false, {}
   for i, sid in ipairs(order) do
     local s = {all[4 * i - 3], all[4 * i - 2], all[4 * i - 1], all[4 * i]}
     local st = s[1]
@@ -145,6 +148,7 @@ local function wf_end(C, h, wid, status, err, worker)
     end
     parts[i] = cjson.encode(sid) .. ':' .. entry
     if s[4] then
+      summed[#summed + 1] = sid .. '|use'
       local okj, use = pcall(cjson.decode, s[4])
       if okj and type(use) == 'table' then
         used = true
@@ -183,6 +187,7 @@ local function wf_end(C, h, wid, status, err, worker)
     if v then ev[#ev + 1] = name; ev[#ev + 1] = v end
   end
   redis.call('XADD', C.results, '*', unpack(ev))  -- no MAXLEN: trim_results.lua keeps what groups still need
+  if #summed > 0 then redis.call('HDEL', h, unpack(summed)) end
   local key = C.job_prefix .. wid
   redis.call('HDEL', key, 'error')
   redis.call('HSET', key, 'steps_done', done, unpack(ev))

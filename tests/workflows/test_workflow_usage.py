@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from consumers.mock_llm import running_mock_llm
+from streams.dead import list_dead, replay
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.workflow import Workflow
@@ -113,3 +114,29 @@ async def test_mixed_steps_total_is_null_cost_offline_and_lists_each_model_once(
     assert ok.usage["model"] == "model-a,model-b"
     assert (ok.usage["prompt_tokens"], ok.usage["completion_tokens"]) == (35, 8)
     assert ok.usage["cost_usd"] == pytest.approx(0.30000001, abs=1e-12)
+
+
+async def test_a_replayed_workflows_event_counts_only_the_steps_run_again(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow of a step that spends 100 prompt tokens and one that spends 5 and fails its one attempt
+    start_workers(workers, 1, "--concurrency", "4", "--app", APP)
+    wf = Workflow("wf-replay-usage")
+    wf.step("kept", "usage_probe", {"calls": [call("model-a", 100, 10, 0.1)]})
+    wf.step("flaky", "usage_probe", {"calls": [call("model-a", 5, 1, 0.01)], "fail_first": 1}, max_attempts=1)
+    await producer.publish_workflow(wf)
+    failed = await wait_event(redis, keys, "wf-replay-usage", timeout=60)
+    assert failed.status == "failed" and failed.usage is not None, failed
+    assert failed.usage["prompt_tokens"] == 100, failed.usage  # a failed attempt reports no usage, as a job's does not
+    # When its dead letter is replayed and the failed step completes
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-replay-usage"]
+    assert letter.entry_id is not None
+    await replay(redis, keys, letter.entry_id)
+    done = await wait_event(redis, keys, "wf-replay-usage", n=2, timeout=60)
+    # Then the new event counts the step that ran again, not the kept step already counted in the first
+    # (the second event said 105 before: the 100 of the first again)
+    assert done.status == "completed", done.error
+    assert done.usage is not None and (done.usage["prompt_tokens"], done.usage["completion_tokens"]) == (5, 1), done.usage
+    assert done.usage["cost_usd"] == pytest.approx(0.01, abs=1e-12)
+    events = await events_of(redis, keys, "wf-replay-usage")
+    assert sum(e.usage["prompt_tokens"] for e in events if e.usage) == 105  # each completed attempt's calls once

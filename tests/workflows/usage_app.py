@@ -2,7 +2,8 @@
 
 Each call in ``data["calls"]`` (``{"model", "prompt", "completion", "cost", "offline"}``, ``cost`` null for a
 model with no price) goes into the job's ledger exactly as an LLM client's would (``record_usage``), so the
-step's ``usage`` comes from the real worker and the workflow's total from the real Lua.
+step's ``usage`` comes from the real worker and the workflow's total from the real Lua. ``data["fail_first"]``
+fails attempts 1..n after their calls, as ``echo``'s does.
 """
 
 from __future__ import annotations
@@ -16,4 +17,6 @@ from agents import AgentContext, agent, record_usage
 async def usage_probe(data: dict[str, Any], ctx: AgentContext) -> dict[str, Any]:
     for call in data.get("calls", []):
         record_usage(call["model"], call["prompt"], call["completion"], call["cost"], offline=call.get("offline", False))
+    if ctx.attempt <= data.get("fail_first", 0):  # as echo's: its calls were made (and paid) all the same
+        raise RuntimeError(f"usage_probe: attempt {ctx.attempt} fails on purpose")
     return {"calls": len(data.get("calls", []))}
