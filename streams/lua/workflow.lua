@@ -64,8 +64,9 @@ local function wf_publish(C, h, wid, sid, now, p)
   local key = C.job_prefix .. jid
   local att = 0
   if not p then
-    att = tonumber(redis.call('HGET', key, 'attempts')) or 0
-    if att > 0 then  -- a replay's rerun: fresh attempt budget, the old outcome gone
+    local was = redis.call('HMGET', key, 'attempts', 'finished_at')
+    att = tonumber(was[1]) or 0
+    if att > 0 or was[2] then  -- a replay's rerun (or a step skipped while queued): fresh budget, the old outcome gone
       redis.call('HDEL', key, 'result', 'error', 'usage', 'finished_at', 'started_at', 'worker')
       redis.call('PERSIST', key)
     end

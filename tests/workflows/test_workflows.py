@@ -413,3 +413,34 @@ async def producer_marker(redis, keys: Keys) -> None:  # type: ignore[no-untyped
     """A job after the others in the one worker's FIFO lane: once its event is in, a step would have run too."""
     await redis.xadd(keys.lane("normal"), {"agent": "echo", "id": "marker-after-deadline", "data": "{}"})
     await wait_event(redis, keys, "marker-after-deadline")
+
+
+async def test_a_step_skipped_while_queued_runs_again_on_a_replay_without_its_old_end(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow whose first step fails while its second waits in the lane (one slot: the second is read
+    # only once the first's settle is written), so the workflow ends and skips the waiting step
+    start_workers(workers, 1, "--concurrency", "1")
+    wf = Workflow("wf-skipped")
+    wf.step("a", "echo", {"fail_first": 1}, max_attempts=1)
+    wf.step("b", "echo", {"sleep_s": 1})
+    await producer.publish_workflow(wf)
+    assert (await wait_event(redis, keys, "wf-skipped")).status == "failed"
+    skipped = await redis.hgetall(keys.job("wf-skipped::b"))
+    assert (skipped["status"], skipped["source"]) == ("skipped", "skipped") and "finished_at" in skipped, skipped
+    # When the workflow is replayed and the step runs again
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-skipped"]
+    await replay(redis, keys, letter.entry_id)
+
+    async def running() -> bool:
+        return await redis.hget(keys.job("wf-skipped::b"), "status") == "running"
+
+    await wait_until(running, timeout=20, what="the skipped step running again")
+    # Then its record is a live job's: no end time, no expiry (before: both kept from its skip, so the record of a
+    # step waiting or running could expire under it)
+    record = await redis.hgetall(keys.job("wf-skipped::b"))
+    assert "finished_at" not in record, record
+    assert await redis.ttl(keys.job("wf-skipped::b")) == -1
+    # And the workflow completes
+    event = await wait_event(redis, keys, "wf-skipped", n=2, timeout=30)
+    assert event.status == "completed" and event.result["steps"]["b"]["status"] == "completed", event
