@@ -32,10 +32,11 @@ def seed_urls(url: str) -> list[str]:
     seeds = [urlunsplit((parts.scheme, f"{userinfo}{at}{name}", parts.path, parts.query, parts.fragment)) for name in names]
     for number, seed in enumerate(seeds, start=1):
         try:
-            named = urlsplit(seed).hostname
-            urlsplit(seed).port
+            named, port = urlsplit(seed).hostname, urlsplit(seed).port
         except ValueError:
             raise ConfigError(f"node {number} of the Redis URL's {len(seeds)} has a port that is not a number from 0 to 65535") from None
+        if port == 0:  # read as 'none given' (6379) by the cluster client: never what was meant
+            raise ConfigError(f"node {number} of the Redis URL's {len(seeds)} has port 0; a node's port is 1 to 65535")
         if not named:
             raise ConfigError(f"node {number} of the Redis URL's {len(seeds)} names no host (a comma too many?)")
     return seeds

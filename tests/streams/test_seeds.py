@@ -32,6 +32,7 @@ def test_a_list_splits_into_one_url_per_node_with_the_same_credentials_path_and_
 @pytest.mark.parametrize(("url", "says"), [
     (f"redis://u:{SECRET}@h1,,h2", "node 2 of the Redis URL's 3 names no host"),
     (f"redis://u:{SECRET}@h1:7000,h2:70000", "node 2 of the Redis URL's 2 has a port that is not a number"),
+    (f"redis://u:{SECRET}@h1:7000,h2:0", "node 2 of the Redis URL's 2 has port 0; a node's port is 1 to 65535"),  # was 6379
     (f"unix://u:{SECRET}@a,b/tmp/redis.sock", "a unix:// Redis URL names one socket"),
     (f"redis://u:{SECRET}[pw]@h1:7000,h2:7000/0", "the Redis URL does not parse"),  # Python's IPv6 check quoted "pw"
     (f"redis://u:{SECRET}]pw@h1:7000/0", "the Redis URL does not parse"),
