@@ -20,13 +20,12 @@ from typing import Any
 
 import redis as sync_redis
 from prometheus_client.core import GaugeMetricFamily
-from redis.cluster import ClusterNode
 from redis.exceptions import RedisClusterException, ResponseError
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from streams.connection import hello_facts, says_cluster
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
-from streams.seeds import first_and_others
+from streams.seeds import seed_urls
 
 log = logging.getLogger(__name__)
 
@@ -74,21 +73,27 @@ class StreamGauges(Collector):
         ]
 
     def _client(self) -> sync_redis.Redis | sync_redis.RedisCluster:
-        """The client, made at the first scrape: a cluster client when the server says it is a cluster node."""
+        """The client, made at the first scrape: a cluster client when the server says it is a cluster node.
+
+        It starts from the first listed node that answers, as the process's own client does: redis-py, given the
+        list, would ask the nodes in a random order and wait out a silent one in most scrapes' first.
+        """
         if self._redis is None:
             options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
-            first, others = first_and_others(self._url)
-            if others:  # a list of nodes names a cluster (the process checked so at start); start from any that answers
-                nodes = [ClusterNode(host, port) for host, port in others]  # type: ignore[no-untyped-call]
-                self._redis = sync_redis.RedisCluster.from_url(first, startup_nodes=nodes, **options)
-                return self._redis
-            probe = sync_redis.Redis.from_url(self._url, **options)
-            try:
-                clustered = _clustered(probe)
-            finally:
-                probe.close()
-            self._redis = sync_redis.RedisCluster.from_url(self._url, **options) if clustered else sync_redis.Redis.from_url(self._url, **options)
-        return self._redis
+            seeds = seed_urls(self._url)
+            for number, seed in enumerate(seeds, start=1):
+                probe = sync_redis.Redis.from_url(seed, **options)
+                try:
+                    clustered = _clustered(probe)
+                except (sync_redis.ConnectionError, sync_redis.TimeoutError):
+                    if number == len(seeds):
+                        raise
+                    continue
+                finally:
+                    probe.close()
+                self._redis = sync_redis.RedisCluster.from_url(seed, **options) if clustered else sync_redis.Redis.from_url(seed, **options)
+                break
+        return self._redis  # type: ignore[return-value]  # set above, or the last node's error raised
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The names, without touching Redis (prometheus-client calls this at registration)."""

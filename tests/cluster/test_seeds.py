@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from consumers.processes import streamcrew_cmd
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, SOCKET_TIMEOUT_S, cluster_enabled, connect_detected
 from streams.envelope import JobRequest
+from streams.gauges import StreamGauges
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
@@ -123,3 +124,21 @@ async def test_the_cluster_client_starts_from_the_node_that_answered_not_from_a_
             assert set(cluster.masters()) <= known <= set(cluster.alive_ports()), known
         finally:
             await client.aclose()
+
+
+def test_the_metrics_gauges_start_from_the_node_that_answers_not_from_a_listed_one_that_hangs(
+    cluster: LocalCluster, cluster_prefix: str,
+) -> None:
+    # Given /metrics gauges whose URL lists a live node first and five that never answer after it
+    with silent_ports(5) as silent:
+        url = "redis://" + ",".join(f"127.0.0.1:{p}" for p in [cluster.alive_ports()[-1], *silent]) + "/0"
+        gauges = StreamGauges(url, Keys(cluster_prefix), partitions=PARTITIONS)
+        # When they are scraped the first time (their client made then)
+        started = time.monotonic()
+        families = list(gauges.collect())
+        waited = time.monotonic() - started
+        # Then they read every partition at once: from the node that answered (before, redis-py was given the list,
+        # asked the nodes in a random order and waited out a silent one's 2 s in most first scrapes)
+        lengths = [s for f in families if f.name == "streamcrew_stream_length" for s in f.samples if s.labels["stream"] == "results"]
+        assert sorted(s.labels["partition"] for s in lengths) == [str(p) for p in range(PARTITIONS)], families
+        assert waited < 2, f"first scrape took {waited:.1f} s"
