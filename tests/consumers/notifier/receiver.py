@@ -1,4 +1,4 @@
-"""A webhook receiver on 127.0.0.1 for the tests: records every POST, answers from a per-path script."""
+"""A webhook receiver on loopback (127.0.0.1 unless told) for the tests: records every POST, answers from a per-path script."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Receiver:
     """``script(path, [Reply...])`` answers the first requests on a path in order, then 200;
     ``hold(path)`` makes requests on a path wait until ``release(path)``."""
 
-    def __init__(self, port: int = 0, *, delay_s: float = 0.0) -> None:
+    def __init__(self, port: int = 0, *, host: str = "127.0.0.1", delay_s: float = 0.0) -> None:
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Reply]] = {}
@@ -51,7 +51,8 @@ class Receiver:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.host = host
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -79,7 +80,7 @@ class Receiver:
         self.server.server_close()
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def script(self, path: str, replies: list[Reply]) -> None:
         with self._lock:
