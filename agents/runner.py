@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from agents.registry import AgentContext, AgentSpec
 from agents.usage import UsageLedger, current_ledger
 from streams.errors import Reject
+from streams.usage import attach as attach_usage
 
 
 def _validate(spec: AgentSpec, data: dict[str, Any]) -> Any:
@@ -38,7 +39,8 @@ async def run_agent(
     timeout_s: float | None = None,
     executor: Executor | None = None,
 ) -> tuple[Any, dict[str, Any] | None]:
-    """Return ``(output, usage)``; raises what the agent raises, or TimeoutError."""
+    """Return ``(output, usage)``; raises what the agent raises, or TimeoutError, with the attempt's usage
+    attached (streams.usage.of_failure)."""
     value = _validate(spec, data)
     args = (value, ctx) if spec.wants_ctx else (value,)
     ledger = UsageLedger()
@@ -49,7 +51,10 @@ async def run_agent(
         else:
             context = contextvars.copy_context()
             call = asyncio.get_running_loop().run_in_executor(executor, context.run, spec.fn, *args)
-        output = await (asyncio.wait_for(call, timeout_s) if timeout_s else call)
+        output = _jsonable(await (asyncio.wait_for(call, timeout_s) if timeout_s else call))
+    except BaseException as exc:  # the calls a failed attempt made were paid for: the job's usage counts them
+        attach_usage(exc, ledger.summary())
+        raise
     finally:
         current_ledger.reset(token)
-    return _jsonable(output), ledger.summary()
+    return output, ledger.summary()

@@ -31,7 +31,9 @@ from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
 from streams.superseded import runs_ended_elsewhere
+from streams.sizes import bounded_error, short, too_large
 from streams.tally import JobTally
+from streams.usage import add as add_usage, of_failure, parse as parse_usage
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
 
@@ -42,7 +44,6 @@ TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 SUMMARY_EVERY_S = 10.0
 RECLAIM_IDS_LOGGED = 10  # job ids named in a reclaim line; the count says how many more
-MAX_ERROR_CHARS = 4096  # of an error text kept in a result (bounded_error)
 
 
 class JobExecutor(Protocol):
@@ -57,7 +58,7 @@ class JobExecutor(Protocol):
         """None when a workflow step of ``agent`` with ``data`` can run, else why not (→ the workflow is rejected)."""
 
     async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
-        """Run one attempt; returns ``(output, usage)``; raises to fail the attempt."""
+        """Run one attempt; returns ``(output, usage)``; raises to fail the attempt (its usage attached: streams.usage)."""
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class Running:
     attempt: int
     used: int
     started_at: int
+    usage_before: dict[str, Any] | None = None  # the earlier attempts' (streams.usage)
 
 
 class JobProcessor:
@@ -161,10 +163,10 @@ class JobProcessor:
         ]
         args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
         reply = await self._scripts.start(keys=[stream, self._keys_of[stream].slot_guard], args=args)
-        for c, (decision, attempts, used, job_id, first_started) in zip(claimed, reply, strict=True):
+        for c, (decision, attempts, used, job_id, first_started, before) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
-                run = Running(c, attempts, used, int(first_started or now))
+                run = Running(c, attempts, used, int(first_started or now), parse_usage(before))
                 self._running[(stream, c.entry_id)] = run
                 self.runtime.attach(stream, c.entry_id, asyncio.create_task(self._run(run)))
             elif decision == "dup":
@@ -173,7 +175,7 @@ class JobProcessor:
             elif decision == "exhausted":
                 error = f"attempts exhausted: {used} of {c.max_attempts} used (worker crashes and reclaims count)"
                 self._finish(c, Status.FAILED, attempts=attempts, started_at=int(first_started) if first_started else None,
-                             error=error, dead_reason="exhausted")
+                             usage=parse_usage(before), error=error, dead_reason="exhausted")
             else:
                 self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error="deadline passed before the job started", dead_reason="expired")
 
@@ -199,21 +201,23 @@ class JobProcessor:
                 log.debug("job=%s agent=%s lane=%s attempt=%d outcome=%s seconds=%.3f", c.job_id, agent, c.lane, run.attempt, outcome, seconds)
 
         try:
-            output, usage = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
-            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output, usage=usage, report=report)
+            output, spent = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
+            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output,
+                         usage=add_usage(run.usage_before, spent), report=report)
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         except Reject as exc:
             outcome = "rejected"
-            self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected", report=report)
+            self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected",
+                         usage=add_usage(run.usage_before, of_failure(exc)), report=report)
         except RetryLater as exc:
-            outcome = self._fail_or_retry(run, exc.reason, delay_s=exc.delay_s, report=report)
-        except TimeoutError:
+            outcome = self._fail_or_retry(run, exc.reason, exc, delay_s=exc.delay_s, report=report)
+        except TimeoutError as exc:
             limit = c.request.timeout_s
-            outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out", report=report)
+            outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out", exc, report=report)
         except Exception as exc:  # an agent failure is data, not a crash of the worker
-            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}", report=report)
+            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}", exc, report=report)
         finally:
             seconds = time.perf_counter() - t0
             metrics.RUNNING[agent] -= 1
@@ -224,11 +228,13 @@ class JobProcessor:
                 self._running.pop((c.stream, c.entry_id), None)
             self._tally.add("retry" if outcome.startswith("retry") else outcome, seconds)
 
-    def _fail_or_retry(self, run: Running, error: str, *, delay_s: float | None = None, report: Callable[[bool], None] | None = None) -> str:
+    def _fail_or_retry(self, run: Running, error: str, exc: BaseException, *, delay_s: float | None = None,
+                       report: Callable[[bool], None] | None = None) -> str:
         c = run.claimed
         error = bounded_error(error)
+        so_far = add_usage(run.usage_before, of_failure(exc))  # the failed attempt's calls count too
         if run.used >= c.max_attempts:
-            self._finish(c, Status.FAILED, attempts=run.attempt, started_at=run.started_at,
+            self._finish(c, Status.FAILED, attempts=run.attempt, started_at=run.started_at, usage=so_far,
                          error=f"{error} (attempt {run.used} of {c.max_attempts})", dead_reason="exhausted", report=report)
             return "failed"
         if delay_s is None:
@@ -237,8 +243,8 @@ class JobProcessor:
         fields = _readded(c)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         metrics.retries(c.request.agent).inc()
-        log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, _short(error))
-        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error)
+        log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
+        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, dumps(so_far) if so_far else "")
         op.on_written = report
         self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
@@ -258,7 +264,7 @@ class JobProcessor:
             finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
             traceparent=r.traceparent, parent=r.parent, step=r.step,
         )
-        if status == Status.COMPLETED and (size := _too_large(event["result"], self.settings.max_result_bytes)):
+        if status == Status.COMPLETED and (size := too_large(event["result"], self.settings.max_result_bytes)):
             error = f"result is {size} bytes, over the {self.settings.max_result_bytes}-byte limit (STREAMCREW_MAX_RESULT_BYTES)"
             self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
                          dead_reason="too_large", report=report)  # not retried: an agent's answer to the same input
@@ -353,22 +359,6 @@ def explicit_id(raw: Mapping[str, str]) -> str | None:
     return job_id
 
 
-def bounded_error(error: str) -> str:
-    """An agent's error text, cut to ``MAX_ERROR_CHARS``: an exception may quote a whole input, and the text is
-    copied to the result, the record, the dead letter and the webhook."""
-    if len(error) <= MAX_ERROR_CHARS:
-        return error
-    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
-
-
-def _too_large(encoded: str, limit: int) -> int:
-    """The UTF-8 size of ``encoded`` when it is over ``limit``, else 0; encoded only when its length leaves a doubt."""
-    if len(encoded) * 4 <= limit:  # 4 bytes per character at most: the common case costs no encoding
-        return 0
-    size = len(encoded.encode())
-    return size if size > limit else 0
-
-
 def _readded(c: Claimed) -> dict[str, str]:
     """The fields of a job going back to its lane: its id, when it was submitted, the entry its producer wrote."""
     fields = dict(c.raw)
@@ -379,11 +369,6 @@ def _readded(c: Claimed) -> dict[str, str]:
     return fields
 
 
-def _short(text: str | None, limit: int = 300) -> str:
-    text = text or ""
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
            report: Callable[[bool], None] | None = None) -> Callable[[bool], None]:
     def written(wrote: bool) -> None:
@@ -391,7 +376,7 @@ def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error:
             metrics.jobs(agent, status).inc()
             if dead_reason:
                 metrics.dead_letters(dead_reason).inc()
-                log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, _short(error))
+                log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, short(error))
             if workflow:
                 metrics.workflow_ended(status)
         if report is not None:

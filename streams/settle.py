@@ -58,8 +58,8 @@ def done_op(
     return SettleOp(stream, entry_id, op)
 
 
-def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str) -> SettleOp:
-    return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error])
+def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str, usage: str = "") -> SettleOp:
+    return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage])
 
 
 def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str]) -> SettleOp:

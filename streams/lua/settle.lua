@@ -4,7 +4,8 @@
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
 --        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
---   ["retry", lane, eid, src, jid, due, member, error]              back to the delayed set (fenced)
+--   ["retry", lane, eid, src, jid, due, member, error, usage]       back to the delayed set (fenced); usage ('' = none):
+--        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
 --   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done op that
@@ -82,7 +83,9 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       out[#out + 1] = 0
     else
       redis.call('ZADD', delayed, op[6], op[7])
-      redis.call('HSET', job_prefix .. jid, 'status', 'retrying', 'error', op[8], 'source', 'delayed')
+      local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed'}
+      if op[9] and op[9] ~= '' then w[7], w[8] = 'usage', op[9] end
+      redis.call('HSET', job_prefix .. jid, unpack(w))
       out[#out + 1] = 1
     end
   elseif kind == 'handback' then

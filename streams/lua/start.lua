@@ -6,7 +6,8 @@
 -- that id belongs to another entry (the same entry ID on another lane), the job is named '<lane>:<that id>'
 -- instead ('<lane>:<entry ID>[:<p>]', so it still names its partition): never a false duplicate.
 -- started_at is the job's first start (kept across retries and hand-backs); attempt_started_at is this attempt's.
--- Returns per entry {decision, attempts, used, job_id, started_at (the first start; '' if it never started)} where
+-- Returns per entry {decision, attempts, used, job_id, started_at (the first start; '' if it never started), usage (of
+--   the attempts before: a retry keeps it in the record; '' if none)} where
 --   decision is run: record now running, attempts counted; dup: another entry owns this job or it ended;
 --   exhausted: the attempt budget is spent; expired: the deadline passed before it first started (a retry of a
 --   job that started in time is not expired: the deadline bounds the wait for a start).
@@ -18,24 +19,24 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
   local eid, jid, agent, sub, max, deadline, explicit = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6], e[7]
   local key = job_prefix .. jid
   local me = lane_name .. '/' .. eid
-  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at')
+  local rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at', 'usage')
   if explicit ~= '1' and rec[2] and rec[2] ~= me then
     jid = lane_name .. ':' .. jid
     key = job_prefix .. jid
-    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at')
+    rec = redis.call('HMGET', key, 'status', 'source', 'attempts', 'base', 'started_at', 'worker', 'attempt_started_at', 'usage')
   end
   local st, src = rec[1], rec[2]
   local att, base = tonumber(rec[3]) or 0, tonumber(rec[4]) or 0
   if st == 'running' and src == me and rec[6] == worker and rec[7] == now then
     -- this very call ran before: redis-py sent it again after its reply was lost (a timeout, a dropped
     -- connection), and a stalled Redis runs both copies. Answer as the first did; count no second attempt.
-    out[#out + 1] = {'run', att, att - base, jid, rec[5] or now}
+    out[#out + 1] = {'run', att, att - base, jid, rec[5] or now, rec[8] or ''}
   elseif st and (terminal[st] or (src and src ~= me)) then
-    out[#out + 1] = {'dup', att, att - base, jid, ''}
+    out[#out + 1] = {'dup', att, att - base, jid, '', ''}
   elseif att - base >= max then
-    out[#out + 1] = {'exhausted', att, att - base, jid, rec[5] or ''}
+    out[#out + 1] = {'exhausted', att, att - base, jid, rec[5] or '', rec[8] or ''}
   elseif deadline ~= '' and not rec[5] and now_n > tonumber(deadline) then
-    out[#out + 1] = {'expired', att, att - base, jid, ''}
+    out[#out + 1] = {'expired', att, att - base, jid, '', ''}
   else
     att = att + 1
     local started = rec[5] or now  -- the first start is kept; one HSET writes it with the rest
@@ -50,7 +51,7 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
       redis.call('HSET', key, 'status', 'running', 'agent', agent, 'attempts', att, 'attempt_started_at', now,
         'worker', worker, 'source', me, 'submitted_at', sub, 'lane', lane_name, unpack(first))
     end
-    out[#out + 1] = {'run', att, att - base, jid, started}
+    out[#out + 1] = {'run', att, att - base, jid, started, rec[8] or ''}
   end
 end
 return out

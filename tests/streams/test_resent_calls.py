@@ -60,7 +60,7 @@ async def test_a_start_sent_again_counts_one_attempt(redis: Redis, keys: Keys, p
     first = await scripts.start(keys=[lane, keys.slot_guard], args=args)
     again = await scripts.start(keys=[lane, keys.slot_guard], args=args)
     # Then both answer run with attempt 1: the copy is not a second attempt, and not "exhausted"
-    assert first == [["run", 1, 1, "once-only", "1700000000123"]]
+    assert first == [["run", 1, 1, "once-only", "1700000000123", ""]]
     assert again == first
     assert await redis.hget(keys.job("once-only"), "attempts") == "1"
 

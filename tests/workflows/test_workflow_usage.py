@@ -127,7 +127,7 @@ async def test_a_replayed_workflows_event_counts_only_the_steps_run_again(
     await producer.publish_workflow(wf)
     failed = await wait_event(redis, keys, "wf-replay-usage", timeout=60)
     assert failed.status == "failed" and failed.usage is not None, failed
-    assert failed.usage["prompt_tokens"] == 100, failed.usage  # a failed attempt reports no usage, as a job's does not
+    assert failed.usage["prompt_tokens"] == 105, failed.usage  # both steps' calls, the failed attempt's included
     # When its dead letter is replayed and the failed step completes
     (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-replay-usage"]
     assert letter.entry_id is not None
@@ -139,4 +139,4 @@ async def test_a_replayed_workflows_event_counts_only_the_steps_run_again(
     assert done.usage is not None and (done.usage["prompt_tokens"], done.usage["completion_tokens"]) == (5, 1), done.usage
     assert done.usage["cost_usd"] == pytest.approx(0.01, abs=1e-12)
     events = await events_of(redis, keys, "wf-replay-usage")
-    assert sum(e.usage["prompt_tokens"] for e in events if e.usage) == 105  # each completed attempt's calls once
+    assert sum(e.usage["prompt_tokens"] for e in events if e.usage) == 110  # each attempt's calls once: 100 + 5 + 5
