@@ -44,6 +44,11 @@ class GatewaySettings(StreamSettings):
     sse_poll_s: float = Field(default=0.1, gt=0, description="first interval between job-record polls of an event stream")
     sse_poll_max_s: float = Field(default=1.0, gt=0, description="longest interval between polls while a job does not change")
     sse_max_s: float = Field(default=300.0, gt=0, description="an event stream closes after this long; clients resume with Last-Event-ID")
+    max_event_streams_per_key: int = Field(
+        default=100, ge=0,
+        description="event streams one API key (one client address when keys are off) may hold open at once in one gateway process; "
+                    "429 above; 0 = no cap",
+    )
     ready_timeout_s: float = Field(default=1.0, gt=0, description="seconds /readyz waits for Redis to answer PING")
     request_timeout_s: float = Field(
         default=5.0, gt=0, description="seconds a /jobs or /tasks call or an admin read may wait on Redis after its body arrived; then 503",

@@ -9,6 +9,7 @@ state also counts its settled steps (``1-running-3``), so each step's end is an 
 A client that reconnects with ``Last-Event-ID`` gets the current state only if
 it differs from the one it last saw; a client that already saw the terminal
 state gets 204, which tells an EventSource to stop reconnecting.
+Each caller may hold ``max_event_streams_per_key`` streams open per process (429 above), since each one polls.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -34,6 +35,12 @@ router = APIRouter(tags=["jobs"])
 RETRY_MS = 1000
 LAST_EVENT_ID = "id of the last event received (EventSource sends it when it reconnects)"
 LAST_EVENT_ID_QUERY = "the same as Last-Event-ID, for clients that cannot set headers"
+# A slot frees when one of the caller's streams ends (its job ended, STREAMCREW_SSE_MAX_S passed, the client hung
+# up); when is unknown, so a short fixed wait.
+STREAMS_FULL_RETRY_S = 5
+STREAMS_FULL: dict[int | str, dict[str, Any]] = {
+    429: {**errors(429, json_route=False)[429],
+          "description": "rate limit exceeded, or the caller's open event streams are at the cap; see Retry-After"}}
 
 
 def event_id(record: JobRecord) -> str:
@@ -64,15 +71,34 @@ async def _resume_point(
     return record, seen
 
 
+async def _stream_slot(
+    state: Annotated[GatewayState, Depends(gateway_state)],
+    caller: Annotated[Caller, Depends(authorize)],
+    start: Annotated[tuple[JobRecord, str | None], Depends(_resume_point)],
+) -> AsyncIterator[tuple[JobRecord, str | None]]:
+    """After the 404 and 204 checks, one of the caller's stream slots (429 when none is free), held until the
+    response is over: FastAPI leaves a yield dependency once the stream ended or the client went away."""
+    if not state.streams.take(caller.bucket):
+        who = "API key" if state.keyring.enabled else "client address"
+        raise ApiError(429, "too_many_streams",
+                       f"this {who} is at its cap of {state.streams.per_caller} open event streams on this gateway "
+                       f"(STREAMCREW_MAX_EVENT_STREAMS_PER_KEY); close one, or retry after {STREAMS_FULL_RETRY_S}s",
+                       headers={"Retry-After": str(STREAMS_FULL_RETRY_S)})
+    try:
+        yield start
+    finally:
+        state.streams.give_back(caller.bucket)
+
+
 @router.get(
     "/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Stream a job's status changes",
     responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"},
-               **errors(404, *AUTH_ERRORS, json_route=False)},
+               **errors(404, *AUTH_ERRORS, json_route=False), **STREAMS_FULL},
 )
 async def job_events(
     job_id: JobIdPath,
     state: Annotated[GatewayState, Depends(gateway_state)],
-    start: Annotated[tuple[JobRecord, str | None], Depends(_resume_point)],
+    start: Annotated[tuple[JobRecord, str | None], Depends(_stream_slot)],
     caller: Annotated[Caller, Depends(authorize)],
 ) -> AsyncIterator[ServerSentEvent]:
     """``event: status`` with the status record as data, one per state change; the stream ends after the

@@ -1,4 +1,4 @@
-"""What every request handler shares: settings, one Redis client, the producer, keys and limiter."""
+"""What every request handler shares: settings, one Redis client, the producer, keys, limiter and stream slots."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from consumers.gateway.auth import KeyRing
 from consumers.gateway.batching import PublishBatcher
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.gateway.settings import GatewaySettings
+from consumers.gateway.streamslots import StreamSlots
 from streams.keys import Keys
 from streams.producer import Producer
 
@@ -30,6 +31,7 @@ class GatewayState:
     limiter: RateLimiter
     stamp_tenant: AsyncScript
     batcher: PublishBatcher
+    streams: StreamSlots
 
     @classmethod
     def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
@@ -41,6 +43,7 @@ class GatewayState:
             limiter=RateLimiter(redis, keys, rate_per_s=settings.rate_limit_per_s, burst=settings.effective_burst),
             stamp_tenant=redis.register_script(STAMP_TENANT),
             batcher=PublishBatcher(producer),
+            streams=StreamSlots(settings.max_event_streams_per_key),
         )
 
 
