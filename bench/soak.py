@@ -431,6 +431,7 @@ async def soak(
     prefix = new_prefix("soak")
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_PARTITIONS": str(partitions),
            "STREAMCREW_WEBHOOK_SECRET": SECRET, "STREAMCREW_METRICS_PORT": "0",
+           "STREAMCREW_ALLOW_PRIVATE": "true",  # the receiver is on loopback: the gateway refuses such webhooks otherwise
            **({"STREAMCREW_REPLICA_ACKS": "1"} if args.replica_acks else {})}
     fleet = Fleet(env, logs, free_port())
     gateway_url = f"http://127.0.0.1:{fleet.gateway_port}"

@@ -88,7 +88,9 @@ class Demo:
         self.events: list[str] = []
         self.env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_LEASE_S": "3",
                     "STREAMCREW_RETRY_BACKOFF_S": "0.2", "STREAMCREW_WEBHOOK_SECRET": self.secret, "STREAMCREW_LOG_LEVEL": "warning",
-                    "STREAMCREW_PARTITIONS": str(partitions)}
+                    "STREAMCREW_PARTITIONS": str(partitions),
+                    # The receiver is on loopback: the gateway (which refuses such webhooks otherwise) and the notifier allow it
+                    "STREAMCREW_ALLOW_PRIVATE": "true"}
         if not options.use_llm:  # a blank base URL is the offline model: no tokens spent unless asked
             self.env |= {"STREAMCREW_LLM_BASE_URL": "", "STREAMCREW_LLM_API_KEYS": ""}
 

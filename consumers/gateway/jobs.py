@@ -104,6 +104,8 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {', '.join(known)}")
     if known is not None and body.agent == WORKFLOW_AGENT and (unknown := _unknown_step_agents(body.data, known)):
         raise ApiError(422, "invalid_request", f"data.steps: unknown agent {unknown!r}; this deployment runs {', '.join(known)}")
+    if body.webhook is not None and (refusal := state.webhook_rules.literal_refusal(body.webhook)):
+        raise _refused_webhook(body.webhook, refusal)
     tenant = body.tenant
     if caller.tenant is not None:
         if tenant is not None and tenant != caller.tenant:
@@ -138,6 +140,12 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
     if caller.tenant is not None and record.tenant != caller.tenant:
         raise ApiError(409, "id_conflict", f"job id {published.job_id!r} is already in use")
     return json_response(200, job_view(record))
+
+
+def _refused_webhook(url: str, refusal: str) -> RequestValidationError:
+    """A webhook the notifier would refuse is 422 now, not a webhook dead letter after the job ran."""
+    return RequestValidationError([{"type": "webhook_refused", "loc": ("body", "webhook"), "input": url,
+                                    "msg": f"the notifier would refuse it: {refusal}"}])
 
 
 async def visible_job(state: GatewayState, caller: Caller, job_id: str) -> JobRecord:

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from consumers.webhook_targets import AllowList
 from streams.config import StreamSettings
 
 DEFAULT_GATEWAY_PORT = 8000
@@ -48,6 +49,16 @@ class GatewaySettings(StreamSettings):
         default=100, ge=0,
         description="event streams one API key (one client address when keys are off) may hold open at once in one gateway process; "
                     "429 above; 0 = no cap",
+    )
+    allow_private: bool = Field(
+        default=False,
+        description="the notifier's setting, read so both agree: webhooks to loopback, private and link-local IP literals "
+                    "are accepted (else 422); set it alike for both",
+    )
+    allow_list: AllowList = Field(
+        default_factory=list,
+        description="the notifier's allow-list (hosts, '.example.com', IPs, CIDRs), read so both agree: a webhook to an IP literal "
+                    "listed here is accepted; set it alike for both",
     )
     ready_timeout_s: float = Field(default=1.0, gt=0, description="seconds /readyz waits for Redis to answer PING")
     request_timeout_s: float = Field(

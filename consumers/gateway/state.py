@@ -1,4 +1,4 @@
-"""What every request handler shares: settings, one Redis client, the producer, keys, limiter and stream slots."""
+"""What every request handler shares: settings, one Redis client, the producer, keys, limits and webhook rules."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from consumers.gateway.batching import PublishBatcher
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.streamslots import StreamSlots
+from consumers.webhook_targets import TargetRules
 from streams.keys import Keys
 from streams.producer import Producer
 
@@ -32,6 +33,7 @@ class GatewayState:
     stamp_tenant: AsyncScript
     batcher: PublishBatcher
     streams: StreamSlots
+    webhook_rules: TargetRules
 
     @classmethod
     def build(cls, settings: GatewaySettings, redis: Redis) -> GatewayState:
@@ -44,6 +46,7 @@ class GatewayState:
             stamp_tenant=redis.register_script(STAMP_TENANT),
             batcher=PublishBatcher(producer),
             streams=StreamSlots(settings.max_event_streams_per_key),
+            webhook_rules=TargetRules(allow_private=settings.allow_private, allow_list=settings.allow_list),
         )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import binascii
-import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +13,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import EmptyWebhookSecretError
 
 from consumers.settings import ServesPartitions
+from consumers.webhook_targets import AllowList
 
 DEFAULT_NOTIFIER_METRICS_PORT = 9102
 
@@ -96,7 +96,7 @@ class NotifierSettings(ServesPartitions):
         description='JSON {"tenant": "whsec_... [whsec_...]"}, or a file holding it: a tenant\'s events are signed with its own secret(s) instead',
     )
     allow_private: bool = Field(default=False, description="deliver to loopback, private and link-local addresses too")
-    allow_list: Annotated[list[str], NoDecode] = Field(
+    allow_list: AllowList = Field(
         default_factory=list, description="hosts (exact, or '.example.com' for subdomains), IPs and CIDRs always allowed"
     )
     max_attempts: int = Field(default=8, ge=1, le=100, description="delivery attempts per URL, the first included")
@@ -150,24 +150,6 @@ class NotifierSettings(ServesPartitions):
             except ValueError as exc:
                 raise ValueError(f"tenant {tenant[:40]!r}: {exc}") from None
         return value
-
-    @field_validator("allow_list", mode="before")
-    @classmethod
-    def _split_allow_list(cls, value: object) -> object:
-        if isinstance(value, str):
-            return value.replace(",", " ").split()
-        return value
-
-    @field_validator("allow_list")
-    @classmethod
-    def _check_allow_list(cls, value: list[str]) -> list[str]:
-        out = []
-        for item in value:
-            item = item.strip().lower().strip("[]")
-            if "/" in item:
-                ipaddress.ip_network(item, strict=False)  # ValueError names the bad entry
-            out.append(item)
-        return out
 
     @field_validator("subscriptions", mode="before")
     @classmethod

@@ -11,14 +11,13 @@ DNS answer that changes between the check and the connect (rebinding) cannot
 slip through. Names are resolved by :class:`~consumers.notifier.dns.Resolver`
 (asynchronous, with its own timeout and caches). ``allow_private`` lifts
 the range checks except for cloud-metadata addresses; an allow-list entry
-(host, ``.suffix``, IP or CIDR) lifts them all.
+(host, ``.suffix``, IP or CIDR) lifts them all. The rules themselves live in
+:mod:`consumers.webhook_targets`, which the gateway applies to IP-literal hosts.
 """
 
 from __future__ import annotations
 
 import functools
-import ipaddress
-import socket
 import time
 import typing
 from dataclasses import dataclass
@@ -26,28 +25,10 @@ from dataclasses import dataclass
 import yarl
 
 from consumers.notifier.dns import Resolver, Unresolvable
+from consumers.webhook_targets import TargetRules, classify, ip_literal, url_host
 
 __all__ = ["MAX_URL_CHARS", "Refused", "SsrfGuard", "Target", "Unresolvable", "classify", "parse_target", "parse_url"]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
-        "169.254.170.2",  # AWS ECS task metadata
-        "169.254.170.23",  # AWS EKS Pod Identity agent
-        "fd00:ec2::23",  # AWS EKS Pod Identity agent, IPv6
-        "fd00:ec2::254",  # AWS IPv6
-        "100.100.100.200",  # Alibaba Cloud
-        "168.63.129.16",  # Azure wire server
-        "192.0.0.192",  # Oracle Cloud
-    )
-)
-NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-SITE_LOCAL = ipaddress.ip_network("fec0::/10")  # deprecated (RFC 3879) but still routed inside some networks
 SCHEMES = frozenset({"http", "https"})
 CACHE_S = 30.0
 CACHE_MAX = 10_000
@@ -59,48 +40,6 @@ MAX_HOST_CHARS = 253
 
 class Refused(Exception):
     """Raised when a webhook URL may not be fetched; the message is the reason, kept in the dead letter."""
-
-
-def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address carries, if it is one of the forms that route to it."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip.teredo is not None:
-        return ip.teredo[1]
-    if any(ip in net for net in NAT64) or (ip in IPV4_COMPATIBLE and int(ip) > 0xFFFF):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-def classify(ip: IPAddress) -> str | None:
-    """Why ``ip`` is not a public address (``"loopback"``, ``"private"``...), or None when it is."""
-    if ip in METADATA_ADDRESSES:
-        return "cloud-metadata"
-    if isinstance(ip, ipaddress.IPv6Address) and (v4 := embedded_ipv4(ip)) is not None:
-        inner = classify(v4)
-        return f"{inner} (IPv4 {v4} embedded)" if inner else None
-    if isinstance(ip, ipaddress.IPv6Address) and ip in SITE_LOCAL:
-        return "site-local"
-    for name in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
-        if getattr(ip, f"is_{name}"):
-            return name.replace("_", "-")
-    return None if ip.is_global else "non-global"
-
-
-def ip_literal(host: str) -> IPAddress | None:
-    """The address ``host`` spells, canonical or legacy (``127.1``, ``0x7f.1``, ``2130706433``), or None for a name."""
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        pass
-    if host and all(c in "0123456789abcdefx." for c in host) and host[0].isdigit():
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +72,7 @@ def parse_target(url: str) -> Target:
 def _parse_target(url: str) -> Target:
     try:
         parsed = parse_url(url)
-        host = (parsed.host or "").lower().rstrip(".")
+        host = url_host(parsed)
         port = parsed.port
     except (TypeError, ValueError, UnicodeError) as exc:
         raise Refused(f"invalid URL: {type(exc).__name__}") from None
@@ -151,40 +90,18 @@ class SsrfGuard:
 
     def __init__(self, *, allow_private: bool = False, allow_list: typing.Iterable[str] = (),
                  resolver: Resolver | None = None) -> None:
-        self.allow_private = allow_private
+        self.rules = TargetRules(allow_private=allow_private, allow_list=allow_list)
         self.resolver = resolver or Resolver()
-        self._hosts: set[str] = set()
-        self._nets: list[IPNetwork] = []
-        for item in allow_list:
-            try:
-                self._nets.append(ipaddress.ip_network(item.strip("[]"), strict=False))
-            except ValueError:
-                self._hosts.add(item.lower().rstrip("."))
         self._cache: dict[tuple[str, int], tuple[float, str | None]] = {}
 
     @staticmethod
     def parse(url: str) -> Target:
         return parse_target(url)
 
-    def host_allowed(self, host: str) -> bool:
-        return host in self._hosts or any(h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in self._hosts)
-
-    def address_problem(self, ip: IPAddress) -> str | None:
-        """Why this address is refused under the current settings, or None."""
-        candidates: list[IPAddress] = [ip]
-        if isinstance(ip, ipaddress.IPv6Address) and (v4 := embedded_ipv4(ip)) is not None:
-            candidates.append(v4)
-        if any(c in net for c in candidates for net in self._nets):
-            return None
-        reason = classify(ip)
-        if reason is None or (self.allow_private and not reason.startswith("cloud-metadata")):
-            return None
-        return reason
-
     async def check(self, url: str) -> Target:
         """Parse and check ``url``; raises :class:`Refused` (dead-letter) or :class:`Unresolvable` (retry)."""
         target = self.parse(url)
-        if self.host_allowed(target.host):
+        if self.rules.host_allowed(target.host):
             return target
         key = (target.host, target.port)
         cached = self._cache.get(key)
@@ -205,17 +122,7 @@ class SsrfGuard:
     async def addresses(self, host: str, port: int) -> list[str]:
         """Resolve ``host`` (cached) and return its addresses, all checked; refuses if any one is not allowed."""
         literal = ip_literal(host)
-        if literal is not None:
-            ips = [literal]
-        else:
-            ips = await self.resolver.resolve(host)
-        if self.host_allowed(host):
-            return [str(ip) for ip in ips]
-        for ip in ips:
-            if problem := self.address_problem(ip):
-                shown = host if literal is not None else f"{host} resolves to {ip}, which"
-                how = "the allow-list" if problem.startswith("cloud-metadata") else "--allow-private or the allow-list"
-                raise Refused(f"refused: {shown} is not a public address ({problem}); allow it with {how}")
-        if literal is not None and host.strip("[]") != str(literal):
-            raise Refused(f"refused: {host} is a legacy form of {literal}; write the address as {literal}")
+        ips = [literal] if literal is not None else await self.resolver.resolve(host)
+        if (refusal := self.rules.refusal(host, ips, literal=literal)) is not None:
+            raise Refused(f"refused: {refusal}")
         return [str(ip) for ip in ips]
