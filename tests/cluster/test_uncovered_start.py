@@ -14,7 +14,7 @@ import redis as sync_redis
 
 from consumers.processes import streamcrew_cmd
 from streams.embedded import RedisServer
-from tests.cluster_support import cluster_binaries
+from tests.cluster_support import cluster_binaries, cluster_port
 from tests.support import WorkerFactory, wait_for_log
 
 
@@ -24,7 +24,8 @@ def bare_node(tmp_path: Path) -> Iterator[RedisServer]:
     binaries = cluster_binaries()
     if binaries is None:
         pytest.skip("needs redis-server and redis-cli on PATH")
-    node = RedisServer(binaries[0], directory=str(tmp_path / "node"), extra_args=["--cluster-enabled", "yes"])
+    # A port at most 55535 with its bus port (+10000) free: any free port failed now and then ("port number too high")
+    node = RedisServer(binaries[0], port=cluster_port(), directory=str(tmp_path / "node"), extra_args=["--cluster-enabled", "yes"])
     (tmp_path / "node").mkdir()
     node.start()
     yield node
