@@ -231,7 +231,8 @@ class JobRequest(BaseModel):
             raise DecodeError(f"field {bad!r} is not valid UTF-8", raw)
         if max_bytes is not None:
             size = request_bytes(raw)
-            if max_inputs_bytes is not None and raw.get("parent") and "inputs" in raw:
+            parent, step = raw.get("parent"), raw.get("step")
+            if max_inputs_bytes is not None and parent and step and raw.get("id") == f"{parent}::{step}" and "inputs" in raw:
                 inputs_size = utf8_len(raw["inputs"])
                 if inputs_size > max_inputs_bytes:
                     raise DecodeError(f"field 'inputs' is {inputs_size} bytes, over STREAMCREW_MAX_RESULT_BYTES ({max_inputs_bytes})", raw)

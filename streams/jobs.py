@@ -204,8 +204,9 @@ class JobProcessor:
             output, spent = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
             self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output,
                          usage=add_usage(run.usage_before, spent), report=report)
-        except asyncio.CancelledError:
-            outcome = "cancelled"
+        except asyncio.CancelledError as exc:
+            outcome = "cancelled"  # handed back by the drain: its calls were paid, the next attempt adds to them
+            run.usage_before = add_usage(run.usage_before, of_failure(exc))
             raise
         except Reject as exc:
             outcome = "rejected"
@@ -289,7 +290,8 @@ class JobProcessor:
                 fields[name] = raw[name]
         dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
         alt = "" if explicit_id(raw) else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
-        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"))
+        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
+                     keep_usage=True)  # a retry refused at claim: its earlier attempts' usage (the record's) still counts
         op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
 
@@ -333,7 +335,7 @@ class JobProcessor:
                 continue
             c = run.claimed
             fields = _readded(c)
-            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields))
+            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, dumps(run.usage_before) if run.usage_before else ""))
         for op in ops:
             self.settler.submit(op)
         await self.settler.flush()

@@ -50,11 +50,10 @@ def drop_op(stream: str, entry_id: str) -> SettleOp:
 
 def done_op(
     stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None,
-    *, alt: str = "", parent: str | None = None, step: str | None = None,
+    *, alt: str = "", parent: str | None = None, step: str | None = None, keep_usage: bool = False,
 ) -> SettleOp:
-    op = ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt]
-    if parent and step:  # a workflow step: settle.lua runs the fan-in in the same call
-        op += [parent, step]
+    op = ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt, parent if parent and step else "", step if parent and step else "",
+          "1" if keep_usage else ""]
     return SettleOp(stream, entry_id, op)
 
 
@@ -62,8 +61,8 @@ def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, 
     return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage])
 
 
-def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str]) -> SettleOp:
-    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields)])
+def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str], usage: str = "") -> SettleOp:
+    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields), usage])
 
 
 def _wrote(reply: Any) -> bool:

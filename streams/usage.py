@@ -18,15 +18,20 @@ ATTEMPT_USAGE = "streamcrew_usage"  # the attribute a failed attempt's exception
 
 def attach(exc: BaseException, usage: dict[str, Any] | None) -> None:
     """Give ``exc`` the usage of the attempt it ends (an exception that takes no attributes keeps none)."""
-    if usage is not None:
-        try:
-            setattr(exc, ATTEMPT_USAGE, usage)
-        except (AttributeError, TypeError):
-            pass
+    try:  # None too: an instance raised again (a shared constant, a breaker's stored error) keeps no earlier attempt's
+        setattr(exc, ATTEMPT_USAGE, usage)
+    except (AttributeError, TypeError):
+        pass
 
 
 def of_failure(exc: BaseException) -> dict[str, Any] | None:
+    """The usage attached to ``exc``, taken once (the attribute is cleared)."""
     usage = getattr(exc, ATTEMPT_USAGE, None)
+    if usage is not None:
+        try:
+            delattr(exc, ATTEMPT_USAGE)
+        except AttributeError:
+            pass
     return usage if isinstance(usage, dict) else None
 
 
@@ -38,12 +43,29 @@ def parse(stored: str | None) -> dict[str, Any] | None:
         usage = orjson.loads(stored)
     except orjson.JSONDecodeError:
         return None
-    return usage if isinstance(usage, dict) else None
+    return clean(usage) if isinstance(usage, dict) else None
+
+
+MAX_TOKENS = 2**53  # past it a total is not exact in JSON readers (and past 2**64 orjson cannot write it)
+
+
+def clean(usage: dict[str, Any]) -> dict[str, Any] | None:
+    """A usage object with only the ledger's fields, of their types and within bounds (None when none is usable)."""
+    cost = usage.get("cost_usd")
+    out: dict[str, Any] = {
+        "model": ",".join(n for n in usage["model"].split(",") if n)[:1024] if isinstance(usage.get("model"), str) else "",
+        "prompt_tokens": _tokens(usage, "prompt_tokens"),
+        "completion_tokens": _tokens(usage, "completion_tokens"),
+        "cost_usd": float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < 1e12 else None,
+    }
+    if usage.get("offline") is True:
+        out["offline"] = True
+    return out
 
 
 def _tokens(usage: dict[str, Any], name: str) -> int:
     value = usage.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKENS else 0
 
 
 def add(before: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -1,12 +1,12 @@
 -- Settle a batch of entries atomically: the one place results, records, acks and dead letters are written.
 -- KEYS: results, dead, delayed, the slot guard; ARGV: job_prefix, group, max_result_bytes (a workflow's result), job_ttl_s, lane_prefix, ops
 -- where ops is one JSON array (all values strings) of:
---   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step]  terminal result (fenced),
+--   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step, keep_usage]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
 --        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
 --   ["retry", lane, eid, src, jid, due, member, error, usage]       back to the delayed set (fenced); usage ('' = none):
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
---   ["handback", lane, eid, src, jid, [k, v, ...]]                  re-add to the lane at once, attempt not counted (fenced)
+--   ["handback", lane, eid, src, jid, [k, v, ...], usage]           re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done op that
 -- finds its own result already written, as a copy of this call does, answers 1 all the same).
@@ -61,6 +61,13 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       end
     end
     local key = job_prefix .. jid
+    if op[11] == '1' then  -- rejected at claim (no attempt of its own): a retry's earlier attempts' usage still counts
+      local before = redis.call('HMGET', key, 'usage', 'status', 'source')
+      local okj, use = pcall(cjson.decode, before[1] or '')
+      if okj and type(use) == 'table' and not terminal[before[2] or ''] and before[3] == op[4] then
+        res[#res + 1] = 'usage'; res[#res + 1] = before[1]
+      end
+    end
     local rec, has_error = record_of(key, res)
     if fenced_by(rec, op[4]) then
       -- 1 when this very op ran before (a copy of the call, sent again after a lost reply): the record, still this
@@ -96,8 +103,9 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       local new = redis.call('XADD', lane, '*', unpack(op[6]))
       local key = job_prefix .. jid
       local att = tonumber(redis.call('HGET', key, 'attempts')) or 1
-      redis.call('HSET', key, 'status', 'queued', 'attempts', math.max(att - 1, 0),
-        'source', string.sub(lane, #lane_prefix + 1) .. '/' .. new)
+      local w = {'status', 'queued', 'attempts', math.max(att - 1, 0), 'source', string.sub(lane, #lane_prefix + 1) .. '/' .. new}
+      if op[7] and op[7] ~= '' then w[7], w[8] = 'usage', op[7] end  -- the interrupted attempt's calls, paid too
+      redis.call('HSET', key, unpack(w))
       out[#out + 1] = 1
     end
   else

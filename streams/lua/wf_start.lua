@@ -66,6 +66,9 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
         elseif st ~= 'queued' then  -- queued: still running from the earlier run; it settles into this one
           local dead_id = redis.call('HGET', h, sid .. '|dead')
           if dead_id then redis.call('XDEL', C.dead, dead_id) end
+          -- its usage, written after the last event (it ended after its workflow), is counted by the next one
+          local late = redis.call('HGET', h, sid .. '|use')
+          if late then redis.call('HSET', h, sid .. '|use0', late) end
           redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
           redis.call('HSET', h, sid .. '|st', 'pending')
         end

@@ -86,6 +86,13 @@ local function wf_publish(C, h, wid, sid, now, p)
   redis.call('HSET', h, sid .. '|st', 'queued')
 end
 
+-- A usage object's token count when it is one (a whole number, 0 .. 2^53), else 0: '|use' is Redis data anyone may write.
+local function wf_tokens(v)
+  local n = tonumber(v)
+  if n and n >= 0 and n < 2^53 and n == math.floor(n) then return n end
+  return 0
+end
+
 -- Write the workflow's one result event (and dead letter unless completed); steps that have not started are
 -- skipped. Returns {1, status, duration_ms}.
 local function wf_end(C, h, wid, status, err, worker)
@@ -95,7 +102,8 @@ local function wf_end(C, h, wid, status, err, worker)
   local order = cjson.decode(m[1])
   local names = {}
   for i, sid in ipairs(order) do
-    names[4 * i - 3], names[4 * i - 2], names[4 * i - 1], names[4 * i] = sid .. '|st', sid .. '|res', sid .. '|err', sid .. '|use'
+    names[5 * i - 4], names[5 * i - 3], names[5 * i - 2], names[5 * i - 1], names[5 * i] =
+      sid .. '|st', sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|use0'
   end
   local all = redis.call('HMGET', h, unpack(names))
   local parts, ok, done = {}, 0, 0
@@ -111,7 +119,7 @@ local function wf_end(C, h, wid, status, err, worker)
   local u = {prompt_tokens = 0, completion_tokens = 0, cost_usd = 0}
   local models, used, offline, summed = {}, false, false, {}
   for i, sid in ipairs(order) do
-    local s = {all[4 * i - 3], all[4 * i - 2], all[4 * i - 1], all[4 * i]}
+    local s = {all[5 * i - 4], all[5 * i - 3], all[5 * i - 2], all[5 * i - 1], all[5 * i]}
     local st = s[1]
     if st == 'pending' then
       st = 'skipped'
@@ -148,22 +156,26 @@ local function wf_end(C, h, wid, status, err, worker)
       entry = '{"status":' .. cjson.encode(st) .. '}'
     end
     parts[i] = cjson.encode(sid) .. ':' .. entry
-    if s[4] then
-      summed[#summed + 1] = sid .. '|use'
-      local okj, use = pcall(cjson.decode, s[4])
-      if okj and type(use) == 'table' then
-        used = true
-        u.prompt_tokens = u.prompt_tokens + (tonumber(use.prompt_tokens) or 0)
-        u.completion_tokens = u.completion_tokens + (tonumber(use.completion_tokens) or 0)
-        local cost = tonumber(use.cost_usd)  -- nil for JSON null (cjson.null) or absent
-        if cost == nil or u.cost_usd == cjson.null then
-          u.cost_usd = cjson.null
-        else
-          u.cost_usd = u.cost_usd + cost
-        end
-        if use.offline == true then offline = true end
-        if type(use.model) == 'string' then
-          for name in string.gmatch(use.model, '[^,]+') do models[name] = true end
+    for j, field in ipairs({'|use', '|use0'}) do  -- '|use0': a step that ended after the last event, then run again
+      local raw = s[3 + j]
+      if raw then
+        summed[#summed + 1] = sid .. field
+        local okj, use = pcall(cjson.decode, raw)
+        if okj and type(use) == 'table' then
+          used = true
+          u.prompt_tokens = u.prompt_tokens + wf_tokens(use.prompt_tokens)
+          u.completion_tokens = u.completion_tokens + wf_tokens(use.completion_tokens)
+          local cost = tonumber(use.cost_usd)  -- nil for JSON null (cjson.null) or absent
+          if cost and not (cost >= 0 and cost < 1e12) then cost = nil end  -- NaN, inf, negative: cjson cannot write a total of them
+          if cost == nil or u.cost_usd == cjson.null then
+            u.cost_usd = cjson.null
+          else
+            u.cost_usd = u.cost_usd + cost
+          end
+          if use.offline == true then offline = true end
+          if type(use.model) == 'string' then
+            for name in string.gmatch(use.model, '[^,]+') do models[name] = true end
+          end
         end
       end
     end

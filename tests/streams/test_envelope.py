@@ -41,9 +41,11 @@ def test_a_steps_inputs_are_held_to_their_own_limit_not_the_requests() -> None:
     with pytest.raises(DecodeError, match=r"field 'inputs' is 1499 bytes, over STREAMCREW_MAX_RESULT_BYTES \(1498\)"):
         JobRequest.from_fields(step, max_bytes=1000, max_inputs_bytes=1498)
     # And inputs on a request that is no step (a raw XADD) count toward the request's size, as every field does
-    not_a_step = {k: v for k, v in step.items() if k not in ("id", "parent", "step")}
-    with pytest.raises(DecodeError, match="over the 1000-byte limit"):
-        JobRequest.from_fields(not_a_step, max_bytes=1000, max_inputs_bytes=2000)
+    for not_a_step in ({k: v for k, v in step.items() if k not in ("id", "parent", "step")},
+                       {k: v for k, v in step.items() if k not in ("id", "step")},  # a 'parent' field alone is no step
+                       {**step, "id": "other"}):  # nor one whose id is not its workflow's step id
+        with pytest.raises(DecodeError, match="over the 1000-byte limit"):
+            JobRequest.from_fields(not_a_step, max_bytes=1000, max_inputs_bytes=2000)
 
 
 def test_request_round_trips_through_fields() -> None:

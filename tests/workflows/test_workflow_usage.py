@@ -140,3 +140,26 @@ async def test_a_replayed_workflows_event_counts_only_the_steps_run_again(
     assert done.usage["cost_usd"] == pytest.approx(0.01, abs=1e-12)
     events = await events_of(redis, keys, "wf-replay-usage")
     assert sum(e.usage["prompt_tokens"] for e in events if e.usage) == 110  # each attempt's calls once: 100 + 5 + 5
+
+
+async def test_a_step_that_failed_after_its_workflow_ended_is_counted_by_the_replays_event(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow whose step a fails at once (100 prompt tokens) while step b calls (7) and fails 1 s later,
+    # after the workflow ended failed
+    start_workers(workers, 1, "--concurrency", "4", "--app", APP, "--app", "tests.agents.attempt_app")
+    wf = Workflow("wf-late-step")
+    wf.step("a", "usage_probe", {"calls": [call("m", 100, 1, 0.1)], "fail_first": 1}, max_attempts=1)
+    wf.step("b", "slow_call", {"prompt": 7, "sleep_s": 1, "fail_first": 1}, max_attempts=1)
+    await producer.publish_workflow(wf)
+    assert (await wait_event(redis, keys, "wf-late-step", timeout=60)).status == "failed"
+    assert (await wait_event(redis, keys, "wf-late-step::b", timeout=60)).status == "failed"
+    # When the workflow is replayed and both steps complete
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-late-step"]
+    await replay(redis, keys, letter.entry_id)
+    assert (await wait_event(redis, keys, "wf-late-step", n=2, timeout=60)).status == "completed"
+    # Then the workflow's events together count every step attempt's calls once, b's late failure included
+    steps = [*await events_of(redis, keys, "wf-late-step::a"), *await events_of(redis, keys, "wf-late-step::b")]
+    paid = sum(e.usage["prompt_tokens"] for e in steps if e.usage)
+    billed = sum(e.usage["prompt_tokens"] for e in await events_of(redis, keys, "wf-late-step") if e.usage)
+    assert billed == paid == 214, (billed, paid)  # 100 + 7 + 100 + 7 (billed 207 before: b's first 7 lost)
