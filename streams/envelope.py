@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from streams.errors import DecodeError
-from streams.job_ids import STEP_ID_RESERVED, check_job_id, may_carry_id
+from streams.job_ids import STEP_ID_RESERVED, check_job_id, is_step_entry, may_carry_id
 from streams.keys import LANES
 from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes, utf8_len
 
@@ -231,8 +231,7 @@ class JobRequest(BaseModel):
             raise DecodeError(f"field {bad!r} is not valid UTF-8", raw)
         if max_bytes is not None:
             size = request_bytes(raw)
-            parent, step = raw.get("parent"), raw.get("step")
-            if max_inputs_bytes is not None and parent and step and raw.get("id") == f"{parent}::{step}" and "inputs" in raw:
+            if max_inputs_bytes is not None and "inputs" in raw and is_step_entry(raw.get("id"), raw.get("parent"), raw.get("step")):
                 inputs_size = utf8_len(raw["inputs"])
                 if inputs_size > max_inputs_bytes:
                     raise DecodeError(f"field 'inputs' is {inputs_size} bytes, over STREAMCREW_MAX_RESULT_BYTES ({max_inputs_bytes})", raw)

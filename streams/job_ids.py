@@ -45,11 +45,16 @@ def is_valid_job_id(value: str | None) -> bool:
     return value is not None and bool(_JOB_ID.fullmatch(value))
 
 
+def is_step_entry(job_id: str | None, parent: str | None, step: str | None) -> bool:
+    """Whether an entry is a workflow's step, as the workflow script writes one: id ``<parent>::<step>``."""
+    return bool(parent) and bool(step) and job_id == f"{parent}{STEP_SEPARATOR}{step}"
+
+
 def may_carry_id(job_id: str, parent: str | None, step: str | None) -> bool:
     """Whether an entry may name ``job_id``: one with '::' only when it is the workflow script's step entry
     (``<parent>::<step>``), so no producer names, reads or takes over another workflow's step."""
-    return STEP_SEPARATOR not in job_id or (bool(parent) and bool(step) and job_id == f"{parent}{STEP_SEPARATOR}{step}")
+    return STEP_SEPARATOR not in job_id or is_step_entry(job_id, parent, step)
 
 
 __all__ = ["JOB_ID_MAX", "JOB_ID_PATTERN", "JOB_ID_RULE", "STEP_ID_RESERVED", "check_job_id", "is_generated_id",
-           "is_valid_job_id", "may_carry_id", "reserved_id_problem"]
+           "is_step_entry", "is_valid_job_id", "may_carry_id", "reserved_id_problem"]

@@ -33,7 +33,7 @@ from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, ret
 from streams.superseded import runs_ended_elsewhere
 from streams.sizes import bounded_error, short, too_large
 from streams.tally import JobTally
-from streams.usage import add as add_usage, of_failure, parse as parse_usage
+from streams.usage import add as add_usage, of_failure, parse as parse_usage, stored as stored_usage
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
 
@@ -245,7 +245,7 @@ class JobProcessor:
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         metrics.retries(c.request.agent).inc()
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
-        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, dumps(so_far) if so_far else "")
+        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far))
         op.on_written = report
         self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
@@ -335,7 +335,7 @@ class JobProcessor:
                 continue
             c = run.claimed
             fields = _readded(c)
-            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, dumps(run.usage_before) if run.usage_before else ""))
+            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before)))
         for op in ops:
             self.settler.submit(op)
         await self.settler.flush()

@@ -49,18 +49,22 @@ def parse(stored: str | None) -> dict[str, Any] | None:
 MAX_TOKENS = 2**53  # past it a total is not exact in JSON readers (and past 2**64 orjson cannot write it)
 
 
-def clean(usage: dict[str, Any]) -> dict[str, Any] | None:
-    """A usage object with only the ledger's fields, of their types and within bounds (None when none is usable)."""
-    cost = usage.get("cost_usd")
+def clean(usage: dict[str, Any]) -> dict[str, Any]:
+    """A usage object with only the ledger's fields, of their types and within bounds."""
     out: dict[str, Any] = {
-        "model": ",".join(n for n in usage["model"].split(",") if n)[:1024] if isinstance(usage.get("model"), str) else "",
+        "model": ",".join(_models(usage))[:1024],
         "prompt_tokens": _tokens(usage, "prompt_tokens"),
         "completion_tokens": _tokens(usage, "completion_tokens"),
-        "cost_usd": float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < 1e12 else None,
+        "cost_usd": _cost(usage),
     }
     if usage.get("offline") is True:
         out["offline"] = True
     return out
+
+
+def stored(usage: dict[str, Any] | None) -> str:
+    """The record's ``usage`` field a retry or a hand-back writes ('' = none)."""
+    return orjson.dumps(usage).decode() if usage else ""
 
 
 def _tokens(usage: dict[str, Any], name: str) -> int:
@@ -68,23 +72,28 @@ def _tokens(usage: dict[str, Any], name: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKENS else 0
 
 
+def _cost(usage: dict[str, Any]) -> float | None:
+    """The cost in USD, or None when unknown (null, absent, or no plausible amount)."""
+    cost = usage.get("cost_usd")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) and 0 <= cost < 1e12 else None
+
+
+def _models(usage: dict[str, Any]) -> list[str]:
+    model = usage.get("model")
+    return [name for name in model.split(",") if name] if isinstance(model, str) else []
+
+
 def add(before: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
     """``before`` and ``more`` together; either alone when the other is None."""
     if before is None or more is None:
         return more if before is None else before
-    models: list[str] = []
-    for part in (before, more):
-        model = part.get("model")
-        for name in model.split(",") if isinstance(model, str) else ():
-            if name and name not in models:
-                models.append(name)
-    costs = [part.get("cost_usd") for part in (before, more)]
+    models = list(dict.fromkeys([*_models(before), *_models(more)]))  # each once, in the order first used
+    costs = [_cost(before), _cost(more)]
     out: dict[str, Any] = {
         "model": ",".join(models),
         "prompt_tokens": _tokens(before, "prompt_tokens") + _tokens(more, "prompt_tokens"),
         "completion_tokens": _tokens(before, "completion_tokens") + _tokens(more, "completion_tokens"),
-        "cost_usd": None if any(not isinstance(c, int | float) or isinstance(c, bool) for c in costs)
-        else round(sum(costs), 8),  # type: ignore[arg-type]  # numbers, checked
+        "cost_usd": None if None in costs else round(sum(c for c in costs if c is not None), 8),
     }
     if before.get("offline") is True or more.get("offline") is True:
         out["offline"] = True
