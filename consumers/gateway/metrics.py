@@ -6,7 +6,7 @@ import logging
 import time
 from functools import cache
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -20,6 +20,8 @@ DURATION = Histogram(
     ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+# Summed over callers (a per-key label would name keys): what STREAMCREW_MAX_EVENT_STREAMS_PER_KEY is sized against.
+EVENT_STREAMS = Gauge("streamcrew_http_event_streams", "Event streams (GET /jobs/{id}/events) open now in this gateway process")
 
 
 @cache

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from consumers.gateway.metrics import EVENT_STREAMS
+
 
 class StreamSlots:
     """At most ``per_caller`` open streams per rate-limit bucket (an API key, or a client address without keys);
@@ -22,9 +24,11 @@ class StreamSlots:
         if self.per_caller and self._open[bucket] >= self.per_caller:
             return False
         self._open[bucket] += 1
+        EVENT_STREAMS.inc()
         return True
 
     def give_back(self, bucket: str) -> None:
+        EVENT_STREAMS.dec()
         self._open[bucket] -= 1
         if self._open[bucket] <= 0:  # no entry kept per caller once idle
             del self._open[bucket]

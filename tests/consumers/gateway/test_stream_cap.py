@@ -29,6 +29,12 @@ async def all_open(client: httpx.AsyncClient, n: int) -> bool:
         return [(await open_stream(stack, client)).status_code for _ in range(n)] == [200] * n
 
 
+async def open_streams_metric(client: httpx.AsyncClient) -> float:
+    """The gateway's streamcrew_http_event_streams, read off its /metrics."""
+    text = (await client.get("/metrics")).text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("streamcrew_http_event_streams ")))
+
+
 async def test_a_key_over_its_stream_cap_is_429_until_one_closes(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
     # Given a gateway with two keys and a cap of 3 streams per key, and a queued job no worker takes (its streams stay open)
     gateway = await gateways.start({"STREAMCREW_API_KEYS": "key-a,key-b", "STREAMCREW_MAX_EVENT_STREAMS_PER_KEY": "3"})
@@ -48,9 +54,17 @@ async def test_a_key_over_its_stream_cap_is_429_until_one_closes(gateways: Gatew
             # And another key is not held back by key-a's streams
             theirs = await open_stream(streams, b)
             assert theirs.status_code == 200
+            # And /metrics counts the 4 streams open (the refused one not)
+            assert await open_streams_metric(b) == 4
         # When key-a's clients hang up
         # Then it may open 3 streams again
         await wait_until(lambda: all_open(a, 3), timeout=10, what="key-a's slots to be given back after its clients hung up")
+        # And the gauge is back at 0 once every stream is closed
+
+        async def none_open() -> bool:
+            return await open_streams_metric(a) == 0
+
+        await wait_until(none_open, timeout=10, what="streamcrew_http_event_streams back at 0 after every client hung up")
 
 
 async def test_without_keys_the_cap_counts_per_client_address_and_an_ended_stream_frees_its_slot(
