@@ -87,6 +87,8 @@ class DesignRequest(_Input):
     customer_id: str = Field(min_length=1, max_length=64, description="your id of the customer, e.g. CUST-001")
     request_type: str = Field(min_length=1, max_length=64, description="order, return or product; anything else goes to the support router")
     data: DesignData = Field(default_factory=DesignData, description="the request's details; its priority 0-10 picks the lane when the producer was given none")
+    # The producers read a priority here before the nested one (contract §13): the field the lane came from is no error.
+    priority: int | None = _priority()
 
 
 class DesignAction(_Input):

@@ -10,6 +10,7 @@ from agents.builtin import builtin_registry
 from agents.registry import AgentContext
 from agents.runner import run_agent
 from agents.tools.catalogue import JsonCatalogue
+from streams.envelope import lane_for_request
 from streams.errors import Reject
 
 REGISTRY = builtin_registry()
@@ -72,6 +73,17 @@ async def test_support_and_the_crews_take_both_shapes() -> None:
     assert via_support["routed_to"] == "product" and '"stock":0' in via_support["answer"]
     own = await run("order", {"order_id": "ORD-12345", "priority": 8})
     assert "FedEx" in own["answer"]
+
+
+async def test_a_priority_at_the_top_of_the_designs_payload_is_accepted() -> None:
+    # The producers pick the lane from data.priority before data.data.priority (contract §13): the crew that
+    # then runs the request must not reject the field the lane came from, as it did ("Extra inputs are not permitted")
+    payload = {"customer_id": "CUST-001", "request_type": "order", "priority": 9, "data": {"order_id": "ORD-12345"}}
+    assert lane_for_request(None, payload) == "high"
+    output = await run("order_processing", payload)
+    assert "FedEx" in output["answer"] and output["customer_id"] == "CUST-001"
+    with pytest.raises(Reject, match="priority"):
+        await run_agent(REGISTRY.get("order"), {**payload, "priority": 11}, ctx("order"))
 
 
 @pytest.mark.parametrize(("agent", "data", "message"), [
