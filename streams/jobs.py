@@ -24,6 +24,7 @@ from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, 
 from streams.job_ids import is_valid_job_id, may_carry_id
 from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
+from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys
 from streams.retention import trim_results
@@ -111,6 +112,8 @@ class JobProcessor:
                                hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)
         self.workflows = WorkflowStarter(redis, settings, group=runtime.group, worker=self.worker, checker=executor,
                                          reject=self._reject_invalid, release=runtime.release)
+        self._forwarder = Forwarder(redis, keys, settings.partitions, max_request_bytes=settings.max_request_bytes,
+                                    moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid)
         self._running: dict[Slot, Running] = {}
         self._trimmed_at = 0.0
         self._tally = JobTally()
@@ -128,13 +131,17 @@ class JobProcessor:
                         ", ".join(ids[:RECLAIM_IDS_LOGGED]), f" and {len(ids) - RECLAIM_IDS_LOGGED} more" if len(ids) > RECLAIM_IDS_LOGGED else "")
         claimed: list[Claimed] = []
         workflows: list[ClaimedWorkflow] = []
+        keys = self._keys_of[stream]
         for entry_id, raw in entries:
             if raw is None:  # deleted while pending (Redis 6.2 XAUTOCLAIM reports it as nil)
                 self.settler.submit(drop_op(stream, entry_id))
                 continue
-            job_id = explicit_id(raw) or self._keys_of[stream].generated_id(entry_id)
+            job_id = explicit_id(raw) or keys.generated_id(entry_id)
             try:
                 request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
+                if home_partition(keys, self.settings.partitions, raw, request) is not None:  # streams.forward
+                    self._move(stream, lane, entry_id, job_id, raw, request)
+                    continue
                 if request.agent == WORKFLOW_AGENT:
                     if request.deadline is None or request.deadline > now_ms():
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
@@ -149,9 +156,15 @@ class JobProcessor:
             attempts = 1 if request.agent == WORKFLOW_AGENT else self.executor.max_attempts(request)  # one that only expires
             claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, attempts, submitted))
         if workflows:
-            await self.workflows.start(self._keys_of[stream], stream, lane, workflows)
+            await self.workflows.start(keys, stream, lane, workflows)
         if claimed:
             await self._start(stream, lane, claimed)
+
+    def _move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest) -> None:
+        """An entry XADDed into a partition its id does not belong to: published again in its own (streams.forward)."""
+        move = self._forwarder.move(stream, lane, entry_id, job_id, raw, request,
+                                    submitted_at=request.submitted_at or entry_ms(entry_id), found_in=self._keys_of[stream].partition or 0)
+        self.runtime.attach(stream, entry_id, asyncio.create_task(move))
 
     async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
         now = now_ms()

@@ -1,0 +1,116 @@
+"""A raw XADD whose id belongs in another partition (crc32(id) mod N) is moved there by the worker (contract §10,
+streams.forward): the job is then found by its id alone, and the same id sent again through a producer meets it
+instead of running a second time. Before, it ran where it was written: 404 by id, and a second run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streams.envelope import JobRequest, entry_ms
+from streams.forward import home_partition
+from streams.keys import Keys, partition_keys, partition_of
+from streams.producer import Producer
+from streams.records import get_job
+from tests.support import WorkerFactory, wait_until
+
+N = 4
+
+
+def misplaced_id(stem: str) -> tuple[str, int, int]:
+    """An id, the partition it belongs in, and another one to XADD it into."""
+    job_id = f"{stem}-raw"
+    home = partition_of(job_id, N)
+    return job_id, home, (home + 1) % N
+
+
+async def results_of(redis, keys: Keys) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    return [fields for k in partition_keys(keys, N) for _, fields in await redis.xrange(k.results)]
+
+
+async def test_a_raw_xadd_into_another_partition_runs_once_in_its_own_and_is_found_by_id(
+        redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Given a raw XADD of an id into a partition that is not the id's own, with a first attempt that fails
+    keys = Keys(prefix)
+    parts = partition_keys(keys, N)
+    job_id, home, wrong = misplaced_id("moved")
+    entry = await redis.xadd(parts[wrong].lane("high"), {"agent": "echo", "data": '{"fail_first": 1}', "id": job_id, "tenant": "acme"})
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        # When a worker of every partition runs
+        worker = workers.start()
+
+        async def one_result() -> bool:
+            return len(await results_of(redis, keys)) >= 1
+
+        await wait_until(one_result, timeout=30, what=f"the result of {job_id}")
+        # Then the job ran, was retried and completed in its own partition, from the lane it was XADDed to
+        (result,) = await results_of(redis, keys)
+        assert (result["id"], result["status"], result["attempts"], result["tenant"]) == (job_id, "completed", "2", "acme")
+        assert await redis.xlen(parts[home].results) == 1 and await redis.xlen(parts[wrong].results) == 0
+        assert result["submitted_at"] == str(entry_ms(entry)), "the move lost when the job was first submitted"
+        # And it is found by its id alone; nothing of it stays in the partition it was written to
+        record = await get_job(redis, keys, job_id, partitions=N)
+        assert record is not None and record.status == "completed"
+        assert not await redis.exists(parts[wrong].job(job_id))
+        assert (await redis.xpending(parts[wrong].lane("high"), "workers"))["pending"] == 0
+        assert "moved there" in worker.log_text()
+
+        # When the same id comes again through a producer, then a sentinel job after it
+        again = await Producer(redis, keys, partitions=N).publish_many([JobRequest(agent="echo", data={}, id=job_id)])
+        await Producer(redis, keys, partitions=N).publish_many([JobRequest(agent="echo", data={}, id="sentinel")])
+
+        async def sentinel_done() -> bool:
+            return any(r["id"] == "sentinel" for r in await results_of(redis, keys))
+
+        await wait_until(sentinel_done, timeout=30, what="the sentinel's result")
+        # Then it met the job: not created, no second run, one result event for the id
+        assert not again[0].created and again[0].status == "completed"
+        assert [r["id"] for r in await results_of(redis, keys)].count(job_id) == 1
+    finally:
+        workers.close()
+
+
+async def test_a_raw_xadd_repeating_a_finished_job_in_another_partition_yields_nothing_more(
+        redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Given a job that completed in its own partition, sent by a producer
+    keys = Keys(prefix)
+    parts = partition_keys(keys, N)
+    job_id, home, wrong = misplaced_id("repeat")
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        workers.start()
+        await Producer(redis, keys, partitions=N).publish_many([JobRequest(agent="echo", data={}, id=job_id)])
+
+        async def done(n: int) -> bool:
+            return len(await results_of(redis, keys)) >= n
+
+        await wait_until(lambda: done(1), timeout=30, what=f"the result of {job_id}")
+        # When the same id is XADDed raw into another partition's lane, then a sentinel after it into that lane
+        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}", "id": job_id})
+        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}"})
+        await wait_until(lambda: done(2), timeout=30, what="the sentinel's result")
+
+        # Then the raw copy was acknowledged without a second run or record
+        async def acked() -> bool:
+            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 0
+
+        await wait_until(acked, timeout=10, what="the raw copy to be acknowledged")
+        assert [r["id"] for r in await results_of(redis, keys)].count(job_id) == 1
+        assert not await redis.exists(parts[wrong].job(job_id))
+    finally:
+        workers.close()
+
+
+def test_only_a_producers_kind_of_request_in_a_wrong_partition_moves() -> None:
+    keys = Keys("p")
+    job_id, home, wrong = misplaced_id("unit")
+    request = JobRequest(agent="echo", data={}, id=job_id)
+    raw = {"agent": "echo", "data": "{}", "id": job_id}
+    assert home_partition(keys.in_partition(wrong), N, raw, request) == home
+    assert home_partition(keys.in_partition(home), N, raw, request) is None  # in its own partition
+    assert home_partition(keys, 1, raw, request) is None  # unpartitioned
+    assert home_partition(keys.in_partition(wrong), N, {**raw, "source_id": "1-0"}, request) is None  # a retry, hand-back or replay
+    idless = JobRequest(agent="echo", data={})
+    assert home_partition(keys.in_partition(wrong), N, {"agent": "echo", "data": "{}"}, idless) is None
+    generated = f"1700000000000-0:{home}"  # a generated id's shape names its partition: producers refuse it, it runs in place
+    assert home_partition(keys.in_partition(wrong), N, {**raw, "id": generated}, JobRequest.model_construct(agent="echo", data={}, id=generated)) is None
