@@ -14,7 +14,7 @@ import orjson
 from pydantic import ValidationError
 
 from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, lane_for_priority, now_ms
-from streams.errors import InvalidRequest
+from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
 ROUTING_FIELDS = ("priority", "lane")
@@ -134,6 +134,12 @@ def dead_letter(invalid: Invalid, key: bytes | str | None, value: bytes | str | 
 
 
 def result_record(fields: dict[str, str]) -> tuple[bytes, bytes]:
-    """A result event as a Kafka record: key = job id, value = the JSON object webhooks carry."""
+    """A result event as a Kafka record: key = job id, value = the JSON object webhooks carry.
+
+    A raw XADD may hold what JSON cannot (an integer past 64 bits, bytes that are not UTF-8): a DecodeError like
+    any malformed event, so that entry is dead-lettered instead of failing its whole batch at every reclaim."""
     result = JobResult.from_fields(fields)
-    return result.id.encode(), orjson.dumps(result.to_json_dict())
+    try:
+        return result.id.encode(), orjson.dumps(result.to_json_dict())
+    except (orjson.JSONEncodeError, UnicodeEncodeError) as exc:
+        raise DecodeError(f"result event cannot be written as JSON: {exc}", fields) from None

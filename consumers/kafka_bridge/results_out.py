@@ -26,6 +26,7 @@ from streams.envelope import DeadLetter, now_ms
 from streams.errors import DecodeError
 from streams.keys import Keys
 from streams.outage import until_redis_answers
+from streams.raw import repaired_fields
 from streams.entries import Entry, Release, Slot
 
 log = logging.getLogger("streamcrew.kafka_bridge")
@@ -153,6 +154,7 @@ class ResultsReader:
             await self.deliver(ResultBatch(stream, tuple(records)))
 
     async def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, str], reason: str) -> None:
+        fields = repaired_fields(fields)  # bytes that were not UTF-8 become U+FFFD: the letter's JSON can hold the rest
         letter = DeadLetter(id=fields.get("id") or entry_id, agent=fields.get("agent", ""), reason="invalid",
                             error=f"result event is malformed: {reason}", source_stream=stream, source_id=entry_id,
                             attempts=0, dead_at=now_ms(), request=dict(fields))

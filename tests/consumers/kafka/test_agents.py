@@ -12,6 +12,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from consumers.kafka_bridge.results_out import KAFKA_BRIDGE_GROUP, ResultBatch, ResultsReader
 from streams.envelope import JobResult, Status
 from streams.records import get_job
+from tests.consumers.kafka.results_path import Kafka, forward_with_runtime
 from tests.support import wait_for_log, wait_results, wait_until
 
 
@@ -224,3 +225,30 @@ async def test_the_first_record_of_a_key_in_a_batch_is_the_job(redis: Any, keys:
     assert [f["id"] for _, f in await redis.xrange(keys.lane("high"))] == ["job-other"]
     (entry,) = await redis.xrange(keys.lane("normal"))
     assert entry[1]["id"] == "job-key" and orjson.loads(entry[1]["data"]) == {"n": 1}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("attempts", "9" * 30),  # validates as an int, but orjson writes none past 64 bits
+    ("error", b"bad \xff byte"),  # not UTF-8: read back as a lone surrogate, which orjson refuses
+    ("id", b"job-\xff"),
+])
+async def test_a_result_entry_that_cannot_be_written_as_json_is_dead_lettered_and_its_batch_mates_sent(
+    bridge: Any, redis: Any, keys: Any, field: str, value: str | bytes,
+) -> None:
+    # Given a user's raw XADD between two good result events, with a value the record's JSON cannot hold
+    good = JobResult(id="job-ok", agent="echo", status=Status.COMPLETED, result={}, attempts=1).to_fields()
+    await redis.xadd(keys.results, good)
+    bad: dict[str, str | bytes] = {**JobResult(id="job-bad", agent="echo", status=Status.FAILED, error="x", attempts=1).to_fields(), field: value}
+    await redis.xadd(keys.results, bad)  # type: ignore[arg-type]
+    await redis.xadd(keys.results, {**good, "id": "job-ok-2"})
+    kafka = Kafka()
+
+    async def settled() -> bool:
+        return (await redis.xpending(keys.results, KAFKA_BRIDGE_GROUP))["pending"] == 0 and len(kafka.sent) == 2
+
+    # When the bridge's runtime reads them into the results agent
+    await forward_with_runtime(bridge, kafka, settled, "the good results sent and every entry XACKed")
+    # Then both good ones reached Kafka, and the bad one is a dead letter (not a batch stuck in a reclaim loop)
+    assert set(kafka.sent) == {b"job-ok", b"job-ok-2"}
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert letter["reason"] == "invalid" and "malformed" in letter["error"], letter
