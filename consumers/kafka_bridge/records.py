@@ -13,12 +13,13 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, lane_for_priority, now_ms
+from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
 ROUTING_FIELDS = ("priority", "lane")
 KEPT_VALUE_CHARS = 65_536
+WIDE_INTEGER = "value holds an integer beyond 64 bits (it would be read as a float); send it as a string"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,8 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
         return Invalid(f"value is not JSON: {exc}", fallback_id)
     if not isinstance(body, dict):
         return Invalid(f"value must be a JSON object, got {type(body).__name__}", fallback_id)
+    if has_wide_integer(_text(value) or ""):  # orjson read it as a float: the agent would get another number
+        return Invalid(WIDE_INTEGER, fallback_id)
     agent = body.get("agent") if isinstance(body.get("agent"), str) else ""
     unknown = sorted(set(body) - set(REQUEST_FIELDS) - set(ROUTING_FIELDS))
     if unknown:
@@ -88,6 +91,8 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
             fields["data"] = orjson.loads(fields["data"])
         except orjson.JSONDecodeError as exc:
             return Invalid(f"field 'data' is not JSON: {exc}", str(job_id), agent)
+        if has_wide_integer(body["data"]):
+            return Invalid(WIDE_INTEGER, str(job_id), agent)
     fields.setdefault("submitted_at", where.timestamp_ms or now_ms())
     try:
         request = JobRequest.model_validate(fields, strict=False)

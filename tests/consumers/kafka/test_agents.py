@@ -68,6 +68,9 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     (orjson.dumps({"agent": "echo", "data": {}, "id": "other"}), b"bad-id", "disagree"),
     (None, b"tombstone", "no value"),
     (request(), b"1700000000000-0", "shape of a generated id"),  # reserved: the Producer would refuse the whole batch
+    # an integer past 64 bits: orjson reads it as a float, which would change the number the agent gets
+    (b'{"agent": "echo", "data": {"order": 123456789012345678901234567890}}', b"bad-wide-int", "beyond 64 bits"),
+    (b'{"agent": "echo", "data": "{\\"order\\": 123456789012345678901234567890}"}', b"bad-wide-int-text", "beyond 64 bits"),
 ])
 async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
