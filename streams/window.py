@@ -22,7 +22,7 @@ from typing import Any, TypedDict, cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import JobResult, Status, entry_order
+from streams.envelope import MAX_EPOCH_MS, JobResult, Status, entry_order
 from streams.errors import DecodeError
 from streams.keys import Keys
 from streams.workflow import WORKFLOW_AGENT
@@ -72,6 +72,12 @@ def _cost(usage: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _epoch(value: int | None) -> int | None:
+    """An epoch-ms time, or None for a number no clock gives (a user's raw XADD): it would skew the percentiles, and
+    past a float's range the average overflowed (stats, the monitor and GET /queue/stats all failed)."""
+    return value if value is not None and 0 <= value <= MAX_EPOCH_MS else None
+
+
 def _spend(into: dict[str, Spend], name: str, tokens: int, cost: float | None, unpriced: bool) -> None:
     entry = into.setdefault(name, {"results": 0, "tokens": 0, "cost_usd": None, "unpriced": 0})
     entry["results"] += 1
@@ -94,13 +100,14 @@ def summarize(results: Iterable[JobResult], *, window: int = DEFAULT_WINDOW) -> 
     for result in results:
         seen += 1
         outcomes[str(result.status)] += 1
-        if result.finished_at is not None:
-            newest = result.finished_at if newest is None else max(newest, result.finished_at)
-            oldest = result.finished_at if oldest is None else min(oldest, result.finished_at)
-        if result.submitted_at is not None and result.started_at is not None:
-            waits.append(max(0, result.started_at - result.submitted_at))  # hosts' clocks may differ a little
-        if result.status == Status.COMPLETED and result.submitted_at is not None and result.finished_at is not None:
-            latencies.append(max(0, result.finished_at - result.submitted_at))
+        submitted, started, finished = _epoch(result.submitted_at), _epoch(result.started_at), _epoch(result.finished_at)
+        if finished is not None:
+            newest = finished if newest is None else max(newest, finished)
+            oldest = finished if oldest is None else min(oldest, finished)
+        if submitted is not None and started is not None:
+            waits.append(max(0, started - submitted))  # hosts' clocks may differ a little
+        if result.status == Status.COMPLETED and submitted is not None and finished is not None:
+            latencies.append(max(0, finished - submitted))
         job_tokens, job_cost, job_unpriced = 0, None, False
         if result.usage and result.agent != WORKFLOW_AGENT:  # a workflow's usage sums its steps', each a result too
             job_tokens, job_cost = _tokens(result.usage), _cost(result.usage)

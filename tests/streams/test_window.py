@@ -108,3 +108,22 @@ def test_a_workflows_usage_is_not_counted_on_top_of_its_steps() -> None:
     assert figures["by_model"]["m"] == {"results": 2, "tokens": 32, "cost_usd": 0.003, "unpriced": 0}
     assert figures["by_tenant"]["acme"] == {"results": 3, "tokens": 32, "cost_usd": 0.003, "unpriced": 0}
     assert figures["completed"] == 3
+
+
+async def test_result_entries_with_times_no_clock_gives_are_left_out_of_the_spreads_not_fatal(redis, keys: Keys) -> None:
+    # Given two real results and users' raw XADDs whose times are numbers, but no epoch milliseconds
+    for event in (result(1, wait_ms=5, run_ms=10), result(2, wait_ms=7, run_ms=20)):
+        await redis.xadd(keys.results, event.to_fields())
+    base = result(3, wait_ms=1, run_ms=1).to_fields()
+    for name, value in (("finished_at", "9" * 400), ("submitted_at", "-" + "9" * 400), ("started_at", "9" * 30)):
+        await redis.xadd(keys.results, {**base, name: value})
+
+    # When the figures are computed
+    figures = await window_figures(redis, keys)
+
+    # Then every entry counts as a result, but the spreads are the real jobs' (a time past year 9999 counts as absent)
+    assert figures["window"]["results"] == 5 and figures["completed"] == 5
+    assert figures["latency_ms"] == spread([15, 27, 2])  # the third raw entry's finished_at and submitted_at are real
+    assert figures["queue_wait_ms"] == spread([5, 7, 1])
+    assert figures["window"]["newest_finished_at"] == T0 + 3 * 10_000 + 2
+    json.dumps(figures)
