@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from streams.envelope import MAX_EPOCH_MS, JobResult, Status, entry_order
 from streams.errors import DecodeError
 from streams.keys import Keys
+from streams.usage import clean
 from streams.workflow import WORKFLOW_AGENT
 
 DEFAULT_WINDOW = 1000
@@ -58,18 +59,11 @@ def spread(values: Sequence[int]) -> Spread:
     return {"avg": round(sum(ordered) / len(ordered), 1), "p50": rank(50), "p95": rank(95), "p99": rank(99)}
 
 
-def _tokens(usage: dict[str, Any]) -> int:
-    total = 0
-    for name in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            total += value
-    return total
-
-
-def _cost(usage: dict[str, Any]) -> float | None:
-    value = usage.get("cost_usd")
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _tokens_and_cost(usage: dict[str, Any]) -> tuple[int, float | None]:
+    """A result's tokens and cost within a ledger's bounds (streams.usage.clean): a raw XADD's negative or huge
+    amounts would otherwise reach the sums (an inf cost printed as Infinity, a token sum past 64 bits)."""
+    ledger = clean(usage)
+    return ledger["prompt_tokens"] + ledger["completion_tokens"], ledger["cost_usd"]
 
 
 def _epoch(value: int | None) -> int | None:
@@ -110,7 +104,7 @@ def summarize(results: Iterable[JobResult], *, window: int = DEFAULT_WINDOW) -> 
             latencies.append(max(0, finished - submitted))
         job_tokens, job_cost, job_unpriced = 0, None, False
         if result.usage and result.agent != WORKFLOW_AGENT:  # a workflow's usage sums its steps', each a result too
-            job_tokens, job_cost = _tokens(result.usage), _cost(result.usage)
+            job_tokens, job_cost = _tokens_and_cost(result.usage)
             job_unpriced = job_cost is None
             tokens += job_tokens
             unpriced += job_unpriced

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from streams.envelope import JobResult, Status
@@ -127,3 +128,23 @@ async def test_result_entries_with_times_no_clock_gives_are_left_out_of_the_spre
     assert figures["queue_wait_ms"] == spread([5, 7, 1])
     assert figures["window"]["newest_finished_at"] == T0 + 3 * 10_000 + 2
     json.dumps(figures)
+
+
+def test_usage_amounts_out_of_a_ledgers_bounds_do_not_reach_the_sums() -> None:
+    # Given a real LLM result and users' raw results whose usage holds amounts no call costs or counts
+    real = result(1, usage={"model": "m", "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.001}, tenant="acme")
+    wild = [result(i, usage=usage, tenant="acme") for i, usage in enumerate((
+        {"model": "m", "prompt_tokens": 2**64 - 1, "completion_tokens": 2**64 - 1, "cost_usd": 1e308},
+        {"model": "m", "prompt_tokens": -1000, "completion_tokens": 0, "cost_usd": 1e308},
+        {"model": "m", "cost_usd": -5.0},
+    ), start=2)]
+
+    # When the figures are computed
+    figures = summarize([real, *wild])
+
+    # Then the sums are the real result's: the wild amounts count as unknown (no price, no tokens), and the figures
+    # stay strict JSON (stats --json printed Infinity; orjson, the gateway's encoder, refused the token sum)
+    assert (figures["tokens"], figures["cost_usd"], figures["unpriced"]) == (15, 0.001, 3)
+    assert figures["by_model"]["m"] == figures["by_tenant"]["acme"] == {"results": 4, "tokens": 15, "cost_usd": 0.001, "unpriced": 3}
+    json.dumps(figures, allow_nan=False)
+    orjson.dumps(figures)
