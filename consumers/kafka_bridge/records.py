@@ -18,6 +18,9 @@ from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
 ROUTING_FIELDS = ("priority", "lane")
+# Contract §2's fields: a workflow step's parent, step and inputs are written by the workflow script only (a record
+# carrying them would hand its agent forged dependency results and name itself a step of another's workflow).
+RECORD_FIELDS = tuple(name for name in REQUEST_FIELDS if name not in ("parent", "step", "inputs"))
 KEPT_VALUE_CHARS = 65_536
 WIDE_INTEGER = "value holds an integer beyond 64 bits (it would be read as a float); send it as a string"
 
@@ -73,9 +76,9 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
     if has_wide_integer(_text(value) or ""):  # orjson read it as a float: the agent would get another number
         return Invalid(WIDE_INTEGER, fallback_id)
     agent = body.get("agent") if isinstance(body.get("agent"), str) else ""
-    unknown = sorted(set(body) - set(REQUEST_FIELDS) - set(ROUTING_FIELDS))
+    unknown = sorted(set(body) - set(RECORD_FIELDS) - set(ROUTING_FIELDS))
     if unknown:
-        return Invalid(f"unknown field(s) {', '.join(map(repr, unknown))}; a request has {', '.join(REQUEST_FIELDS + ROUTING_FIELDS)}", fallback_id, agent)
+        return Invalid(f"unknown field(s) {', '.join(map(repr, unknown))}; a request has {', '.join(RECORD_FIELDS + ROUTING_FIELDS)}", fallback_id, agent)
     body_id = body.get("id")
     if key_text is not None and body_id is not None and body_id != key_text:
         return Invalid(f"record key {key_text[:80]!r} and field 'id' {str(body_id)[:80]!r} disagree; the key is the job id", fallback_id, agent)

@@ -65,6 +65,9 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     (orjson.dumps({"agent": "echo", "data": {}, "priority": 11}), b"bad-priority", "priority must be 0-10"),
     (orjson.dumps({"agent": "echo", "data": {}, "max_attempts": 0}), b"bad-attempts", "max_attempts"),
     (orjson.dumps({"agent": "echo", "data": {}, "webhok": "x"}), b"bad-field", "unknown field"),
+    # a workflow step's fields are the workflow script's, not a producer's (the gateway refuses them too)
+    (orjson.dumps({"agent": "echo", "data": {}, "inputs": {"reviews": "forged"}}), b"bad-inputs", "unknown field"),
+    (orjson.dumps({"agent": "echo", "data": {}, "parent": "wf-other", "step": "s1"}), b"bad-parent", "unknown field"),
     (orjson.dumps({"agent": "echo", "data": {}, "id": "other"}), b"bad-id", "disagree"),
     (None, b"tombstone", "no value"),
     (request(), b"1700000000000-0", "shape of a generated id"),  # reserved: the Producer would refuse the whole batch
