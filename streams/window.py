@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from streams.envelope import MAX_EPOCH_MS, JobResult, Status, entry_order
 from streams.errors import DecodeError
 from streams.keys import Keys
+from streams.raw import not_utf8, repaired_fields
 from streams.usage import clean
 from streams.workflow import WORKFLOW_AGENT
 
@@ -147,6 +148,8 @@ async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int 
         entries = sorted(entries, key=lambda e: entry_order(e[0]), reverse=True)[:window]
     out: list[JobResult] = []
     for _, fields in entries:
+        if not_utf8(fields):  # a raw XADD's bytes: as lone surrogates a tenant or model name failed the JSON (a 500)
+            fields = repaired_fields(fields)
         try:
             out.append(JobResult.from_fields(fields))
         except DecodeError:

@@ -128,3 +128,21 @@ async def test_a_tenant_key_sees_no_queue_wide_figures(gateways: GatewayFactory)
         assert denied.status_code == 403 and "by_tenant" not in denied.text
         assert (await operator.get("/queue/stats")).json()["by_tenant"] == {}
         assert (await operator.get("/queue/stats", params={"window": 0})).status_code == 422
+
+
+async def test_a_result_entry_with_bytes_that_are_not_utf8_does_not_fail_the_figures(
+    gateways: GatewayFactory, redis, keys: Keys, redis_url: str, prefix: str,  # type: ignore[no-untyped-def]
+) -> None:
+    # Given a user's raw XADD to the results stream whose tenant is not UTF-8 (and a model name that is)
+    await redis.xadd(keys.results, {"id": "raw-1", "agent": "echo", "status": "completed", "attempts": "1", "tenant": b"acme\xff",
+                                    "usage": '{"model": "m", "prompt_tokens": 3, "completion_tokens": 1, "cost_usd": 0.5}'})
+    gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-operator"})
+    # When the operator asks for the figures, over HTTP and from the CLI
+    async with gateway.client("k-operator") as operator:
+        answer = await operator.get("/queue/stats")
+    cli_answer = cli(redis_url, prefix, "stats", "--json")
+    # Then both answer, the tenant shown with U+FFFD where its byte was
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["by_tenant"] == {"acme\ufffd": {"results": 1, "tokens": 4, "cost_usd": 0.5, "unpriced": 0}}
+    assert cli_answer.returncode == 0, cli_answer.stderr
+    assert json.loads(cli_answer.stdout)["by_tenant"] == answer.json()["by_tenant"]
