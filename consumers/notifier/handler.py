@@ -34,6 +34,7 @@ from consumers.notifier.store import CommitOp, Pending, Store
 from streams.envelope import JobResult, now_ms
 from streams.errors import DecodeError
 from streams.hold import until_refill
+from streams.raw import not_utf8, repaired_fields
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.urls import loggable_url
 
@@ -116,6 +117,8 @@ class NotifierHandler:
             self.runtime.attach(stream, entry_id, asyncio.create_task(self._run(work)))
 
     def _plan(self, stream: str, entry_id: str, raw: dict[str, str]) -> list[Pending]:
+        if not_utf8(raw):  # a raw XADD's bytes: no JSON body (or header) could carry them, so U+FFFD in their place
+            raw = repaired_fields(raw)
         if stream in self._due_streams:
             one = Pending.from_fields(raw)
             return [one] if one.url else []

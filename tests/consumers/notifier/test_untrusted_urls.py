@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
+import orjson
 from redis.asyncio import Redis
+from standardwebhooks import Webhook
 
 from consumers.notifier.dead import list_webhook_dead
 from consumers.notifier.delivery import Deliverer, Kind
 from consumers.notifier.handler import loggable
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import MAX_URL_CHARS, SsrfGuard, parse_url
+from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret
 from tests.consumers.notifier.receiver import Receiver
@@ -75,3 +80,39 @@ async def test_an_overlong_or_unparseable_url_is_dead_lettered_with_its_reason_a
     assert "url=(URL of 900,000 characters)" in text and "url=(unparseable URL)" in text
     for secret in ("hunter2", "SECRET-TOKEN", "aaaaaaaaaa"):
         assert secret not in text, f"{secret!r} in the notifier log"
+
+
+async def test_a_raw_result_that_is_not_utf8_is_delivered_repaired_and_never_blocks_the_results_after_it(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver, redis_url: str
+) -> None:
+    # Given a notifier, and raw results XADDed with bytes that are not UTF-8 (in the id, the result, a field
+    # name, the webhook URL), then a good result behind them
+    notifiers.start(*FAST)
+    await ensure_groups(redis, standard_groups(keys))
+    raw = Redis.from_url(redis_url)  # bytes as given, no decoding
+    url = receiver.url("/bad").encode()
+    try:
+        for fields in ({b"id": b"bad-\xff", b"agent": b"echo", b"status": b"completed", b"webhook": url},
+                       {b"id": b"bad-result", b"status": b"failed", b"error": b"\xfe", b"webhook": url},
+                       {b"id": b"bad-name", b"\xff": b"x", b"webhook": url},
+                       {b"id": b"bad-url", b"webhook": b"http://\xff.example/x"}):
+            await raw.xadd(keys.results, fields)
+    finally:
+        await raw.aclose()
+    await add_result(redis, keys, "job-good", receiver.url("/good"))
+    # When the notifier reads them, the good result behind them is delivered (before: one TypeError in orjson
+    # failed the whole read, the reclaim sweep failed on it again, and nothing after it was ever sent)
+    await wait_until(lambda: receiver.count("/good") == 1 and receiver.count("/bad") == 3, timeout=10, what="every delivery")
+    # Then each bad one went out as JSON with U+FFFD in place of the bytes, signed, with a valid webhook-id
+    got = {Webhook(notifiers.secret).verify(r.body, r.headers)["id"]: r for r in receiver.on("/bad")}
+    assert set(got) == {"bad-\ufffd", "bad-result", "bad-name"}
+    assert got["bad-\ufffd"].headers["webhook-id"] == "bad-%EF%BF%BD"
+    assert orjson.loads(got["bad-result"].body)["error"] == "\ufffd"
+    # And the URL that is not UTF-8 is dead-lettered with its reason, never attempted
+    await wait_until(lambda: _one(redis.xlen(keys.webhooks_dead)), timeout=10, what="the bad URL dead-lettered")
+    (letter,) = await list_webhook_dead(redis, keys)
+    assert (letter.id, letter.attempts) == ("bad-url", 0) and letter.error.startswith("invalid URL"), letter
+
+
+async def _one(awaitable: Awaitable[int]) -> bool:
+    return int(await awaitable) == 1
