@@ -130,24 +130,33 @@ class Deliverer:
     async def _post(self, url: str, msg_id: str, body: bytes, budget_s: float) -> Attempt:
         headers = self.signer.headers(msg_id, body, url=url)
         started = time.perf_counter()
+        # The status line is the answer (any 2xx: delivered); the body is only skimmed for the error text, so a
+        # body that stalls or breaks after the status costs the connection, never the answer (not a retry).
+        status: int | None = None
+        snippet, skimmed = b"", ""
+        retry_after = location = None
         try:
             async with asyncio.timeout(max(0.0, budget_s)):
                 async with self.session.post(parse_url(url), data=body, headers=headers, allow_redirects=False) as response:
-                    status = response.status
-                    if not 100 <= status <= 599:  # aiohttp takes 000-099 as final; for us it is not HTTP
+                    if not 100 <= response.status <= 599:  # aiohttp takes 000-099 as final; for us it is not HTTP
                         response.close()
-                        return self._failed(started, f"protocol error: status {status:03d}")
+                        return self._failed(started, f"protocol error: status {response.status:03d}")
+                    status = response.status
+                    retry_after = response.headers.get("retry-after")
+                    location = response.headers.get("location")
                     snippet = await response.content.read(MAX_RESPONSE_BYTES)
                     if not response.content.at_eof():
                         response.close()  # a huge answer is not ours to read: drop the connection, not the memory
-                    retry_after = response.headers.get("retry-after")
-                    location = response.headers.get("location")
         except Refused as exc:
             return Attempt(Kind.REFUSED, error=str(exc))
         except TimeoutError:
-            return self._failed(started, f"timeout after {time.perf_counter() - started:.1f}s")
+            if status is None:
+                return self._failed(started, f"timeout after {time.perf_counter() - started:.1f}s")
+            skimmed = f"its body timed out after {time.perf_counter() - started:.1f}s"
         except aiohttp.ClientError as exc:
-            return self._failed(started, describe(exc))
+            if status is None:
+                return self._failed(started, describe(exc))
+            skimmed = f"its body failed: {describe(exc)}"
         except Exception as exc:  # a delivery problem must become data, never kill the notifier
             log.error("unexpected %s delivering job %s (no traceback: it may quote the URL)", type(exc).__name__, msg_id)
             return self._failed(started, type(exc).__name__)
@@ -156,7 +165,7 @@ class Deliverer:
         if 200 <= status < 300:
             return Attempt(Kind.DELIVERED, status=status, seconds=seconds)
         text = snippet[:ERROR_SNIPPET].decode(errors="replace").strip()
-        error = f"HTTP {status}" + (f": {text}" if text else "")
+        error = f"HTTP {status}" + (f": {text}" if text else f" ({skimmed})" if skimmed else "")
         if 300 <= status < 400 and location:
             error = f"HTTP {status}: redirect to {redirect_target(url, location)} not followed (give the job that webhook URL)"
         if status == 410:

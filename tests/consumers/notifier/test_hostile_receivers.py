@@ -105,3 +105,34 @@ async def test_a_stray_answer_arriving_on_an_idle_connection_is_never_credited_t
     # Then it gets its own answer (500), on a fresh connection
     assert (second.kind, second.status) == (Kind.RETRY, 500), second
     assert p.connections == 2
+
+
+async def test_a_2xx_whose_body_stalls_or_breaks_is_delivered_and_other_statuses_keep_theirs(peer: Start) -> None:
+    # Given a receiver that sends a status line and headers, then stalls on the body or sends a broken chunk
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        status, framing = {1: (200, "content-length: 100"), 2: (202, "transfer-encoding: chunked"),
+                           3: (503, "content-length: 100")}[n]
+        writer.write(f"HTTP/1.1 {status} X\r\n{framing}\r\n\r\n".encode())
+        await writer.drain()
+        if n == 2:
+            await asyncio.sleep(0.05)  # the status is read, then the body breaks
+            writer.write(b"zz\r\n")
+            await writer.drain()
+        await asyncio.sleep(5)
+        return False
+
+    p = await peer(answer)
+    d = Deliverer(signer=Signer([]), guard=SsrfGuard(allow_private=True), concurrency=4, per_endpoint=1,
+                  connect_timeout_s=1, timeout_s=0.5, retry_after_cap_s=60)
+    try:
+        # When three deliveries go to it, one after the other
+        stalled, broken, failed = [await d.deliver(p.url + "/hook", f"job-{i}", b"{}") for i in range(3)]
+    finally:
+        await d.aclose()
+    # Then a 2xx is delivered whatever its body does (contract §7: any 2xx; before, a timeout: retried, sent again)
+    assert (stalled.kind, stalled.status) == (Kind.DELIVERED, 200), stalled
+    assert (broken.kind, broken.status) == (Kind.DELIVERED, 202), broken
+    # And a 503 whose body stalls is retried with its status kept (a dead letter's last_status), saying why
+    assert (failed.kind, failed.status) == (Kind.RETRY, 503), failed
+    assert failed.error.startswith("HTTP 503 (its body timed out after"), failed
+    assert p.requests == 3
