@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from consumers.monitor import report_rows
 from streams.envelope import DeadLetter
@@ -70,8 +71,10 @@ def dead_table(letters: Sequence[DeadLetter]) -> Table:
 
 
 def webhook_dead_table(letters: Sequence[WebhookDeadLetter]) -> Table:
-    """The URL as the notifier logs it (no credentials, no query); ``--json`` gives the stored one."""
+    """The URL as the notifier logs it (no credentials, no query); ``--json`` gives the stored one. Every cell is
+    plain text: the error quotes the receiver's answer and the id is the submitter's, so neither is read as markup."""
     table = _letters_table(f"{len(letters)} webhook dead letters", ("url", "attempts", "last status", "dead at", "error"))
     for d in letters:
-        table.add_row(d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status), _when(d.dead_at), d.error[:200])
+        table.add_row(*(Text(cell) for cell in (d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status),
+                                                _when(d.dead_at), d.error[:200])))
     return table

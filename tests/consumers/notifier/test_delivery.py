@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import orjson
 import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
+from consumers.processes import streamcrew_cmd
 from consumers.notifier.dead import list_webhook_dead, purge_webhook_dead, replay_webhook_dead
 from streams.embedded import free_port
 from streams.envelope import Status
@@ -138,3 +142,20 @@ async def test_a_real_worker_result_is_delivered(
 
 async def _eq(awaitable: object, expected: int) -> bool:
     return int(await awaitable) == expected  # type: ignore[misc]
+
+
+async def test_webhooks_dead_list_shows_a_receivers_text_as_text(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver, redis_url: str, prefix: str
+) -> None:
+    # Given a receiver whose error answer looks like console markup, and one attempt allowed
+    receiver.script("/markup", [Reply(500, body=b"[/x] [link=https://evil.example]click[/link]")])
+    notifiers.start(*FAST, "--max-attempts", "1")
+    await add_result(redis, keys, "job-[/b]", receiver.url("/markup"))
+    await wait_until(lambda: _eq(redis.xlen(keys.webhooks_dead), 1), timeout=10, what="a webhook dead letter")
+    # When the operator lists the webhook dead letters as a table
+    listed = subprocess.run(streamcrew_cmd("webhooks", "dead", "list", "--redis-url", redis_url, "--prefix", prefix),
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "300"})
+    # Then the table shows the receiver's text and the job id as they are (before: rich read them as markup,
+    # and the listing died with a MarkupError)
+    assert listed.returncode == 0, listed.stderr
+    assert "[/x] [link=https://evil.example]click[/link]" in listed.stdout and "job-[/b]" in listed.stdout, listed.stdout
