@@ -69,7 +69,7 @@ def event_json(raw: dict[str, str]) -> str:
     """The webhook body: the result event as a JSON object, ``result`` and ``usage`` parsed (contract §7)."""
     try:
         return orjson.dumps(JobResult.from_fields(raw).to_json_dict()).decode()
-    except DecodeError:
+    except (DecodeError, orjson.JSONEncodeError):  # the latter: an integer past 64 bits the model took (a raw XADD)
         return orjson.dumps(raw).decode()  # malformed but still a result: deliver what there is
 
 

@@ -116,3 +116,23 @@ async def test_a_raw_result_that_is_not_utf8_is_delivered_repaired_and_never_blo
 
 async def _one(awaitable: Awaitable[int]) -> bool:
     return int(await awaitable) == 1
+
+
+async def test_a_raw_result_with_an_integer_json_cannot_carry_is_delivered_as_written_and_never_blocks(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a notifier, a raw result whose finished_at is valid for the model but past 64 bits, and a good one behind it
+    notifiers.start(*FAST)
+    await ensure_groups(redis, standard_groups(keys))
+    huge = "9" * 30
+    await redis.xadd(keys.results, {"id": "job-huge-int", "agent": "echo", "status": "completed", "attempts": "1",
+                                    "submitted_at": "1", "started_at": "1", "finished_at": huge, "worker": "w",
+                                    "webhook": receiver.url("/huge")})
+    await add_result(redis, keys, "job-good", receiver.url("/good"))
+    # When the notifier reads them, both are delivered (before: orjson's "Integer exceeds 64-bit range" failed the
+    # whole read, again at every reclaim, and the good result was never sent)
+    await wait_until(lambda: receiver.count("/good") == 1 and receiver.count("/huge") == 1, timeout=10, what="both deliveries")
+    # Then the malformed one went out as written, its fields as strings, signed
+    (got,) = receiver.on("/huge")
+    event = Webhook(notifiers.secret).verify(got.body, got.headers)
+    assert (event["id"], event["finished_at"]) == ("job-huge-int", huge)
