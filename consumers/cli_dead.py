@@ -75,7 +75,7 @@ def dead_replay(
 
     replayed, skipped = run(go())
     for reason in skipped:
-        err.print(f"[yellow]skipped: {reason}[/yellow]")
+        err.print(f"[yellow]skipped: {escape(reason)}[/yellow]")  # a reason may quote the name given
     print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
     raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
 
@@ -140,7 +140,7 @@ def webhooks_dead_replay(
     replayed, skipped = run(_with_redis(
         settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids, partitions=settings.partitions)))
     for reason in skipped:
-        err.print(f"[yellow]skipped: {reason}[/yellow]")
+        err.print(f"[yellow]skipped: {escape(reason)}[/yellow]")  # a reason may quote the name given
     print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
     raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
 

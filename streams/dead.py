@@ -31,6 +31,7 @@ REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "step_fai
 # A dead letter's name: its entry ID, then ``:<partition>`` in a partitioned prefix.
 DEAD_ENTRY_PATTERN = r"^\d{1,19}-\d{1,19}(?::\d{1,5})?$"
 _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")
+_ENTRY_NAME = re.compile(DEAD_ENTRY_PATTERN)
 
 
 def _named(entry: str, partitions: int) -> tuple[str, int | None]:
@@ -86,7 +87,10 @@ async def locate(
     """The partition's keys and the entry ID of the entry of ``stream`` named ``entry``.
 
     A bare entry ID in a partitioned prefix is looked for in every partition; found in several, it is ambiguous.
+    A name of another shape (a job id, say) is refused here: Redis' answer ("Invalid stream ID") names neither it nor the fix.
     """
+    if not _ENTRY_NAME.fullmatch(entry):
+        raise DeadLetterNotFound(f"no {what} {entry!r}: not an entry_id (<ms>-<seq>, then :<partition> with partitions, as list shows them)")
     if partitions <= 1:
         if _NAMED.fullmatch(entry):  # a partition's name where there are none: nothing has that name
             raise DeadLetterNotFound(f"no {what} {entry}: there are no partitions")

@@ -222,3 +222,16 @@ def test_job_of_an_unknown_id_is_one_line_and_exit_1(redis_url: str, prefix: str
     assert done.returncode == 1
     assert done.stdout == ""
     assert " ".join(done.stderr.split()) == f"no job 'no-such\\x1b[31mjob' under prefix '{prefix}' (unknown, or its record expired)"
+
+
+@pytest.mark.parametrize("command", [["dead", "replay"], ["webhooks", "dead", "replay"]])
+@pytest.mark.parametrize("entry", ["ORD-12345", "99999999999999999999999-0", "[/x]"])  # [/x]: rich markup, printed as given
+def test_replaying_a_name_that_is_no_entry_id_says_so(redis_url: str, prefix: str, command: list[str], entry: str) -> None:
+    # Given a name that is not a dead letter's entry_id (a job id, say), passed to replay
+    done = cli(redis_url, prefix, *command, entry)
+    # Then it is skipped with a reason that names it, exit 1, no traceback (Redis' "Invalid stream ID" said neither)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    (skipped,) = json.loads(done.stdout)["skipped"]
+    assert entry in skipped and "not an entry_id" in skipped, skipped
+
