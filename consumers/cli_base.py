@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, OutOfMemoryError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 from rich.console import Console
 from rich.markup import escape
 
@@ -111,6 +111,7 @@ def _redis_url_problem(url: str) -> str | None:
 
 # An outage's errors, but a plain OSError (a file the command reads) is not Redis's.
 REDIS_OUTAGES = tuple(kind for kind in REDIS_DOWN if kind is not OSError)
+NO_SUCH_DB = "DB index is out of range"  # Redis' answer to the SELECT of a URL's database it does not have
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -139,4 +140,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except StreamcrewError as exc:
         err.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
+    except ResponseError as exc:  # redis-py selects the URL's database on connecting: a number the server lacks is the URL's fault
+        if not str(exc).startswith(NO_SUCH_DB):
+            raise
+        err.print(f"[red]invalid setting redis_url: Redis refused its database number ({NO_SUCH_DB}; a Redis has 0-15 unless "
+                  "its 'databases' setting says otherwise)[/red]")
         raise typer.Exit(Exit.USAGE) from None

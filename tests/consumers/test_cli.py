@@ -235,3 +235,14 @@ def test_replaying_a_name_that_is_no_entry_id_says_so(redis_url: str, prefix: st
     (skipped,) = json.loads(done.stdout)["skipped"]
     assert entry in skipped and "not an entry_id" in skipped, skipped
 
+
+def test_a_database_the_server_does_not_have_is_one_line(redis_url: str, prefix: str) -> None:
+    # Given a URL naming database 99 of a Redis that has 16
+    url = redis_url.rsplit("/", 1)[0] + "/99"
+    for command in (["stats"], ["job", "x"], ["worker", "--agents", "echo", "--metrics-port", "0"]):
+        done = cli(url, prefix, *command, timeout=30)
+        # Then one line says so, with the usage exit code, and no traceback
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert " ".join(done.stderr.split()).startswith("invalid setting redis_url: Redis refused its database number"), done.stderr
+
