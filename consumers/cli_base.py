@@ -9,7 +9,7 @@ import sys
 from collections.abc import Coroutine
 from enum import IntEnum
 from typing import Annotated, Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import typer
 from pydantic import ValidationError
@@ -52,6 +52,7 @@ MetricsHost = Annotated[str | None, typer.Option("--metrics-host", help="address
 Prefix = Annotated[str | None, typer.Option("--prefix", help="key prefix \\[env STREAMCREW_PREFIX]", show_default=False)]
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # what both logging and uvicorn (the gateway) accept
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+DB_PATH = re.compile(r"/?\d*")  # a URL's path: none, or /<database number>
 
 
 def setup_logging(level: str = "info") -> None:
@@ -98,10 +99,17 @@ def _redis_url_problem(url: str) -> str | None:
     except ConfigError as exc:
         return str(exc)
     for seed in seeds:
+        parts = urlsplit(seed)
         try:
-            urlsplit(seed).port
+            parts.port
         except ValueError:
             return "its port is not a number from 0 to 65535"
+        # What redis-py would read otherwise, quietly: no host is localhost, and a path that is not a number is database 0
+        query = parse_qs(parts.query)
+        if parts.scheme != "unix" and not parts.hostname and "host" not in query:
+            return "it names no host"
+        if parts.scheme != "unix" and "db" not in query and not DB_PATH.fullmatch(unquote(parts.path)):
+            return "its database (the path after the host) is not a database number (0, 1, ...)"
         try:
             parse_url(seed)  # type: ignore[no-untyped-call]
         except ValueError as exc:

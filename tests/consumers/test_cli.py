@@ -246,3 +246,19 @@ def test_a_database_the_server_does_not_have_is_one_line(redis_url: str, prefix:
         assert "Traceback" not in done.stderr
         assert " ".join(done.stderr.split()).startswith("invalid setting redis_url: Redis refused its database number"), done.stderr
 
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("redis://:s3cretPW@:1/0", "it names no host"),  # port 1: before the fix it went to localhost, refused, not some Redis
+    ("rediss://:s3cretPW@:1", "it names no host"),
+    ("redis://:1/0", "it names no host"),
+    ("redis://:s3cretPW@127.0.0.1:1/zero", "its database (the path after the host) is not a database number (0, 1, ...)"),
+    ("redis://:s3cretPW@127.0.0.1:1/0/1", "its database (the path after the host) is not a database number (0, 1, ...)"),
+])
+def test_a_url_redis_py_would_quietly_read_otherwise_is_refused(prefix: str, url: str, problem: str) -> None:
+    # Given a URL with no host (redis-py would use localhost:6379) or a database that is not a number (it would use 0)
+    done = cli(url, prefix, "submit", "echo")
+    # Then nothing is sent anywhere: one line names the problem, without the password
+    assert done.returncode == 2, done.stderr + done.stdout
+    assert " ".join(done.stderr.split()) == f"invalid setting redis_url: {problem}"
+    assert "s3cret" not in done.stderr + done.stdout
+
