@@ -133,9 +133,12 @@ def _read_data(data: str) -> str:
     if not data.startswith("@"):
         return data
     try:
-        return Path(data[1:]).read_text()
+        return Path(data[1:]).read_text(encoding="utf-8")
     except OSError as exc:
-        err.print(f"[red]--data {data}: {exc}[/red]")
+        err.print(f"--data {data}: {exc}", style="red", markup=False, highlight=False)
+        raise typer.Exit(Exit.USAGE) from None
+    except UnicodeDecodeError as exc:  # JSON is UTF-8; a Latin-1 export, say, is not
+        err.print(f"--data {data}: not UTF-8 text ({exc.reason} at byte {exc.start})", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE) from None
 
 

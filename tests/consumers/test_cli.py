@@ -262,3 +262,13 @@ def test_a_url_redis_py_would_quietly_read_otherwise_is_refused(prefix: str, url
     assert " ".join(done.stderr.split()) == f"invalid setting redis_url: {problem}"
     assert "s3cret" not in done.stderr + done.stdout
 
+
+def test_a_data_file_that_is_not_utf8_is_one_line(redis_url: str, prefix: str, tmp_path) -> None:
+    data = tmp_path / "latin1.json"
+    data.write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
+    done = cli(redis_url, prefix, "submit", "echo", "--data", f"@{data}")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    line = " ".join(done.stderr.split())
+    assert line.startswith(f"--data @{data}: not UTF-8 text"), line
+
