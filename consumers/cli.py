@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from pydantic import ValidationError
 
 from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks dead`
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
@@ -182,8 +183,13 @@ def submit(
                 if follow:
                     record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
                                                    show=lambda line: err.print(line, markup=False, highlight=False))
-            except ValueError as exc:
-                err.print(f"[red]{exc}[/red]")
+            except ValidationError as exc:  # pydantic's text is a block with a link: one line per field, as build() says a setting's
+                for e in exc.errors():
+                    err.print(f"invalid {'.'.join(map(str, e['loc'])) or 'request'}: {e['msg'].removeprefix('Value error, ')}",
+                              style="red", markup=False, highlight=False)
+                return Exit.USAGE
+            except ValueError as exc:  # it may quote what was given: printed as is, not as rich markup
+                err.print(str(exc), style="red", markup=False, highlight=False)
                 return Exit.USAGE
         if not wait:
             print(json.dumps({"job_id": published.job_id, "status": published.status, "created": published.created}))

@@ -272,3 +272,16 @@ def test_a_data_file_that_is_not_utf8_is_one_line(redis_url: str, prefix: str, t
     line = " ".join(done.stderr.split())
     assert line.startswith(f"--data @{data}: not UTF-8 text"), line
 
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("--max-attempts", "0"), "invalid max_attempts: Input should be greater than or equal to 1"),
+    (("--timeout-s", "-1"), "invalid timeout_s: Input should be greater than 0"),
+    (("--deadline", "-5"), "invalid deadline: Input should be greater than or equal to 0"),
+    (("--id", "[/x]"), "invalid id: job id must be 1-512 ASCII letters, digits, '_', '.', ':' or '-', got '[/x]'"),
+    (("--priority", "[/x]"), "priority must be one of high, normal, low or 0-10, got '[/x]'"),  # not read as rich markup
+])
+def test_a_request_field_out_of_range_is_one_line(redis_url: str, prefix: str, args: tuple[str, ...], line: str) -> None:
+    # pydantic's own text is four lines with a link to its site
+    done = cli(redis_url, prefix, "submit", "echo", *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == line, done.stderr
