@@ -49,7 +49,7 @@ def worker(
     try:
         registry = load_registry(settings)
     except (ImportError, KeyError) as exc:
-        err.print(f"[red]cannot load agents: {exc}[/red]")
+        err.print(f"cannot load agents: {exc}", style="red", markup=False, highlight=False)  # it quotes --app and --agents as given
         raise typer.Exit(Exit.USAGE) from None
     raise typer.Exit(run(run_worker(settings, registry, llm)))
 

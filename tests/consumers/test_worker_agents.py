@@ -35,6 +35,15 @@ def test_an_unknown_agent_name_lists_the_agents_it_could_serve(redis_url: str, p
     assert "unknown agent 'ordr'" in line and "order" in line.split("known:")[1] and "workflow" in line, line
 
 
+def test_an_app_module_that_does_not_import_is_one_line(redis_url: str, prefix: str) -> None:
+    # Given an --app name with brackets in it (rich markup to the error console)
+    run = subprocess.run(streamcrew_cmd("worker", "--app", "my[/app]", "--redis-url", redis_url, "--prefix", prefix),
+                         capture_output=True, text=True, timeout=60)
+    # Then the worker refuses in one line that names it as given, not with a MarkupError traceback
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip() == "cannot load agents: No module named 'my[/app]'", run.stderr
+
+
 def test_a_design_name_alone_is_enough(redis_url: str, prefix: str, tmp_path) -> None:
     # Given a worker that serves only the first design's name for the order crew
     workers = WorkerFactory(redis_url, prefix, tmp_path)
