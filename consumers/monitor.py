@@ -16,6 +16,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 TITLE = "Queue Performance Report"
 Fetch = Callable[[], Awaitable[dict[str, Any]]]
@@ -62,6 +63,11 @@ def report_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def as_text(*cells: str) -> list[Text]:
+    """Table cells shown as written: tenants, models, agents and errors come from submitters, never rich markup."""
+    return [Text(cell) for cell in cells]
+
+
 def _heading(figures: dict[str, Any]) -> str:
     now = datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"{TITLE} (prefix {figures['prefix']}, {now})"
@@ -78,8 +84,8 @@ def rich_report(figures: dict[str, Any]) -> Panel:
     table.add_column(style="bold")
     table.add_column(justify="right")
     for name, value in report_rows(figures):
-        table.add_row(name, value)
-    return Panel(Group(table), title=_heading(figures), expand=False)
+        table.add_row(*as_text(name, value))
+    return Panel(Group(table), title=Text(_heading(figures)), expand=False)
 
 
 async def monitor(fetch: Fetch, console: Console, *, interval_s: float, once: bool) -> None:

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
-from rich.text import Text
 
-from consumers.monitor import report_rows
+from consumers.monitor import as_text, report_rows
 from streams.envelope import DeadLetter
 from streams.urls import loggable_url
 
@@ -30,14 +29,14 @@ def stats_table(figures: dict[str, Any]) -> Group:
         streams.add_column(column, justify="right" if column not in ("stream", "group") else "left")
     rows = [(name, s) for name, s in figures["lanes"].items()] + [("results", figures["results"])]
     for name, s in rows:
-        streams.add_row(name, s["group"], _num(s["length"]), _num(s["pending"]), _num(s["lag"]),
-                        _num(s["oldest_pending_age_s"]), str(len(s["consumers"])))
+        streams.add_row(*as_text(name, s["group"], _num(s["length"]), _num(s["pending"]), _num(s["lag"]),
+                                 _num(s["oldest_pending_age_s"]), str(len(s["consumers"]))))
     consumers = Table(title="consumers")
     for column in ("stream", "consumer", "pending", "idle s"):
         consumers.add_column(column)
     for name, s in rows:
         for c in s["consumers"]:
-            consumers.add_row(name, c["name"], _num(c["pending"]), _num(c["idle_s"]))
+            consumers.add_row(*as_text(name, c["name"], _num(c["pending"]), _num(c["idle_s"])))
     totals = Table(show_header=False, box=None)
     totals.add_row("dead letters", _num(figures["dead_letters"]))
     totals.add_row("retrying", _num(figures["retrying"]))
@@ -45,7 +44,7 @@ def stats_table(figures: dict[str, Any]) -> Group:
     recent = Table(title=f"latest {figures['window']['results']:,} results", show_header=False)
     for name, value in report_rows(figures):
         if name not in QUEUE_ROWS:
-            recent.add_row(name, value)
+            recent.add_row(*as_text(name, value))
     return Group(streams, consumers, totals, recent)
 
 
@@ -66,7 +65,7 @@ def _when(ms: int) -> str:
 def dead_table(letters: Sequence[DeadLetter]) -> Table:
     table = _letters_table(f"{len(letters)} dead letters", ("agent", "reason", "attempts", "dead at", "error"))
     for d in letters:
-        table.add_row(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), _when(d.dead_at), d.error[:200])
+        table.add_row(*as_text(d.entry_id or "", d.id, d.agent, d.reason, str(d.attempts), _when(d.dead_at), d.error[:200]))
     return table
 
 
@@ -75,6 +74,5 @@ def webhook_dead_table(letters: Sequence[WebhookDeadLetter]) -> Table:
     plain text: the error quotes the receiver's answer and the id is the submitter's, so neither is read as markup."""
     table = _letters_table(f"{len(letters)} webhook dead letters", ("url", "attempts", "last status", "dead at", "error"))
     for d in letters:
-        table.add_row(*(Text(cell) for cell in (d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status),
-                                                _when(d.dead_at), d.error[:200])))
+        table.add_row(*as_text(d.entry_id, d.id, loggable_url(d.url), str(d.attempts), _num(d.last_status), _when(d.dead_at), d.error[:200]))
     return table
