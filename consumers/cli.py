@@ -162,6 +162,7 @@ def submit(
     """Publish one request; prints its job id (and with --wait its result; a workflow's steps as they progress)."""
     from consumers.ops import open_ops
     from consumers.progress import follow_workflow
+    from consumers.webhook_targets import webhook_url_problem
 
     try:
         payload = orjson.loads(_read_data(data))
@@ -170,6 +171,9 @@ def submit(
         raise typer.Exit(Exit.USAGE) from None
     if not isinstance(payload, dict):
         err.print("[red]--data must be a JSON object[/red]")
+        raise typer.Exit(Exit.USAGE)
+    if webhook is not None and (problem := webhook_url_problem(webhook)):  # as POST /jobs answers 422, before anything is queued
+        err.print(f"invalid webhook: {problem}", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 

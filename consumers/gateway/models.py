@@ -8,17 +8,15 @@ from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    AnyHttpUrl,
     BaseModel,
     ConfigDict,
     Field,
     PlainValidator,
     StrictInt,
-    TypeAdapter,
-    ValidationError,
     WithJsonSchema,
 )
 
+from consumers.webhook_targets import webhook_url_problem
 from streams.envelope import MAX_EPOCH_MS, JobResult, Status, encode_data
 from streams.job_ids import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, reserved_id_problem
 from streams.keys import LANES
@@ -27,17 +25,14 @@ from streams.keys import LANES
 ID_PATTERN = JOB_ID_PATTERN
 NAME_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
 ENTRY_ID_PATTERN = r"^\d{1,19}-\d{1,19}$"
-_URL = TypeAdapter(AnyHttpUrl)
 _ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
 _ID = re.compile(ID_PATTERN)
 
 
 def _http_url(value: str) -> str:
     """Validate as an http(s) URL but keep the caller's spelling (pydantic would normalise it)."""
-    try:
-        _URL.validate_python(value)
-    except ValidationError:
-        raise ValueError("webhook must be an absolute http:// or https:// URL") from None
+    if problem := webhook_url_problem(value):
+        raise ValueError(problem)
     return value
 
 

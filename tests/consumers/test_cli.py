@@ -4,6 +4,7 @@ import json
 import subprocess
 
 import pytest
+import redis as sync_redis
 
 from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
@@ -285,3 +286,15 @@ def test_a_request_field_out_of_range_is_one_line(redis_url: str, prefix: str, a
     done = cli(redis_url, prefix, "submit", "echo", *args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == line, done.stderr
+
+
+def test_submit_refuses_a_webhook_that_is_no_http_url_before_queueing(redis_url: str, prefix: str) -> None:
+    # Given webhooks POST /jobs answers 422 for
+    for webhook in ("notaurl", "ftp://example.com/x", "/relative/hook"):
+        # When submit is given one
+        done = cli(redis_url, prefix, "submit", "echo", "--webhook", webhook)
+        # Then it says why in one line, exit 2, and queues nothing
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.strip() == "invalid webhook: webhook must be an absolute http:// or https:// URL", done.stderr
+    with sync_redis.Redis.from_url(redis_url) as client:
+        assert not list(client.scan_iter(match=f"{prefix}:*")), "something was written for the refused requests"
