@@ -120,6 +120,9 @@ def _redis_url_problem(url: str) -> str | None:
 # An outage's errors, but a plain OSError (a file the command reads) is not Redis's.
 REDIS_OUTAGES = tuple(kind for kind in REDIS_DOWN if kind is not OSError)
 NO_SUCH_DB = "DB index is out of range"  # Redis' answer to the SELECT of a URL's database it does not have
+# What Redis answers a client that sent no password (RESP3's HELLO, RESP2's first command): its text names no URL.
+NO_PASSWORD = ("HELLO must be called with the client already authenticated", "NOAUTH", "Authentication required")
+PASSWORD_HINT = "; it asks for a password, and the URL gives none: redis://:PASSWORD@host:port/0 (or redis://USER:PASSWORD@...)"
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -131,7 +134,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return uvloop.run(coro) if uvloop else asyncio.run(coro)
     except RedisConnectionError as exc:
-        err.print(f"[red]cannot reach Redis: {escape(str(exc))}[/red]")
+        hint = PASSWORD_HINT if any(text in str(exc) for text in NO_PASSWORD) else ""
+        err.print(f"[red]cannot reach Redis: {escape(str(exc))}{hint}[/red]")
         raise typer.Exit(Exit.UNAVAILABLE) from None
     except OutOfMemoryError as exc:
         err.print(f"[red]Redis refused a write: it is out of memory ({escape(str(exc))}); free memory or raise maxmemory, then retry[/red]")

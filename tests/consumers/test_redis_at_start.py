@@ -123,3 +123,18 @@ def test_a_wrong_password_still_exits_at_once_with_one_line(redis_binary: str) -
         assert "not-it-s3cret" not in done.stderr + done.stdout
     finally:
         server.close()
+
+
+def test_no_password_for_a_redis_that_wants_one_says_what_the_url_lacks(redis_binary: str) -> None:
+    # Given a Redis that wants a password, and a worker whose URL gives none
+    server = RedisServer(redis_binary).start()
+    try:
+        with sync_redis.Redis(port=server.port) as admin:
+            admin.config_set("requirepass", "the-right-one")
+        done = subprocess.run(streamcrew_cmd("worker"), capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "STREAMCREW_REDIS_URL": f"redis://127.0.0.1:{server.port}/0", "STREAMCREW_METRICS_PORT": "0"})
+        # Then one line, exit 4, naming what is missing (Redis' own text speaks of HELLO and AUTH only)
+        assert done.returncode == 4, done.stderr[-3000:]
+        assert "it asks for a password, and the URL gives none: redis://:PASSWORD@host:port/0" in " ".join(done.stderr.split()), done.stderr[-3000:]
+    finally:
+        server.close()
