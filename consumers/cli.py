@@ -155,7 +155,7 @@ def submit(
     timeout_s: Annotated[float | None, typer.Option("--timeout-s", help="seconds one attempt may run (the agent's default otherwise)")] = None,
     deadline: Annotated[int | None, typer.Option(help="epoch ms; a job not started by then ends expired")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the result and print it")] = False,
-    timeout: Annotated[float, typer.Option(help="seconds --wait waits")] = 300.0,
+    timeout: Annotated[float, typer.Option(min=0, help="seconds --wait waits")] = 300.0,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -233,7 +233,7 @@ def job(
 @app.command()
 def watch(
     from_start: Annotated[bool, typer.Option("--from-start", help="replay the results stream from its start")] = False,
-    count: Annotated[int | None, typer.Option(help="stop after this many results")] = None,
+    count: Annotated[int | None, typer.Option(min=1, help="stop after this many results")] = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:

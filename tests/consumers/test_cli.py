@@ -298,3 +298,14 @@ def test_submit_refuses_a_webhook_that_is_no_http_url_before_queueing(redis_url:
         assert done.stderr.strip() == "invalid webhook: webhook must be an absolute http:// or https:// URL", done.stderr
     with sync_redis.Redis.from_url(redis_url) as client:
         assert not list(client.scan_iter(match=f"{prefix}:*")), "something was written for the refused requests"
+
+
+def test_counts_and_waits_below_their_range_are_usage_errors(prefix: str) -> None:
+    # Given options whose values cannot mean anything (before, --count -1 ended at once with exit 0, and
+    # --timeout -1 waited for nothing and reported a timeout)
+    for args in (("watch", "--count", "0"), ("submit", "echo", "--wait", "--timeout", "-1")):
+        # When given, against a Redis nobody listens on (a usage error comes first)
+        done = cli("redis://127.0.0.1:1/0", prefix, *args)
+        # Then exit 2, naming the option
+        assert done.returncode == 2, (args, done.stderr)
+        assert args[-2] in done.stderr, done.stderr
