@@ -116,6 +116,8 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
     local timeout = redis.call('HGET', h, 'timeout_s')
     if not ended and timeout and timeout ~= '' then
       redis.call('ZADD', timeouts, now + math.floor(tonumber(timeout) * 1000), jid)
+    else  -- an earlier run of this id (its records expired since) may have left its timeout due: not this run's
+      redis.call('ZREM', timeouts, jid)
     end
     out[#out + 1] = {decision, jid, published}
   end

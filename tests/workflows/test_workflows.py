@@ -444,3 +444,24 @@ async def test_a_step_skipped_while_queued_runs_again_on_a_replay_without_its_ol
     # And the workflow completes
     event = await wait_event(redis, keys, "wf-skipped", n=2, timeout=30)
     assert event.status == "completed" and event.result["steps"]["b"]["status"] == "completed", event
+
+
+async def test_an_earlier_runs_timeout_does_not_expire_a_new_workflow_of_its_id(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow with a 3 s timeout that completed at once, and whose records then expired (a job TTL shorter
+    # than the timeout): its timeout is still due in the timeouts set
+    workers.start("--concurrency", "4")
+    old = Workflow("wf-again", timeout_s=3)
+    old.step("quick", "echo", {})
+    await producer.publish_workflow(old)
+    assert (await wait_event(redis, keys, "wf-again")).status == "completed"
+    await redis.delete(keys.job("wf-again"), f"{keys.prefix}:wf:wf-again")  # its records expired
+    # When a new workflow of the same id, without a timeout, runs a step for longer than the old timeout
+    new = Workflow("wf-again")
+    new.step("slow", "echo", {"sleep_s": 5})
+    assert (await producer.publish_workflow(new)).created
+    # Then it completes (before: the earlier run's timeout, still in the set, expired it after 3 s)
+    event = await wait_event(redis, keys, "wf-again", n=2, timeout=30)
+    assert event.status == "completed", event.error
+    assert await redis.zscore(keys.workflow_timeouts, "wf-again") is None
