@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from streams import metrics
 from streams.config import StreamSettings
 from streams.entries import Release
-from streams.envelope import JobRequest, dumps, flat, now_ms
+from streams.envelope import JobRequest, dumps, flat
 from streams.job_ids import JOB_ID_RULE, is_valid_job_id
 from streams.keys import Keys
 from streams.scripts import Scripts
@@ -128,7 +128,7 @@ class WorkflowStarter:
         reply = await self._scripts.wf_expire(
             keys=[keys.workflow_timeouts, keys.results, keys.dead, keys.slot_guard],
             args=[keys.job_prefix, f"{keys.prefix}:requests:", self.settings.max_result_bytes,
-                  self.settings.job_ttl_s, now_ms(), EXPIRE_BATCH, self.worker],
+                  self.settings.job_ttl_s, EXPIRE_BATCH, self.worker],
         )
         for job_id, status, duration_ms in cast(list[list[Any]], reply):
             metrics.workflow_ended(str(status), int(duration_ms))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 
+from streams.config import StreamSettings
 from streams.dead import list_dead, replay, replay_all
 from streams.envelope import JobRequest, now_ms
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
 from streams.workflow import Workflow
+from streams.workflows import WorkflowStarter
 from tests.support import WorkerFactory, wait_results, wait_until
 from tests.workflows.support import event_counts, events_of, start_workers, wait_event
 
@@ -465,3 +469,28 @@ async def test_an_earlier_runs_timeout_does_not_expire_a_new_workflow_of_its_id(
     event = await wait_event(redis, keys, "wf-again", n=2, timeout=30)
     assert event.status == "completed", event.error
     assert await redis.zscore(keys.workflow_timeouts, "wf-again") is None
+
+
+async def test_a_workflow_times_out_by_redis_clock_not_by_a_workers(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory, settings: StreamSettings,
+) -> None:
+    # Given a running workflow with a 60 s timeout (due by Redis' clock, set when it started), one step asleep
+    workers.start("--concurrency", "4")
+    wf = Workflow("wf-skew", timeout_s=60)
+    wf.step("nap", "echo", {"sleep_s": 2})
+    await producer.publish_workflow(wf)
+
+    async def running() -> bool:
+        record = await get_job(redis, keys, "wf-skew")
+        return record is not None and record.status == "running"
+
+    await wait_until(running, timeout=20, what="the workflow to run")
+    # When a worker whose clock runs an hour ahead looks for due timeouts (a host's clock cannot be moved here: the
+    # worker's clock is stood in for)
+    skewed = WorkflowStarter(redis, settings, group="workers", worker="skewed", checker=None,  # type: ignore[arg-type]
+                             reject=None, release=None)  # type: ignore[arg-type]
+    with patch("streams.workflows.now_ms", lambda: now_ms() + 3_600_000, create=True):  # where the worker read its clock
+        ended = await skewed.expire_due(keys)
+    # Then nothing is due yet (before: the workflow ended expired 59 minutes early), and it completes
+    assert ended == 0
+    assert (await wait_event(redis, keys, "wf-skew", timeout=30)).status == "completed"
