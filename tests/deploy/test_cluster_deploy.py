@@ -268,7 +268,9 @@ def test_cluster_overlay_builds_on_the_base_and_names_existing_objects() -> None
     kustomization = overlay()
     assert ".." in kustomization["resources"]
     listed = {r for r in kustomization["resources"] if r != ".."} | {p["path"] for p in kustomization["patches"] if "path" in p}
-    assert listed == {p.name for p in K8S_CLUSTER.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == {p.name for p in K8S_CLUSTER.glob("*.yaml")} - {"kustomization.yaml", "secret-redis-cluster.example.yaml"}
+    # no Secret, listed or patched: an apply would put example values back over the operator's keys
+    assert not [o for r in listed for o in load_yaml_all(K8S_CLUSTER / r) if o.get("kind") == "Secret"]
     base = {(o["kind"], o["metadata"]["name"]) for path in K8S.glob("*.yaml") for o in load_yaml_all(path) if "metadata" in o}
     deleted = set()
     for patch in kustomization["patches"]:
@@ -284,7 +286,7 @@ def test_cluster_overlay_builds_on_the_base_and_names_existing_objects() -> None
 
 
 def test_cluster_overlay_points_processes_and_keda_at_the_same_cluster() -> None:
-    url = only(K8S_CLUSTER / "secret-redis-cluster.yaml", "Secret")["stringData"]["STREAMCREW_REDIS_URL"]
+    url = only(K8S_CLUSTER / "secret-redis-cluster.example.yaml", "Secret")["stringData"]["STREAMCREW_REDIS_URL"]
     host_port = url.split("://", 1)[1].split("@")[-1].split("/")[0]
     addresses = {t["metadata"]["addresses"] for t in only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]}
     assert addresses == {host_port}
