@@ -22,6 +22,8 @@ ROUTING_FIELDS = ("priority", "lane")
 # carrying them would hand its agent forged dependency results and name itself a step of another's workflow).
 RECORD_FIELDS = tuple(name for name in REQUEST_FIELDS if name not in ("parent", "step", "inputs"))
 KEPT_VALUE_CHARS = 65_536
+NUMBER_FIELDS = ("timeout_s", "deadline", "submitted_at")
+MAX_TIMEOUT_S = 86_400  # what the gateway allows one attempt
 WIDE_INTEGER = "value holds an integer beyond 64 bits (it would be read as a float); send it as a string"
 
 
@@ -103,6 +105,11 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
         return Invalid(_describe(exc), str(job_id), agent)
     if isinstance(fields.get("max_attempts"), bool | float):
         return Invalid(f"field 'max_attempts' must be an integer >= 1, got {fields['max_attempts']!r}", str(job_id), agent)
+    for name in NUMBER_FIELDS:  # the lax validation above reads true as 1: a "deadline": true would end the job expired
+        if isinstance(fields.get(name), bool):
+            return Invalid(f"field {name!r} must be a number, got {fields[name]!r}", str(job_id), agent)
+    if request.timeout_s is not None and not request.timeout_s <= MAX_TIMEOUT_S:  # "inf" too: as POST /jobs allows
+        return Invalid(f"field 'timeout_s' must be at most {MAX_TIMEOUT_S} seconds, got {fields['timeout_s']!r}", str(job_id), agent)
     try:
         check_not_generated(request)  # else the Producer refuses the whole batch, again at every redelivery
     except InvalidRequest as exc:

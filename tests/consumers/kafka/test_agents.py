@@ -74,6 +74,10 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     # an integer past 64 bits: orjson reads it as a float, which would change the number the agent gets
     (b'{"agent": "echo", "data": {"order": 123456789012345678901234567890}}', b"bad-wide-int", "beyond 64 bits"),
     (b'{"agent": "echo", "data": "{\\"order\\": 123456789012345678901234567890}"}', b"bad-wide-int-text", "beyond 64 bits"),
+    # true is no number (the lax validation read it as 1: a deadline in 1970, the job expired), nor is an endless timeout
+    (orjson.dumps({"agent": "echo", "data": {}, "deadline": True}), b"bad-bool-deadline", "must be a number"),
+    (orjson.dumps({"agent": "echo", "data": {}, "timeout_s": True}), b"bad-bool-timeout", "must be a number"),
+    (b'{"agent": "echo", "data": {}, "timeout_s": "inf"}', b"bad-inf-timeout", "at most 86400 seconds"),
 ])
 async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
