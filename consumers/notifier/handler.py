@@ -36,6 +36,7 @@ from streams.errors import DecodeError
 from streams.hold import until_refill
 from streams.raw import not_utf8, repaired_fields
 from streams.runtime import Entry, GroupRuntime, Slot
+from streams.sizes import short
 from streams.urls import loggable_url
 
 log = logging.getLogger("streamcrew.notifier")
@@ -43,6 +44,7 @@ log = logging.getLogger("streamcrew.notifier")
 BUSY_DELAY_S = 0.5  # first wait of a delivery parked because its endpoint is busy; doubled each time in a row
 BUSY_DELAY_MAX_S = 30.0
 SUMMARY_S = 10.0
+ID_LOGGED = 200  # a raw result's id has no length bound: a log line quotes its start
 
 
 @dataclass(slots=True)
@@ -148,7 +150,7 @@ class NotifierHandler:
         # Deliveries are the routine: one line each at debug, a summary every SUMMARY_S; anything else at info.
         level = logging.DEBUG if a.kind in (Kind.DELIVERED, Kind.BUSY) else logging.INFO
         if log.isEnabledFor(level):
-            log.log(level, "webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", p.id, loggable(p.url),
+            log.log(level, "webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", short(p.id, ID_LOGGED), loggable(p.url),
                     attempts, a.kind, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
         if a.kind is Kind.DELIVERED:
             metrics.deliveries(Outcome.DELIVERED).inc()
