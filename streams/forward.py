@@ -44,12 +44,14 @@ def home_partition(keys: Keys, partitions: int, raw: Mapping[str, str], request:
 class Forwarder:
     """Moves requests through a :class:`~streams.producer.Producer` of the whole prefix; ``moved(stream, entry_id)``
     then acknowledges the entry, ``refused(stream, lane, entry_id, job_id, raw, why)`` ends it rejected where it is
-    (a producer's refusal, which no retry would change)."""
+    (a producer's refusal, which no retry would change), ``failed(stream, entry_id)`` lets it go unsettled after an
+    error nothing expects (it stays pending, and is taken up again after its lease)."""
 
     def __init__(self, redis: Redis, keys: Keys, partitions: int, *, max_request_bytes: int,
-                 moved: Callable[[str, str], None], refused: Callable[[str, str, str, str, dict[str, str], str], None]) -> None:
+                 moved: Callable[[str, str], None], refused: Callable[[str, str, str, str, dict[str, str], str], None],
+                 failed: Callable[[str, str], None]) -> None:
         self._producer = Producer(redis, keys, max_request_bytes=max_request_bytes, partitions=partitions)
-        self._moved, self._refused = moved, refused
+        self._moved, self._refused, self._failed = moved, refused, failed
         self._told = False
 
     async def move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest,
@@ -64,6 +66,10 @@ class Forwarder:
                 await backoff.failed(exc)
             except StreamcrewError as exc:
                 self._refused(stream, lane, entry_id, job_id, raw, str(exc))
+                return
+            except Exception:  # its slot would be held, and its lease renewed, by a task that ended: pending for good
+                log.exception("job=%s: moving it to its own partition failed; it is taken up again after its lease", job_id)
+                self._failed(stream, entry_id)
                 return
         self._moved(stream, entry_id)
 

@@ -113,7 +113,8 @@ class JobProcessor:
         self.workflows = WorkflowStarter(redis, settings, group=runtime.group, worker=self.worker, checker=executor,
                                          reject=self._reject_invalid, release=runtime.release)
         self._forwarder = Forwarder(redis, keys, settings.partitions, max_request_bytes=settings.max_request_bytes,
-                                    moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid)
+                                    moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
+                                    failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
         self._trimmed_at = 0.0
         self._tally = JobTally()

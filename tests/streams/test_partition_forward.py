@@ -4,6 +4,7 @@ instead of running a second time. Before, it ran where it was written: 404 by id
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from streams.envelope import JobRequest, entry_ms
@@ -114,3 +115,38 @@ def test_only_a_producers_kind_of_request_in_a_wrong_partition_moves() -> None:
     assert home_partition(keys.in_partition(wrong), N, {"agent": "echo", "data": "{}"}, idless) is None
     generated = f"1700000000000-0:{home}"  # a generated id's shape names its partition: producers refuse it, it runs in place
     assert home_partition(keys.in_partition(wrong), N, {**raw, "id": generated}, JobRequest.model_construct(agent="echo", data={}, id=generated)) is None
+
+
+async def test_a_move_that_fails_unexpectedly_is_taken_up_again_not_held_forever(
+        redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Given a misplaced raw XADD, read by a worker of its partition only, whose move fails with an error it does not
+    # expect (a refusal that is no outage: the id's own partition holds a key of another type where a stream goes)
+    keys = Keys(prefix)
+    parts = partition_keys(keys, N)
+    job_id, home, wrong = misplaced_id("unexpected")
+    await redis.set(parts[home].results, "not a stream")
+    await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}", "id": job_id})
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        worker = workers.start("--partitions", str(wrong), "--lease", "1")
+
+        async def delivered() -> bool:
+            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 1
+
+        await wait_until(delivered, timeout=20, what="the entry to be delivered")
+        await asyncio.sleep(1.5)  # the move is tried at once, and refused (past the lease too)
+        # When the cause is gone
+        await redis.delete(parts[home].results)
+
+        # Then the entry is taken up again after its lease and moved (before: its slot was held and its lease renewed
+        # for good, by a task that had ended: pending forever, never moved, a slot of the worker lost)
+        async def moved() -> bool:
+            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 0
+
+        await wait_until(moved, timeout=20, what="the entry to be moved and acknowledged")
+        record = await get_job(redis, keys, job_id, partitions=N)
+        assert record is not None and record.status == "queued"
+        assert await redis.xlen(parts[home].lane("normal")) == 1
+        assert "WRONGTYPE" in worker.log_text(), "the failed move was not logged"
+    finally:
+        workers.close()
