@@ -31,7 +31,8 @@ def home_partition(keys: Keys, partitions: int, raw: Mapping[str, str], request:
 
     Only a producer's kind of request moves: an entry the system wrote again (a retry, a hand-back, a replay: it names
     its first entry in ``source_id``) stays with its job's record, a workflow step with its workflow, and an id a
-    producer would refuse (a generated shape) is run where it is, as before.
+    producer would refuse (a generated shape) is run where it is, as before. (The caller also keeps an entry whose
+    id has a record in ``keys``' partition: a rejection at claim, or a run before moves, is that id's job.)
     """
     if partitions <= 1 or keys.partition is None or request.id is None or SOURCE_FIELD in raw:
         return None

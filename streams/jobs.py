@@ -140,8 +140,8 @@ class JobProcessor:
             job_id = explicit_id(raw) or keys.generated_id(entry_id)
             try:
                 request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
-                if home_partition(keys, self.settings.partitions, raw, request) is not None:  # streams.forward
-                    self._move(stream, lane, entry_id, job_id, raw, request)
+                if home_partition(keys, self.settings.partitions, raw, request) is not None and not await self.redis.exists(keys.job(job_id)):
+                    self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
                 if request.agent == WORKFLOW_AGENT:
                     if request.deadline is None or request.deadline > now_ms():

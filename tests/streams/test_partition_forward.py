@@ -150,3 +150,36 @@ async def test_a_move_that_fails_unexpectedly_is_taken_up_again_not_held_forever
         assert "WRONGTYPE" in worker.log_text(), "the failed move was not logged"
     finally:
         workers.close()
+
+
+async def test_an_id_whose_record_is_in_the_partition_written_to_stays_with_it(
+        redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Given a raw XADD of an id into another partition than its own, rejected there at claim (its data is no JSON):
+    # its one result event is out, and its record lives in the partition it was written to
+    keys = Keys(prefix)
+    parts = partition_keys(keys, N)
+    job_id, home, wrong = misplaced_id("rejected")
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        workers.start()
+        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "not json", "id": job_id})
+
+        async def done(n: int) -> bool:
+            return len(await results_of(redis, keys)) >= n
+
+        await wait_until(lambda: done(1), timeout=30, what=f"the rejection of {job_id}")
+        # When the same id is XADDed again, valid, into that partition, then a sentinel after it into that lane
+        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}", "id": job_id})
+        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}"})
+        await wait_until(lambda: done(2), timeout=30, what="the sentinel's result")
+
+        async def acked() -> bool:
+            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 0
+
+        await wait_until(acked, timeout=10, what="the repeat to be acknowledged")
+        # Then it met its record there: no second run, one result event for the id (before: moved past its record,
+        # it ran in its own partition and yielded a second one, 'completed' after 'rejected')
+        assert [(r["id"], r["status"]) for r in await results_of(redis, keys) if r["id"] == job_id] == [(job_id, "rejected")]
+        assert not await redis.exists(parts[home].job(job_id))
+    finally:
+        workers.close()
