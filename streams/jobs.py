@@ -325,20 +325,30 @@ class JobProcessor:
         now = time.monotonic()
         if self._tally.due(self._summary_every_s) and (line := self._tally.summary()):
             log.info("jobs: %s", line)
-        if now - self._trimmed_at >= TRIM_EVERY_S:
+        trim = now - self._trimmed_at >= TRIM_EVERY_S
+        if trim:
             self._trimmed_at = now
-            for keys in self.partitions:
-                for lane in keys.lanes:
-                    await self._scripts.trim(keys=[lane])
-                await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
-        for keys in self.partitions:
-            await self.workflows.expire_due(keys)
-            while True:
-                moved = await self._scripts.promote(
-                    keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
-                )
-                if int(moved) < PROMOTE_BATCH:
-                    break
+        failed: Exception | None = None
+        for keys in self.partitions:  # one partition's failure (its master away) holds up no other's retries; raised after
+            try:
+                await self._upkeep(keys, trim=trim)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    async def _upkeep(self, keys: Keys, *, trim: bool) -> None:
+        if trim:
+            for lane in keys.lanes:
+                await self._scripts.trim(keys=[lane])
+            await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
+        await self.workflows.expire_due(keys)
+        while True:
+            moved = await self._scripts.promote(
+                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
+            )
+            if int(moved) < PROMOTE_BATCH:
+                break
 
     async def hand_back(self, slots: list[Slot]) -> None:
         """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted."""

@@ -1,6 +1,7 @@
 """A raw XADD whose id belongs in another partition (crc32(id) mod N) is moved there by the worker (contract §10,
 streams.forward): the job is then found by its id alone, and the same id sent again through a producer meets it
-instead of running a second time. Before, it ran where it was written: 404 by id, and a second run."""
+instead of running a second time. Before, it ran where it was written: 404 by id, and a second run.
+Also: one partition's upkeep failing (its master away, a key gone wrong) holds up no other partition's retries."""
 
 from __future__ import annotations
 
@@ -181,5 +182,28 @@ async def test_an_id_whose_record_is_in_the_partition_written_to_stays_with_it(
         # it ran in its own partition and yielded a second one, 'completed' after 'rejected')
         assert [(r["id"], r["status"]) for r in await results_of(redis, keys) if r["id"] == job_id] == [(job_id, "rejected")]
         assert not await redis.exists(parts[home].job(job_id))
+    finally:
+        workers.close()
+
+
+async def test_one_partitions_failing_upkeep_holds_up_no_other_partitions_retries(
+        redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Given partition 0's delayed set broken (a key of the wrong type: every promotion there fails), and a job of
+    # another partition whose first attempt fails
+    keys = Keys(prefix)
+    parts = partition_keys(keys, N)
+    await redis.set(parts[0].delayed, "not a sorted set")
+    job_id = next(j for j in (f"retried-{i}" for i in range(100)) if partition_of(j, N) != 0)
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(N)})
+    try:
+        workers.start()
+        await Producer(redis, keys, partitions=N).publish_many([JobRequest(agent="echo", data={"fail_first": 1}, id=job_id)])
+
+        # When its retry falls due
+        async def completed() -> bool:
+            return any(r["id"] == job_id and r["status"] == "completed" for r in await results_of(redis, keys))
+
+        # Then it is promoted and completes (before: partition 0's failure ended each round of upkeep first)
+        await wait_until(completed, timeout=30, what=f"{job_id}'s retry to run while partition 0's upkeep fails")
     finally:
         workers.close()
