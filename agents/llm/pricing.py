@@ -9,6 +9,7 @@ prices, so the design's "DeepSeek V3.2 at $0.42 against GPT-4o at $15/MTok"
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,20 @@ SEED_PRICES: Mapping[str, Price] = {
 
 
 def _price(model: str, value: Any) -> Price:
+    """A price of finite, non-negative amounts: a negative cost would make every call fail after the
+    provider answered (a Prometheus counter cannot go down), and NaN or infinity would poison the cost metric."""
     try:
         if isinstance(value, Mapping):
-            return Price(float(value["prompt"]), float(value["completion"]))
-        prompt, completion = value
-        return Price(float(prompt), float(completion))
+            price = Price(float(value["prompt"]), float(value["completion"]))
+        else:
+            prompt, completion = value
+            price = Price(float(prompt), float(completion))
     except (KeyError, TypeError, ValueError):
-        raise ConfigError(f"price for {model!r} must be [prompt, completion] or {{'prompt': x, 'completion': y}} USD per million tokens") from None
+        price = None
+    if price is None or not all(math.isfinite(x) and x >= 0 for x in (price.prompt_per_m, price.completion_per_m)):
+        raise ConfigError(f"price for {model!r} must be [prompt, completion] or {{'prompt': x, 'completion': y}} "
+                          "USD per million tokens, each a finite number >= 0")
+    return price
 
 
 class PriceTable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,16 @@ def test_the_worker_exits_at_start_on_a_bad_price_file(tmp_path: Path, monkeypat
     result = CliRunner().invoke(app, ["worker", "--metrics-port", "0"])
     assert result.exit_code == 2, result.output
     assert "cannot read price file" in result.output
+
+
+@pytest.mark.parametrize("price", ["[-1, 2]", "[1, -0.5]", "[Infinity, 1]", "[1, NaN]", '{"prompt": 1, "completion": -Infinity}'])
+def test_a_negative_or_non_finite_price_is_a_settings_error(tmp_path: Path, price: str) -> None:
+    # A negative cost made every call raise after the provider had answered (a Prometheus counter refuses
+    # to go down), and NaN or infinity poisoned the cost metric for good: both must stop the worker at start.
+    path = tmp_path / "prices.json"
+    path.write_text(f'{{"m": {price}}}')
+    with pytest.raises(ValidationError, match="price for 'm' must be"):
+        LLMSettings(price_file=path)
+    if not price.startswith("{"):
+        with pytest.raises(ValidationError, match="price for 'm' must be"):
+            LLMSettings(prices={"m": json.loads(price)})
