@@ -4,12 +4,18 @@ CrewAI calls ``call()`` from a worker thread (its agent steps are sync flow
 methods); the request is handed to the worker's event loop, where the shared
 client applies key rotation, retries, the concurrency cap, metrics and the
 job's cost ledger. The offline model needs no loop and answers in the thread.
+When the job's attempt ends while a step waits (its ``timeout_s``, a drain),
+the crew's runner calls ``abort()``: the call in flight is cancelled on the
+loop and the step's thread gets an error at once, instead of both running on
+to the call's own timeout and retry budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 from crewai import BaseLLM
@@ -28,6 +34,9 @@ class StreamcrewLLM(BaseLLM):
     llm_type: str = "streamcrew"
     _chat_model: ChatModel = PrivateAttr()
     _loop: asyncio.AbstractEventLoop = PrivateAttr()
+    _in_flight: set[Future[ChatResult]] = PrivateAttr(default_factory=set)
+    _aborted: bool = PrivateAttr(default=False)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def bound(cls, chat_model: ChatModel, loop: asyncio.AbstractEventLoop) -> StreamcrewLLM:
@@ -35,6 +44,23 @@ class StreamcrewLLM(BaseLLM):
         llm._chat_model = chat_model
         llm._loop = loop
         return llm
+
+    def abort(self) -> None:
+        """The run this LLM serves has ended: cancel its calls in flight from crew threads, refuse new ones."""
+        with self._lock:
+            self._aborted = True
+            for future in list(self._in_flight):  # cancel() runs the done callback that discards it
+                future.cancel()  # cancels the call's task on the loop; the thread's result() raises
+
+    def _submit(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Future[ChatResult]:
+        """Hand a call from another thread to the loop, unless the run was aborted (checked under the lock abort takes)."""
+        with self._lock:
+            if self._aborted:
+                raise CancelledError("the crew's run has ended")
+            future = asyncio.run_coroutine_threadsafe(_in_ledger(current_ledger.get(), self._chat(messages, tools)), self._loop)
+            self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        return future
 
     def supports_function_calling(self) -> bool:
         return True
@@ -68,8 +94,7 @@ class StreamcrewLLM(BaseLLM):
                 running = None
             if running is self._loop:
                 raise RuntimeError("StreamcrewLLM.call() ran on the event loop's thread; CrewAI should use acall() there")
-            future = asyncio.run_coroutine_threadsafe(_in_ledger(current_ledger.get(), self._chat(msgs, tools)), self._loop)
-            result = future.result()
+            result = self._submit(msgs, tools).result()
         return self._answer(result, available_functions, from_task, from_agent)
 
     async def acall(
@@ -86,8 +111,7 @@ class StreamcrewLLM(BaseLLM):
         if asyncio.get_running_loop() is self._loop:
             result = await self._chat(msgs, tools)
         else:
-            future = asyncio.run_coroutine_threadsafe(_in_ledger(current_ledger.get(), self._chat(msgs, tools)), self._loop)
-            result = await asyncio.wrap_future(future)
+            result = await asyncio.wrap_future(self._submit(msgs, tools))
         return self._answer(result, available_functions, from_task, from_agent)
 
     async def _chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> ChatResult:

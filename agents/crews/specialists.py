@@ -104,7 +104,7 @@ class NoTaskOutputStorage(TaskOutputStorageHandler):
         return None
 
 
-_free: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], list[Crew]]] = weakref.WeakKeyDictionary()
+_free: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], list[tuple[Crew, StreamcrewLLM]]]] = weakref.WeakKeyDictionary()
 
 
 async def run_specialist(kind: str, inputs: dict[str, str]) -> dict[str, Any]:
@@ -113,9 +113,17 @@ async def run_specialist(kind: str, inputs: dict[str, str]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     model = get_model()
     free = _free.setdefault(loop, {}).setdefault((kind, id(model)), [])
-    crew = free.pop() if free else build_crew(kind, StreamcrewLLM.bound(model, loop))
-    output = await crew.akickoff(inputs=inputs)
-    free.append(crew)
+    if free:
+        crew, llm = free.pop()
+    else:
+        llm = StreamcrewLLM.bound(model, loop)
+        crew = build_crew(kind, llm)
+    try:
+        output = await crew.akickoff(inputs=inputs)
+    except BaseException:  # a timeout's cancel stops only this task: the step's thread and its LLM call go on unless aborted
+        llm.abort()
+        raise
+    free.append((crew, llm))
     task_output = output.tasks_output[0] if output.tasks_output else None
     return {
         "agent": kind.removesuffix(ACTION),

@@ -157,3 +157,30 @@ def test_crewai_storage_is_outside_home_unless_set() -> None:
     if storage.name.startswith("streamcrew-crewai-"):
         assert not storage.is_relative_to(Path.home())
         assert TokenManager._get_secure_storage_path().is_relative_to(storage)
+
+
+async def test_a_crew_attempt_that_times_out_cancels_its_llm_call_in_flight() -> None:
+    # Given an endpoint that takes each request and never answers, and a client that would wait 60 s for it
+    received, hung_up = asyncio.Event(), asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        received.set()
+        await reader.read()  # b"" once the client closes the connection: its call was given up
+        hung_up.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configure(LLMSettings(base_url=f"http://127.0.0.1:{port}/v1", api_keys="sk-crew-test-0001", timeout_s=60.0))  # type: ignore[arg-type]
+    try:
+        # When a crew's attempt times out while its step (in a crew thread) waits for the model
+        with pytest.raises(TimeoutError):
+            await run_agent(REGISTRY.get("order"), {"order_id": "ORD-12345"}, ctx("order"), timeout_s=1.0)
+        assert received.is_set()
+        # Then that LLM call is cancelled at once, not left running on the loop to its own timeout
+        await asyncio.wait_for(hung_up.wait(), 5)
+    finally:
+        server.close()
