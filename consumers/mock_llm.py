@@ -106,8 +106,12 @@ class MockLLMApp:
                 delay = self.options.latency_s + (self._rng.uniform(0, self.options.jitter_s) if self.options.jitter_s else 0.0)
                 if delay > 0:
                     await asyncio.sleep(delay)
-                answer = mock_logic.openai_response(request) if path == "/v1/chat/completions" else mock_logic.anthropic_response(request)
-                payload = orjson.dumps(answer)
+                try:
+                    answer = mock_logic.openai_response(request) if path == "/v1/chat/completions" else mock_logic.anthropic_response(request)
+                except (AttributeError, TypeError, ValueError) as exc:  # the wrong shape: a provider's 400, not a crash (a 500 is retried)
+                    status, payload = 400, _error("invalid_request_error", f"malformed request: {type(exc).__name__}")
+                else:
+                    payload = orjson.dumps(answer)
         if self.record:
             self.served.append(Served(time.monotonic(), path, key, status))
         await _respond(send, status, payload, headers)

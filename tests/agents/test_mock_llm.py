@@ -23,6 +23,23 @@ async def test_health_and_unknown_paths(mock_llm: RunningMock) -> None:
         assert answer["object"] == "chat.completion" and answer["usage"]["total_tokens"] > 0
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("body", [
+    {"messages": "hi"},
+    {"messages": [1]},
+    {"messages": {"role": "user"}},
+    {"messages": [{"role": "user", "content": "x"}], "tools": ["lookup_order"]},
+    {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "t", "parameters": {"properties": "x"}},
+                                                                 "name": "t", "input_schema": {"properties": "x"}}]},
+])
+async def test_a_request_of_the_wrong_shape_is_a_400_like_a_providers(mock_llm: RunningMock, path: str, body: dict[str, object]) -> None:
+    # A provider refuses it with a 400, which the client does not retry; a 500 (a crash) would be retried 6 times
+    async with httpx.AsyncClient(base_url=mock_llm.url) as client:
+        response = await client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
 @pytest.mark.parametrize("mock_options", [MockOptions(key_rps=2.0)])
 async def test_per_key_limit_answers_429_with_retry_after(mock_llm: RunningMock) -> None:
     async with httpx.AsyncClient(base_url=mock_llm.url) as client:
