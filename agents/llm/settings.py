@@ -15,7 +15,7 @@ from streams.errors import ConfigError
 class LLMSettings(BaseSettings):
     """How LLM agents reach a model. ``base_url=None`` selects the built-in offline model."""
 
-    model_config = SettingsConfigDict(env_prefix="STREAMCREW_LLM_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="STREAMCREW_LLM_", extra="ignore", hide_input_in_errors=True)  # inputs hold keys
 
     base_url: str | None = Field(
         None,
@@ -77,6 +77,16 @@ class LLMSettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_fit_a_header(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        """A key with a control character (keys one per line, not comma-separated) made every call raise
+        ValueError in aiohttp's header check: refused at start, naming the key by its label only."""
+        for i, key in enumerate(keys, start=1):
+            if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key.get_secret_value()):
+                raise ValueError(f"key#{i} holds a control character (a line break?); separate keys with commas")
+        return keys
 
     @field_validator("base_url", mode="before")
     @classmethod

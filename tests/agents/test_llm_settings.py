@@ -42,3 +42,11 @@ def test_a_negative_or_non_finite_price_is_a_settings_error(tmp_path: Path, pric
     if not price.startswith("{"):
         with pytest.raises(ValidationError, match="price for 'm' must be"):
             LLMSettings(prices={"m": json.loads(price)})
+
+
+def test_keys_given_one_per_line_are_a_settings_error_that_shows_no_key() -> None:
+    # One per line (a secret file) made one key with a line break: every call then raised aiohttp's ValueError
+    with pytest.raises(ValidationError, match="key#1 holds a control character") as caught:
+        LLMSettings(base_url="http://127.0.0.1:9/v1", api_keys="sk-first-0123456789\nsk-second-0123456789")  # type: ignore[arg-type]
+    assert "0123456789" not in str(caught.value)
+    assert len(LLMSettings(api_keys="sk-first-0123456789,\nsk-second-0123456789\n").api_keys) == 2  # type: ignore[arg-type]
