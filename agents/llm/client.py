@@ -144,10 +144,11 @@ class LLMClient:
                 raise LLMRequestError(f"{self.model}: provider refused the request: {last}", status)
             backoff = min(s.max_backoff_s, s.backoff_s * 2 ** (attempts - 1)) * (0.5 + self._rng.random())
             log.debug("llm retry model=%s key=%s status=%s attempt=%d", self.model, key.label, outcome.status, attempts)
+            if status == 429:  # on the last try too: the next call must not send the benched key
+                self.keys.cool_down(key, outcome.retry_after_s if outcome.retry_after_s is not None else backoff)
             if attempts > s.max_retries:
                 break
             if status == 429:
-                self.keys.cool_down(key, outcome.retry_after_s if outcome.retry_after_s is not None else backoff)
                 continue  # the next key goes at once; acquire() waits if all are cooling
             delay = outcome.retry_after_s if outcome.retry_after_s is not None else backoff
             if time.monotonic() + delay > deadline:

@@ -89,6 +89,27 @@ async def test_a_hostile_retry_after_never_benches_the_key_beyond_the_cap(peer: 
     assert time.monotonic() - started < 3.0
 
 
+async def test_a_429_on_the_last_try_still_cools_the_key_down(peer: Start) -> None:
+    # Given one key, no retries, and an endpoint that answers 429 with Retry-After: 20 (the cap is 30 here)
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(429, b"{}", headers="retry-after: 20\r\n"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, max_retries=0, max_backoff_s=30.0, retry_budget_s=2.0)
+    try:
+        # When a call gets that 429 on its only try, and a second call follows
+        with pytest.raises(LLMUnavailable, match="HTTP 429"):
+            await client.chat(HELLO)
+        with pytest.raises(LLMUnavailable, match="every API key is cooling down") as caught:
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the second call does not send the key the provider just benched for 20 s
+    assert p.requests == 1, caught.value
+
+
 async def test_an_unreachable_endpoint_is_named_in_the_error_without_credentials(caplog: pytest.LogCaptureFixture, refusing_port: int) -> None:
     # Given an endpoint URL with credentials, where nothing listens
     port = refusing_port
