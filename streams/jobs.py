@@ -27,6 +27,7 @@ from streams.errors import DecodeError, Reject, RetryLater
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys
+from streams.outage import REDIS_DOWN, Backoff
 from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -176,7 +177,7 @@ class JobProcessor:
             for c in claimed
         ]
         args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
-        reply = await self._scripts.start(keys=[stream, self._keys_of[stream].slot_guard], args=args)
+        reply = await self._start_call([stream, self._keys_of[stream].slot_guard], args)
         for c, (decision, attempts, used, job_id, first_started, before) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
@@ -192,6 +193,21 @@ class JobProcessor:
                              usage=parse_usage(before), error=error, dead_reason="exhausted")
             else:
                 self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error="deadline passed before the job started", dead_reason="expired")
+
+    async def _start_call(self, keys: list[str], args: list[str | int]) -> Any:
+        """start.lua, sent again with the same arguments while Redis is down: a call whose every copy went unanswered
+        may have run, and start.lua knows its own earlier run only by this worker and this ``now``. Tried again with a
+        later ``now`` (the read loop's retry of the whole batch), it counted a second attempt, and a job allowed one
+        ended ``exhausted`` without ever running."""
+        backoff = Backoff(f"{self.runtime.group}/{self.worker} start")
+        while True:
+            try:
+                reply = await self._scripts.start(keys=keys, args=args)
+            except REDIS_DOWN as exc:
+                await backoff.failed(exc)
+                continue
+            backoff.ok()
+            return reply
 
     # -- one attempt ---------------------------------------------------------
 

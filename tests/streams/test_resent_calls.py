@@ -5,19 +5,24 @@ replay reported done."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
 from redis.asyncio import Redis
 
+from streams.config import StreamSettings
 from streams.dead import replay
 from streams.embedded import RedisServer
-from streams.envelope import DeadLetter, flat
+from streams.envelope import DeadLetter, JobRequest, flat
+from streams.jobs import JobProcessor
 from streams.keys import Keys
 from streams.producer import Producer
+from streams.runtime import GroupRuntime
 from streams.scripts import Scripts
-from tests.support import StallsBeforeScript, evalsha_calls, impatient_client, stall_redis
+from tests.support import StallsBeforeScript, evalsha_calls, impatient_client, stall_redis, wait_results
 
 STALL_MS = 1500
 
@@ -117,4 +122,48 @@ async def test_a_replay_sent_again_during_a_stall_reports_the_replay(own_redis: 
     assert [f["id"] for _, f in await client.xrange(keys.lane("normal"))] == ["again"]
     assert await client.xlen(keys.dead) == 0
     assert await client.hget(keys.job("again"), "status") == "queued"
+    await client.aclose()
+
+
+class Echo:
+    """The job executor of a worker serving one agent that answers at once (the worker's plug, not a stand-in for Redis)."""
+
+    def check(self, request: JobRequest) -> str | None:
+        return None
+
+    def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
+        return None
+
+    def max_attempts(self, request: JobRequest) -> int:
+        return request.max_attempts or 3
+
+    async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
+        return {"echo": request.data, "attempt": attempt}, None
+
+
+async def test_a_start_whose_copies_all_went_unanswered_is_not_a_second_attempt(own_redis: RedisServer) -> None:
+    # Given a job allowed one attempt, read by a worker whose client gives a reply up after 0.5 s (and sends it again twice)
+    keys = Keys("restarted")
+    client = StallsBeforeScript.to(own_redis)
+    settings = StreamSettings(redis_url=own_redis.url, prefix=keys.prefix)
+    runtime = GroupRuntime(client, streams=keys.lanes, group="workers", consumer="w1", concurrency=4, lease_s=30, block_ms=100)
+    processor = JobProcessor(client, keys, settings, runtime, Echo())
+    writer = asyncio.create_task(processor.settler.run())
+    published = await Producer(client, keys).publish("echo", {"n": 1}, id="one-try", max_attempts=1)
+    lane = keys.lane("normal")
+    ((_, entries),) = await client.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    await client.script_load(Scripts(client).start.script)  # loaded: the copies run it rather than answer NOSCRIPT
+    # When Redis stalls 3 s as its start call is sent: every copy goes unanswered within redis-py's retries, so the
+    # worker tries the start again, and Redis runs all of them once it is back
+    client.armed_ms = 3000
+    try:
+        await runtime.deliver(lane, entries, reclaimed=False)
+    finally:
+        if client.stall is not None:
+            await client.stall
+    # Then the job runs and completes in its one attempt: the start tried again is not a second attempt
+    ended = await wait_results(client, keys, 1, timeout=10)
+    await processor.settler.close(writer)
+    assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
+    assert await client.hget(keys.job("one-try"), "attempts") == "1"
     await client.aclose()
