@@ -300,6 +300,18 @@ class GroupRuntime:
                 fresh.append((eid, fields))
         if not fresh:
             return
+        handing = asyncio.ensure_future(self._hand_on(stream, fresh, reclaimed))
+        try:
+            await asyncio.shield(handing)
+        except asyncio.CancelledError:
+            # The drain cancels the read loop: entries held here are handed on all the same, so their work is
+            # finished or handed back. Cancelled midway, a start that ran unseen left a job running under no slot's
+            # work, pending until the lease, its attempt counted; a second cancellation (the process ending) stops it.
+            await asyncio.gather(handing, return_exceptions=True)
+            raise
+
+    async def _hand_on(self, stream: str, fresh: list[Entry], reclaimed: bool) -> None:
+        """Hand held entries to the handler, riding out Redis outages."""
         assert self.handler is not None
         backoff = Backoff(f"{self.group}/{self.consumer} start")
         while True:

@@ -22,7 +22,7 @@ from streams.keys import Keys
 from streams.producer import Producer
 from streams.runtime import GroupRuntime
 from streams.scripts import Scripts
-from tests.support import StallsBeforeScript, evalsha_calls, impatient_client, stall_redis, wait_results
+from tests.support import StallsBeforeScript, evalsha_calls, impatient_client, stall_redis, wait_results, wait_until
 
 STALL_MS = 1500
 
@@ -166,4 +166,35 @@ async def test_a_start_whose_copies_all_went_unanswered_is_not_a_second_attempt(
     await processor.settler.close(writer)
     assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
     assert await client.hget(keys.job("one-try"), "attempts") == "1"
+    await client.aclose()
+
+
+async def test_a_drain_while_a_start_call_is_under_way_finishes_the_job(own_redis: RedisServer) -> None:
+    # Given a worker reading with a 120 s lease, whose next script call (the start of the job it reads) meets a 1 s stall
+    keys = Keys("drained")
+    client = StallsBeforeScript.to(own_redis, timeout_s=5)  # patient: the call is sent once
+    settings = StreamSettings(redis_url=own_redis.url, prefix=keys.prefix)
+    runtime = GroupRuntime(client, streams=keys.lanes, group="workers", consumer="w1", concurrency=4, lease_s=120,
+                           block_ms=100, tick_s=3600)  # no upkeep script before the start's
+    processor = JobProcessor(client, keys, settings, runtime, Echo())
+    writer = asyncio.create_task(processor.settler.run())
+    reader = asyncio.create_task(runtime.run())
+    await client.script_load(Scripts(client).start.script)
+    client.armed_ms = 1000
+    async with Redis.from_url(own_redis.url, decode_responses=True) as producer_client:
+        published = await Producer(producer_client, keys).publish("echo", {"n": 1}, id="mid-start")
+    await wait_until(lambda: client.stall is not None, timeout=10, what="the start call to meet the stall")
+    # When the worker drains (SIGTERM) while that start call is under way
+    try:
+        finished, handed_back = await runtime.drain(5)
+    finally:
+        assert client.stall is not None
+        await client.stall
+    await processor.settler.close(writer)
+    await asyncio.gather(reader, return_exceptions=True)
+    # Then the job it started is not left running unseen until the lease: it finished within the grace, in one attempt
+    assert (finished, handed_back) == (1, 0)
+    ended = await wait_results(client, keys, 1, timeout=5)
+    assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
+    assert (await client.xpending(keys.lane("normal"), "workers"))["pending"] == 0
     await client.aclose()
