@@ -235,9 +235,12 @@ class JobProcessor:
             self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output,
                          usage=add_usage(run.usage_before, spent), report=report)
         except asyncio.CancelledError as exc:
-            outcome = "cancelled"  # handed back by the drain: its calls were paid, the next attempt adds to them
-            run.usage_before = add_usage(run.usage_before, of_failure(exc))
-            raise
+            if not _being_cancelled():  # the agent's own (it awaited a task cancelled under it): a failed attempt
+                outcome = self._fail_or_retry(run, f"CancelledError raised by the agent (its job was not cancelled) {exc}".rstrip(), exc, report=report)
+            else:
+                outcome = "cancelled"  # handed back by the drain: its calls were paid, the next attempt adds to them
+                run.usage_before = add_usage(run.usage_before, of_failure(exc))
+                raise
         except Reject as exc:
             outcome = "rejected"
             self._finish(c, Status.REJECTED, attempts=run.attempt, started_at=run.started_at, error=exc.reason, dead_reason="rejected",
@@ -399,6 +402,13 @@ def explicit_id(raw: Mapping[str, str]) -> str | None:
     if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
         return None
     return job_id
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task was cancelled (the drain, a run taken over), rather than handed a CancelledError
+    by the code it awaits. Taken for a cancellation, an agent's own left its job held, renewed, with no result."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _readded(c: Claimed) -> dict[str, str]:
