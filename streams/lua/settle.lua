@@ -8,8 +8,8 @@
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
 --   ["handback", lane, eid, src, jid, [k, v, ...], usage]           re-add to the lane at once, attempt not counted (fenced)
 --   ["drop", lane, eid]                                             ack only (duplicates)
--- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done op that
--- finds its own result already written, as a copy of this call does, answers 1 all the same).
+-- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
+-- that finds its own write already made, as a copy of this call does, answers 1 all the same).
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
 -- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
@@ -86,8 +86,11 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     end
   elseif kind == 'retry' then
     local jid = op[5]
-    if fenced(jid, op[4]) then
-      out[#out + 1] = 0
+    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source')
+    if fenced_by(rec, op[4]) then
+      -- 1 when this very op ran before (a copy of the call): its retry waits in the delayed set, due when it said
+      local mine = rec[1] == 'retrying' and rec[2] == 'delayed' and redis.call('ZSCORE', delayed, op[7]) == op[6]
+      out[#out + 1] = mine and 1 or 0
     else
       redis.call('ZADD', delayed, op[6], op[7])
       local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed'}

@@ -198,3 +198,29 @@ async def test_a_drain_while_a_start_call_is_under_way_finishes_the_job(own_redi
     assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
     assert (await client.xpending(keys.lane("normal"), "workers"))["pending"] == 0
     await client.aclose()
+
+
+async def test_a_retry_settle_sent_again_answers_written_and_schedules_once(redis: Redis, keys: Keys, producer: Producer) -> None:
+    # Given a job w1 started whose attempt failed, its retry settle ready
+    published = await producer.publish("echo", {}, id="retried-once")
+    lane = keys.lane("normal")
+    ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    entry_id = entries[0][0]
+    scripts = Scripts(redis)
+    entry = [entry_id, published.job_id, "echo", "1", "3", "", "1", "", "", ""]
+    await scripts.start(keys=[lane, keys.slot_guard], args=[keys.job_prefix, "normal", 1_700_000_000_123, "w1", orjson.dumps([entry]).decode()])
+    member = orjson.dumps({"lane": "normal", "id": "retried-once", "fields": {"agent": "echo", "data": "{}", "id": "retried-once"}}).decode()
+    op = ["retry", lane, entry_id, f"normal/{entry_id}", "retried-once", "1700000001000", member, "boom", ""]
+    args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]
+    settle_keys = [keys.results, keys.dead, keys.delayed, keys.slot_guard]
+    # When the settle call runs twice, as a call sent again after a lost reply does
+    first = await scripts.settle(keys=settle_keys, args=args)
+    again = await scripts.settle(keys=settle_keys, args=args)
+    # Then both say written (the worker logs no "fenced"), and the retry is scheduled once
+    assert first == again == [1]
+    assert await redis.zrange(keys.delayed, 0, -1) == [member]
+    assert await redis.hget(keys.job("retried-once"), "status") == "retrying"
+    # While another ending of the same attempt (another due time) is still fenced
+    late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([[*op[:5], "1700000002000", *op[6:]]]).decode()])
+    assert late == [0]
+    assert await redis.zscore(keys.delayed, member) == 1700000001000
