@@ -28,21 +28,19 @@ from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys
 from streams.outage import REDIS_DOWN, Backoff
-from streams.retention import trim_results
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
 from streams.superseded import runs_ended_elsewhere
 from streams.sizes import bounded_error, short, too_large
 from streams.tally import JobTally
+from streams.upkeep import Upkeep
 from streams.usage import add as add_usage, of_failure, parse as parse_usage, stored as stored_usage
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
 
 log = logging.getLogger("streamcrew.jobs")
 
-PROMOTE_BATCH = 500
-TRIM_EVERY_S = 1.0
 UNKNOWN_AGENT_LABEL = "_unknown"
 SUMMARY_EVERY_S = 10.0
 RECLAIM_IDS_LOGGED = 10  # job ids named in a reclaim line; the count says how many more
@@ -117,7 +115,7 @@ class JobProcessor:
                                     moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
                                     failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
-        self._trimmed_at = 0.0
+        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions)
         self._tally = JobTally()
         self._summary_every_s = summary_every_s
         runtime.handler = self
@@ -339,35 +337,10 @@ class JobProcessor:
     # -- upkeep and drain ----------------------------------------------------
 
     async def tick(self) -> None:
-        """Per partition: end timed-out workflows, move due retries back to their lanes, trim acked entries (any worker
-        may; each atomic); log the summary."""
-        now = time.monotonic()
+        """Log the summary when due; then the partitions' upkeep (streams.upkeep)."""
         if self._tally.due(self._summary_every_s) and (line := self._tally.summary()):
             log.info("jobs: %s", line)
-        trim = now - self._trimmed_at >= TRIM_EVERY_S
-        if trim:
-            self._trimmed_at = now
-        failed: Exception | None = None
-        for keys in self.partitions:  # one partition's failure (its master away) holds up no other's retries; raised after
-            try:
-                await self._upkeep(keys, trim=trim)
-            except Exception as exc:
-                failed = failed or exc
-        if failed is not None:
-            raise failed
-
-    async def _upkeep(self, keys: Keys, *, trim: bool) -> None:
-        if trim:
-            for lane in keys.lanes:
-                await self._scripts.trim(keys=[lane])
-            await trim_results(self._scripts, keys, keep=self.settings.results_maxlen, hard_cap=self.settings.results_hard_maxlen)
-        await self.workflows.expire_due(keys)
-        while True:
-            moved = await self._scripts.promote(
-                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
-            )
-            if int(moved) < PROMOTE_BATCH:
-                break
+        await self._upkeep.run()
 
     async def hand_back(self, slots: list[Slot]) -> None:
         """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted."""

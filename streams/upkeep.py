@@ -1,0 +1,58 @@
+"""The upkeep of a prefix's partitions that any worker may do, each step one atomic script.
+
+Per partition: end workflows whose timeout passed, move due retries back to their lanes, trim acknowledged
+entries. Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
+no other partition's retries; the first failure is raised once the others are done, for the caller's backoff.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from streams.config import StreamSettings
+from streams.envelope import now_ms
+from streams.keys import Keys
+from streams.retention import trim_results
+from streams.scripts import Scripts
+from streams.workflows import WorkflowStarter
+
+PROMOTE_BATCH = 500
+TRIM_EVERY_S = 1.0
+
+
+class Upkeep:
+    def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys]) -> None:
+        self._scripts = scripts
+        self._workflows = workflows
+        self._settings = settings
+        self._partitions = partitions
+        self._trimmed_at = 0.0
+
+    async def run(self) -> None:
+        """One round over every partition (trimming at most every TRIM_EVERY_S)."""
+        now = time.monotonic()
+        trim = now - self._trimmed_at >= TRIM_EVERY_S
+        if trim:
+            self._trimmed_at = now
+        failed: Exception | None = None
+        for keys in self._partitions:
+            try:
+                await self._partition(keys, trim=trim)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    async def _partition(self, keys: Keys, *, trim: bool) -> None:
+        if trim:
+            for lane in keys.lanes:
+                await self._scripts.trim(keys=[lane])
+            await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)
+        await self._workflows.expire_due(keys)
+        while True:
+            moved = await self._scripts.promote(
+                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
+            )
+            if int(moved) < PROMOTE_BATCH:
+                break
