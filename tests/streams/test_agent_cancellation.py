@@ -14,20 +14,12 @@ from streams.jobs import JobProcessor
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.runtime import GroupRuntime
+from tests.streams.test_resent_calls import Echo
 from tests.support import serving, wait_results
 
 
-class CancelledOnce:
+class CancelledOnce(Echo):
     """Runs an agent whose first attempt awaits a task that was cancelled under it."""
-
-    def check(self, request: JobRequest) -> str | None:
-        return None
-
-    def check_step(self, agent: str, data: dict[str, Any]) -> str | None:
-        return None
-
-    def max_attempts(self, request: JobRequest) -> int:
-        return request.max_attempts or 3
 
     async def execute(self, request: JobRequest, job_id: str, attempt: int, max_attempts: int) -> tuple[Any, dict[str, Any] | None]:
         if attempt == 1:

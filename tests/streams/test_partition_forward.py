@@ -29,6 +29,24 @@ async def results_of(redis, keys: Keys) -> list[dict[str, str]]:  # type: ignore
     return [fields for k in partition_keys(keys, N) for _, fields in await redis.xrange(k.results)]
 
 
+async def at_least(redis, keys: Keys, n: int) -> bool:  # type: ignore[no-untyped-def]
+    return len(await results_of(redis, keys)) >= n
+
+
+async def repeat_then_sentinel(redis, keys: Keys, job_id: str, into: int) -> None:  # type: ignore[no-untyped-def]
+    """XADD ``job_id`` (valid) into partition ``into``'s normal lane, then an id-less sentinel behind it; wait until
+    the sentinel's result is in (one more result than before) and the lane has nothing pending."""
+    lane = partition_keys(keys, N)[into].lane("normal")
+    before = len(await results_of(redis, keys))
+    await redis.xadd(lane, {"agent": "echo", "data": "{}", "id": job_id})
+    await redis.xadd(lane, {"agent": "echo", "data": "{}"})
+
+    async def sentinel_in_and_acked() -> bool:
+        return len(await results_of(redis, keys)) > before and (await redis.xpending(lane, "workers"))["pending"] == 0
+
+    await wait_until(sentinel_in_and_acked, timeout=30, what=f"the sentinel behind the repeat of {job_id}, and both acked")
+
+
 async def test_a_raw_xadd_into_another_partition_runs_once_in_its_own_and_is_found_by_id(
         redis, redis_url: str, prefix: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # Given a raw XADD of an id into a partition that is not the id's own, with a first attempt that fails
@@ -82,21 +100,10 @@ async def test_a_raw_xadd_repeating_a_finished_job_in_another_partition_yields_n
     try:
         workers.start()
         await Producer(redis, keys, partitions=N).publish_many([JobRequest(agent="echo", data={}, id=job_id)])
-
-        async def done(n: int) -> bool:
-            return len(await results_of(redis, keys)) >= n
-
-        await wait_until(lambda: done(1), timeout=30, what=f"the result of {job_id}")
+        await wait_until(lambda: at_least(redis, keys, 1), timeout=30, what=f"the result of {job_id}")
         # When the same id is XADDed raw into another partition's lane, then a sentinel after it into that lane
-        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}", "id": job_id})
-        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}"})
-        await wait_until(lambda: done(2), timeout=30, what="the sentinel's result")
-
+        await repeat_then_sentinel(redis, keys, job_id, wrong)
         # Then the raw copy was acknowledged without a second run or record
-        async def acked() -> bool:
-            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 0
-
-        await wait_until(acked, timeout=10, what="the raw copy to be acknowledged")
         assert [r["id"] for r in await results_of(redis, keys)].count(job_id) == 1
         assert not await redis.exists(parts[wrong].job(job_id))
     finally:
@@ -164,20 +171,9 @@ async def test_an_id_whose_record_is_in_the_partition_written_to_stays_with_it(
     try:
         workers.start()
         await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "not json", "id": job_id})
-
-        async def done(n: int) -> bool:
-            return len(await results_of(redis, keys)) >= n
-
-        await wait_until(lambda: done(1), timeout=30, what=f"the rejection of {job_id}")
+        await wait_until(lambda: at_least(redis, keys, 1), timeout=30, what=f"the rejection of {job_id}")
         # When the same id is XADDed again, valid, into that partition, then a sentinel after it into that lane
-        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}", "id": job_id})
-        await redis.xadd(parts[wrong].lane("normal"), {"agent": "echo", "data": "{}"})
-        await wait_until(lambda: done(2), timeout=30, what="the sentinel's result")
-
-        async def acked() -> bool:
-            return (await redis.xpending(parts[wrong].lane("normal"), "workers"))["pending"] == 0
-
-        await wait_until(acked, timeout=10, what="the repeat to be acknowledged")
+        await repeat_then_sentinel(redis, keys, job_id, wrong)
         # Then it met its record there: no second run, one result event for the id (before: moved past its record,
         # it ran in its own partition and yielded a second one, 'completed' after 'rejected')
         assert [(r["id"], r["status"]) for r in await results_of(redis, keys) if r["id"] == job_id] == [(job_id, "rejected")]

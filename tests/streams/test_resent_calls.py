@@ -70,15 +70,21 @@ async def test_a_start_sent_again_counts_one_attempt(redis: Redis, keys: Keys, p
     assert await redis.hget(keys.job("once-only"), "attempts") == "1"
 
 
-async def test_a_settle_sent_again_answers_written_and_writes_once(redis: Redis, keys: Keys, producer: Producer) -> None:
-    # Given a job w1 started and finished, its settle call ready
-    published = await producer.publish("echo", {}, id="settled-once")
+async def started_by_w1(redis: Redis, keys: Keys, job_id: str) -> tuple[str, str, Scripts]:
+    """The normal lane's next entry (``job_id``'s) read by consumer w1 and started (start.lua), as a worker would."""
     lane = keys.lane("normal")
     ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
     entry_id = entries[0][0]
     scripts = Scripts(redis)
-    entry = [entry_id, published.job_id, "echo", "1", "3", "", "1", "", "", ""]
+    entry = [entry_id, job_id, "echo", "1", "3", "", "1", "", "", ""]
     await scripts.start(keys=[lane, keys.slot_guard], args=[keys.job_prefix, "normal", 1_700_000_000_123, "w1", orjson.dumps([entry]).decode()])
+    return lane, entry_id, scripts
+
+
+async def test_a_settle_sent_again_answers_written_and_writes_once(redis: Redis, keys: Keys, producer: Producer) -> None:
+    # Given a job w1 started and finished, its settle call ready
+    published = await producer.publish("echo", {}, id="settled-once")
+    lane, entry_id, scripts = await started_by_w1(redis, keys, published.job_id)
     result = flat({"id": "settled-once", "agent": "echo", "status": "completed", "result": "{}", "attempts": "1",
                    "submitted_at": "1", "started_at": "1700000000123", "finished_at": "1700000000200", "worker": "w1"})
     op = ["done", lane, entry_id, f"normal/{entry_id}", "settled-once", result, [], ""]
@@ -203,12 +209,7 @@ async def test_a_drain_while_a_start_call_is_under_way_finishes_the_job(own_redi
 async def test_a_retry_settle_sent_again_answers_written_and_schedules_once(redis: Redis, keys: Keys, producer: Producer) -> None:
     # Given a job w1 started whose attempt failed, its retry settle ready
     published = await producer.publish("echo", {}, id="retried-once")
-    lane = keys.lane("normal")
-    ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
-    entry_id = entries[0][0]
-    scripts = Scripts(redis)
-    entry = [entry_id, published.job_id, "echo", "1", "3", "", "1", "", "", ""]
-    await scripts.start(keys=[lane, keys.slot_guard], args=[keys.job_prefix, "normal", 1_700_000_000_123, "w1", orjson.dumps([entry]).decode()])
+    lane, entry_id, scripts = await started_by_w1(redis, keys, published.job_id)
     member = orjson.dumps({"lane": "normal", "id": "retried-once", "fields": {"agent": "echo", "data": "{}", "id": "retried-once"}}).decode()
     op = ["retry", lane, entry_id, f"normal/{entry_id}", "retried-once", "1700000001000", member, "boom", ""]
     args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]

@@ -36,6 +36,15 @@ async def wait_event(redis: Any, keys: Keys, job_id: str, *, timeout: float = 30
     return (await events_of(redis, keys, job_id))[n - 1]
 
 
+async def wait_running(redis: Any, keys: Keys, job_id: str, *, timeout: float = 20.0) -> None:
+    """Until the record of ``job_id`` (a workflow, or a step) says running."""
+    async def running() -> bool:
+        record = await get_job(redis, keys, job_id)
+        return record is not None and record.status == "running"
+
+    await wait_until(running, timeout=timeout, what=f"{job_id} running")
+
+
 async def event_counts(redis: Any, keys: Keys) -> Counter[str]:
     return Counter(r.id for r in await results(redis, keys))
 

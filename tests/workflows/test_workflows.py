@@ -15,7 +15,7 @@ from streams.records import get_job
 from streams.workflow import Workflow
 from streams.workflows import WorkflowStarter
 from tests.support import WorkerFactory, wait_results, wait_until
-from tests.workflows.support import event_counts, events_of, start_workers, wait_event
+from tests.workflows.support import event_counts, events_of, start_workers, wait_event, wait_running
 
 
 def design_graph(wf_id: str, agent: str, data: dict) -> Workflow:  # type: ignore[type-arg]
@@ -382,12 +382,7 @@ async def test_replaying_a_workflow_whose_steps_all_completed_after_it_expired_e
     wf = Workflow("wf-late", timeout_s=60)
     wf.step("nap", "echo", {"sleep_s": 2})
     await producer.publish_workflow(wf)
-
-    async def napping() -> bool:
-        record = await get_job(redis, keys, "wf-late::nap")
-        return record is not None and record.status == "running"
-
-    await wait_until(napping, timeout=20, what="the step running")
+    await wait_running(redis, keys, "wf-late::nap")
     await redis.zadd(keys.workflow_timeouts, {"wf-late": 0})  # its timeout due now: expired while the step sleeps
     assert (await wait_event(redis, keys, "wf-late", timeout=20)).status == "expired"
     assert (await wait_event(redis, keys, "wf-late::nap", timeout=20)).status == "completed"
@@ -479,12 +474,7 @@ async def test_a_workflow_times_out_by_redis_clock_not_by_a_workers(
     wf = Workflow("wf-skew", timeout_s=60)
     wf.step("nap", "echo", {"sleep_s": 2})
     await producer.publish_workflow(wf)
-
-    async def running() -> bool:
-        record = await get_job(redis, keys, "wf-skew")
-        return record is not None and record.status == "running"
-
-    await wait_until(running, timeout=20, what="the workflow to run")
+    await wait_running(redis, keys, "wf-skew")
     # When a worker whose clock runs an hour ahead looks for due timeouts (a host's clock cannot be moved here: the
     # worker's clock is stood in for)
     skewed = WorkflowStarter(redis, settings, group="workers", worker="skewed", checker=None,  # type: ignore[arg-type]
