@@ -30,6 +30,7 @@ WORKFLOW_INPUTS_SHARES = 16  # workflow.lua's WF_INPUTS_SHARES: the workflow's s
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
 MAX_EPOCH_MS = 253_402_300_799_999
+MAX_TIMEOUT_S = 86_400  # the longest timeout_s a producer's edge (the gateway, the Kafka bridge) accepts for one attempt
 
 
 class Status(StrEnum):

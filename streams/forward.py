@@ -19,7 +19,7 @@ from streams.envelope import JobRequest
 from streams.errors import StreamcrewError
 from streams.job_ids import is_step_entry, reserved_id_problem
 from streams.keys import Keys, partition_of
-from streams.outage import REDIS_DOWN, Backoff
+from streams.outage import until_redis_answers
 from streams.producer import Producer
 from streams.raw import SOURCE_FIELD
 
@@ -58,20 +58,15 @@ class Forwarder:
     async def move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest,
                    *, submitted_at: int, found_in: int) -> None:
         """The entry's work, run as its slot's task: publish it again, through an outage too, then let it go."""
-        backoff = Backoff(f"move of job {job_id}")
-        while True:
-            try:
-                await self._forward(request, lane, submitted_at, found_in)
-                break
-            except REDIS_DOWN as exc:
-                await backoff.failed(exc)
-            except StreamcrewError as exc:
-                self._refused(stream, lane, entry_id, job_id, raw, str(exc))
-                return
-            except Exception:  # its slot would be held, and its lease renewed, by a task that ended: pending for good
-                log.exception("job=%s: moving it to its own partition failed; it is taken up again after its lease", job_id)
-                self._failed(stream, entry_id)
-                return
+        try:
+            await until_redis_answers(f"move of job {job_id}", lambda: self._forward(request, lane, submitted_at, found_in))
+        except StreamcrewError as exc:
+            self._refused(stream, lane, entry_id, job_id, raw, str(exc))
+            return
+        except Exception:  # its slot would be held, and its lease renewed, by a task that ended: pending for good
+            log.exception("job=%s: moving it to its own partition failed; it is taken up again after its lease", job_id)
+            self._failed(stream, entry_id)
+            return
         self._moved(stream, entry_id)
 
     async def _forward(self, request: JobRequest, lane: str, submitted_at: int, found_in: int) -> None:

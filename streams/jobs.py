@@ -27,7 +27,7 @@ from streams.errors import DecodeError, Reject, RetryLater
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys
-from streams.outage import REDIS_DOWN, Backoff
+from streams.outage import until_redis_answers
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
@@ -197,15 +197,7 @@ class JobProcessor:
         may have run, and start.lua knows its own earlier run only by this worker and this ``now``. Tried again with a
         later ``now`` (the read loop's retry of the whole batch), it counted a second attempt, and a job allowed one
         ended ``exhausted`` without ever running."""
-        backoff = Backoff(f"{self.runtime.group}/{self.worker} start")
-        while True:
-            try:
-                reply = await self._scripts.start(keys=keys, args=args)
-            except REDIS_DOWN as exc:
-                await backoff.failed(exc)
-                continue
-            backoff.ok()
-            return reply
+        return await until_redis_answers(f"{self.runtime.group}/{self.worker} start", lambda: self._scripts.start(keys=keys, args=args))
 
     # -- one attempt ---------------------------------------------------------
 

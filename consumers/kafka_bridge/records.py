@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
+from streams.envelope import MAX_TIMEOUT_S, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
@@ -23,7 +23,6 @@ ROUTING_FIELDS = ("priority", "lane")
 RECORD_FIELDS = tuple(name for name in REQUEST_FIELDS if name not in ("parent", "step", "inputs"))
 KEPT_VALUE_CHARS = 65_536
 NUMBER_FIELDS = ("timeout_s", "deadline", "submitted_at")
-MAX_TIMEOUT_S = 86_400  # what the gateway allows one attempt
 WIDE_INTEGER = "value holds an integer beyond 64 bits (it would be read as a float); send it as a string"
 
 
