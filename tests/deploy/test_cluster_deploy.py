@@ -21,6 +21,7 @@ import yaml
 from redis.crc import key_slot
 
 from streams.keys import LANES, WORKERS_GROUP, Keys, partition_keys
+from streams.embedded import PORT_ATTEMPTS
 from tests.cluster_support import cluster_binaries, cluster_port
 from tests.deploy.keda_partitions import render, scaled_object, thresholds
 from tests.deploy.support import (
@@ -138,18 +139,23 @@ def compose_nodes(tmp_path: Path) -> Iterator[list[int]]:
     server, _ = binaries
     services = cluster_compose()["services"]
     ports: list[int] = []
-    while len(ports) < len(NODES):
-        if (port := cluster_port()) not in ports:
-            ports.append(port)
-    procs = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        for name, port in zip(NODES, ports, strict=True):
+        for name in NODES:
             directory = tmp_path / name
             directory.mkdir()
-            command = node_command(services[name]["command"], port, directory)
-            procs.append(subprocess.Popen([server, *command[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for port, proc in zip(ports, procs, strict=True):
-            wait_ping(port, proc)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                # Each node its own port and bus port; one another process took between the check and the bind
+                # (the suite runs on several xdist workers) exits at once: it starts again on another
+                port = cluster_port(ports)
+                command = node_command(services[name]["command"], port, directory)
+                with (directory / "redis.log").open("ab") as log:
+                    proc = subprocess.Popen([server, *command[1:]], stdout=log, stderr=subprocess.STDOUT)
+                if started(port, proc):
+                    break
+                assert attempt < PORT_ATTEMPTS, f"{name} did not start:\n{(directory / 'redis.log').read_text()[-2000:]}"
+            ports.append(port)
+            procs.append(proc)
         yield ports
     finally:
         for proc in procs:
@@ -162,13 +168,15 @@ def compose_nodes(tmp_path: Path) -> Iterator[list[int]]:
                 proc.wait(5)
 
 
-def wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
+def started(port: int, proc: subprocess.Popen[bytes]) -> bool:
+    """True once the node answers PING; False when it exited (its port taken meanwhile, say)."""
     for _ in range(200):
-        assert proc.poll() is None, f"redis-server with the compose node flags exited with {proc.returncode}"
+        if proc.poll() is not None:
+            return False
         try:
             with sync_redis.Redis(port=port, socket_timeout=1) as c:
                 c.ping()
-                return
+                return True
         except sync_redis.ConnectionError:
             time.sleep(0.05)
     raise AssertionError(f"redis-server on port {port} did not answer PING within 10 s")
