@@ -89,11 +89,12 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source')
     if fenced_by(rec, op[4]) then
       -- 1 when this very op ran before (a copy of the call): its retry waits in the delayed set, due when it said
-      local mine = rec[1] == 'retrying' and rec[2] == 'delayed' and redis.call('ZSCORE', delayed, op[7]) == op[6]
+      local mine = rec[1] == 'retrying' and rec[2] == 'delayed:' .. redis.sha1hex(op[7]) and redis.call('ZSCORE', delayed, op[7]) == op[6]
       out[#out + 1] = mine and 1 or 0
     else
       redis.call('ZADD', delayed, op[6], op[7])
-      local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed'}
+      -- the source names the member: promote.lua moves a retry only while the record still names it
+      local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed:' .. redis.sha1hex(op[7])}
       if op[9] and op[9] ~= '' then w[7], w[8] = 'usage', op[9] end
       redis.call('HSET', job_prefix .. jid, unpack(w))
       out[#out + 1] = 1
