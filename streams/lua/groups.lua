@@ -1,16 +1,33 @@
 -- Shared by trim.lua and trim_results.lua: stream IDs, and what a stream's consumer groups still need.
+-- An ID's two parts are unsigned 64-bit numbers (a raw XADD may name '1-9007199254740993'); Lua's numbers are doubles,
+-- exact only to 2^53, so the parts stay decimal strings: compared by length, then digit by digit.
+local ID_PART_MAX = '18446744073709551615'  -- 2^64 - 1
 local function parse_id(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
+  local ms, seq = string.match(id, '^0*(%d-)-0*(%d-)$')
+  if ms == '' then ms = '0' end
+  if seq == '' then seq = '0' end
+  return ms, seq
+end
+local function part_less(a, b)
+  return #a < #b or (#a == #b and a < b)
 end
 local function id_older(a, b)
   local am, as = parse_id(a)
   local bm, bs = parse_id(b)
-  return am < bm or (am == bm and as < bs)
+  return part_less(am, bm) or (am == bm and part_less(as, bs))
 end
+local function part_next(n)
+  local i = #n
+  while i > 0 and string.sub(n, i, i) == '9' do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #n) end
+  return string.sub(n, 1, i - 1) .. string.char(string.byte(n, i) + 1) .. string.rep('0', #n - i)
+end
+-- The ID right after `id`; nil after the last ID there can be.
 local function id_after(id)
   local ms, seq = parse_id(id)
-  return string.format('%d-%d', ms, seq + 1)
+  if seq ~= ID_PART_MAX then return ms .. '-' .. part_next(seq) end
+  if ms ~= ID_PART_MAX then return part_next(ms) .. '-0' end
+  return nil
 end
 -- Redis before 7.2.4 does not send replicas a group's read counter (entries-read) as XREADGROUP moves it
 -- (redis/redis#12898): a promoted replica then reports a lag that never drains, which KEDA's lag triggers,
@@ -52,9 +69,9 @@ local function oldest_needed(key, groups)
     if tonumber(info['pending']) > 0 then
       need = redis.call('XPENDING', key, info['name'])[2]
     else
-      need = id_after(info['last-delivered-id'])
+      need = id_after(info['last-delivered-id'])  -- nil: it has read the last ID there can be, it needs none
     end
-    if floor == nil or id_older(need, floor) then floor = need end
+    if need and (floor == nil or id_older(need, floor)) then floor = need end
   end
   return floor
 end

@@ -1,5 +1,6 @@
 """Lanes are trimmed to the oldest entry any group still needs; the results stream too, up to a hard cap."""
 
+import pytest
 from prometheus_client import REGISTRY
 
 from streams.keys import Keys
@@ -87,3 +88,44 @@ async def test_acknowledged_results_are_trimmed_to_keep_in_batches(redis, keys: 
         await redis.xadd(keys.results, {"id": f"more-{i}"})
     assert await trim_results(Scripts(redis), keys, keep=100, hard_cap=120) == (50, 0)
     assert await redis.xlen(keys.results) == 100
+
+
+# Entry IDs are two unsigned 64-bit numbers; a raw XADD may name any. Lua's numbers are doubles, exact only to 2^53.
+PAST_DOUBLES = [
+    [f"1-{2**53 + i}" for i in range(8)],  # sequence numbers a double cannot hold
+    [f"{2**53 + 1 + i}-0" for i in range(8)],  # milliseconds too
+    [f"1-{2**64 - 3 + i}" for i in range(3)] + [f"2-{i}" for i in range(5)],  # the last sequence number, then the next ms
+]
+
+
+@pytest.mark.parametrize("ids", PAST_DOUBLES, ids=["seq", "ms", "seq-max"])
+async def test_trim_compares_entry_ids_past_2_to_the_53_exactly(redis, keys: Keys, ids: list[str]) -> None:  # type: ignore[no-untyped-def]
+    # Given a lane of raw XADDs with explicit IDs; group workers has read and acknowledged the first three,
+    # group audit has seen only the first
+    lane = keys.lane("normal")
+    for eid in ids:
+        await redis.xadd(lane, {"n": eid}, id=eid)
+    await redis.xgroup_create(lane, "workers", id="0")
+    await redis.xgroup_create(lane, "audit", id=ids[0])
+    read = await redis.xreadgroup("workers", "w", {lane: ">"}, count=3)
+    await redis.xack(lane, "workers", *[eid for eid, _ in read[0][1]])
+    # When the lane is trimmed, Then exactly what audit has not seen is kept
+    await Scripts(redis).trim(keys=[lane])
+    assert [e[0] for e in await redis.xrange(lane)] == ids[1:]
+    # And without audit, exactly what workers has not read: not one entry more, not one less
+    await redis.xgroup_destroy(lane, "audit")
+    await Scripts(redis).trim(keys=[lane])
+    assert [e[0] for e in await redis.xrange(lane)] == ids[3:]
+
+
+async def test_results_trim_compares_entry_ids_past_2_to_the_53_exactly(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given ten results with explicit IDs past 2^53, the notifier group has acknowledged six
+    ids = [f"1-{2**53 + i}" for i in range(10)]
+    for eid in ids:
+        await redis.xadd(keys.results, {"id": eid}, id=eid)
+    await redis.xgroup_create(keys.results, "notifier", id="0")
+    read = await redis.xreadgroup("notifier", "n", {keys.results: ">"}, count=6)
+    await redis.xack(keys.results, "notifier", *[eid for eid, _ in read[0][1]])
+    # When trimmed to keep 3, Then the six acknowledged go and the four unacknowledged stay
+    assert await trim_results(Scripts(redis), keys, keep=3, hard_cap=100) == (6, 0)
+    assert [e[0] for e in await redis.xrange(keys.results)] == ids[6:]
