@@ -97,7 +97,8 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
             return Invalid(f"field 'data' is not JSON: {exc}", str(job_id), agent)
         if has_wide_integer(body["data"]):
             return Invalid(WIDE_INTEGER, str(job_id), agent)
-    fields.setdefault("submitted_at", where.timestamp_ms or now_ms())
+    if fields.get("submitted_at") is None:  # null is no time either: it gets the default an absent one does
+        fields["submitted_at"] = where.timestamp_ms or now_ms()
     try:
         request = JobRequest.model_validate(fields, strict=False)
     except ValidationError as exc:

@@ -262,3 +262,19 @@ async def test_a_result_entry_that_cannot_be_written_as_json_is_dead_lettered_an
     assert set(kafka.sent) == {b"job-ok", b"job-ok-2"}
     (letter,) = [f for _, f in await redis.xrange(keys.dead)]
     assert letter["reason"] == "invalid" and "malformed" in letter["error"], letter
+
+
+@pytest.mark.parametrize("value", [request(), request(submitted_at=None)], ids=["absent", "null"])
+async def test_submitted_at_absent_or_null_is_the_kafka_timestamp(redis: Any, keys: Any, value: bytes) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+
+    # Given a record without a submitted_at of its own (the field absent, or JSON null), appended to Kafka at a known time
+    record = RecordIn(b"job-when", value, Coordinates("t", 0, 0, timestamp_ms=1_600_000_000_000))
+    # When the bridge publishes it
+    outcome = await RequestsIn(redis, keys, max_request_bytes=10_000).handle([record])
+    # Then its submitted_at is the record's Kafka timestamp, so its queue wait counts the time spent in Kafka
+    assert outcome.published == ["job-when"]
+    assert await redis.hget(keys.job("job-when"), "submitted_at") == "1600000000000"
+    ((_, fields),) = await redis.xrange(keys.lane("normal"))
+    assert fields["submitted_at"] == "1600000000000"
