@@ -129,6 +129,11 @@ class Keys:
         it instead of acting twice (publish.lua, replay.lua, the notifier's commit); ``token`` is drawn per call."""
         return f"{self.prefix}:receipt:{token}"
 
+    def once(self, token: str) -> str:
+        """Marks a write made once per ``token`` (a Kafka record's dead letter, named by where the record sits), kept
+        as long as the write may be repeated (Kafka redelivers what was not committed): the repeat writes nothing."""
+        return f"{self.prefix}:once:{token}"
+
     @property
     def slot_guard(self) -> str:
         """A key never written, declared (last) by every script that reaches keys it does not declare.

@@ -135,7 +135,8 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
     async def send(key: bytes, value: bytes) -> Any:
         return await results_topic.send(key=key, value=value)
 
-    requests_in = RequestsIn(redis, keys, max_request_bytes=settings.max_request_bytes, partitions=settings.partitions)
+    requests_in = RequestsIn(redis, keys, max_request_bytes=settings.max_request_bytes, partitions=settings.partitions,
+                             dead_once_s=settings.job_ttl_s)
     results_out = ResultsOut(redis, send=send, release=runtime.release, dead_of={p.results: p.dead for p in partitions})
     runtime.handler = ResultsReader(redis, partitions, deliver=lambda batch: results_channel.send(value=batch), release=runtime.release,
                                     consumer=runtime.consumer, lease_s=settings.lease_s)

@@ -39,6 +39,11 @@ class Coordinates:
     def job_id(self) -> str:
         return f"kafka-{self.topic}-{self.partition}-{self.offset}"
 
+    @property
+    def token(self) -> str:
+        """The record's own name, the same at every redelivery (its timestamp too: not a recreated topic's record)."""
+        return f"kafka:{self.topic}:{self.partition}:{self.offset}:{'' if self.timestamp_ms is None else self.timestamp_ms}"
+
 
 @dataclass(frozen=True, slots=True)
 class Parsed:

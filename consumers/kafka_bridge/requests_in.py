@@ -24,6 +24,29 @@ from streams.outage import REDIS_DOWN, Backoff
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 
+DEAD_ONCE_S = 7 * 24 * 3600  # STREAMCREW_JOB_TTL_S's default: a record's letter is written once while a job record would live
+
+# A batch is written again after a Redis outage, and redis-py sends a command again after a lost reply (both copies
+# run when Redis was only stalled); Kafka redelivers a batch whose offsets were not committed. Each invalid record's
+# letter is written once: its guard (Keys.once, by the record's coordinates) names the letter's entry.
+DEAD_ONCE_LUA = """
+-- KEYS[1] dead stream, then one guard key per letter (all of one partition); ARGV: guard ms, then per letter nf, (k v)*.
+-- Returns per letter 1 when written, 0 when its guard says it was.
+local out, i = {}, 2
+for n = 2, #KEYS do
+  local nf = tonumber(ARGV[i])
+  if redis.call('EXISTS', KEYS[n]) == 1 then
+    out[#out + 1] = 0
+  else
+    local eid = redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, i + 2 * nf))
+    redis.call('SET', KEYS[n], eid, 'PX', ARGV[1])
+    out[#out + 1] = 1
+  end
+  i = i + 1 + 2 * nf
+end
+return out
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class RecordIn:
@@ -44,11 +67,13 @@ class BatchOutcome:
 class RequestsIn:
     """Publishes request records through the project's Producer; dead-letters the invalid ones."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int, partitions: int = 1) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, max_request_bytes: int, partitions: int = 1, dead_once_s: int = DEAD_ONCE_S) -> None:
         self.redis = redis
         self.keys = keys
         self.partitions = partitions
         self.max_request_bytes = max_request_bytes
+        self.dead_once_s = dead_once_s
+        self._dead_once = redis.register_script(DEAD_ONCE_LUA)
         # Every job lands in partition crc32(id) mod N (contract §10), so a redelivered record meets its first copy.
         self.producer = Producer(redis, keys, max_request_bytes=max_request_bytes, partitions=partitions)
 
@@ -105,13 +130,28 @@ class RequestsIn:
             for published in done:
                 (outcome.published if published.created else outcome.duplicates).append(published.job_id)
         if invalid:
-            pipe = self.redis.pipeline(transaction=False)
-            for problem, record in invalid:
-                letter = dead_letter(problem, record.key, record.value, record.where)
-                pipe.xadd(keys_for_job(self.keys, self.partitions, problem.job_id).dead, letter.to_fields())  # type: ignore[arg-type]
-            await pipe.execute()
-            for problem, record in invalid:
+            written = await self._dead_letters(invalid)
+            for (problem, record), wrote in zip(invalid, written, strict=True):
                 w = record.where
-                log.warning("kafka-bridge: dead-lettered record %s/%d@%d (job %s): %s", w.topic, w.partition, w.offset, problem.job_id[:80], problem.error)
-                stream_metrics.dead_letters("invalid").inc()
+                log.warning("kafka-bridge: dead-lettered record %s/%d@%d (job %s)%s: %s", w.topic, w.partition, w.offset,
+                            problem.job_id[:80], "" if wrote else " (its letter was written before)", problem.error)
+                if wrote:
+                    stream_metrics.dead_letters("invalid").inc()
                 outcome.invalid.append(problem.job_id)
+
+    async def _dead_letters(self, invalid: list[tuple[Invalid, RecordIn]]) -> list[bool]:
+        """Write each record's dead letter unless it was (DEAD_ONCE_LUA): one call per partition; which were written."""
+        by_part: dict[Keys, list[int]] = defaultdict(list)
+        for n, (problem, _) in enumerate(invalid):
+            by_part[keys_for_job(self.keys, self.partitions, problem.job_id)].append(n)
+        written = [False] * len(invalid)
+        for part, ns in by_part.items():
+            args: list[str | int] = [self.dead_once_s * 1000]
+            for n in ns:
+                problem, record = invalid[n]
+                fields = dead_letter(problem, record.key, record.value, record.where).to_fields()
+                args += [len(fields), *(x for kv in fields.items() for x in kv)]
+            reply = await self._dead_once(keys=[part.dead, *(part.once(invalid[n][1].where.token) for n in ns)], args=args)
+            for n, wrote in zip(ns, reply, strict=True):
+                written[n] = bool(wrote)
+        return written

@@ -278,3 +278,28 @@ async def test_submitted_at_absent_or_null_is_the_kafka_timestamp(redis: Any, ke
     assert await redis.hget(keys.job("job-when"), "submitted_at") == "1600000000000"
     ((_, fields),) = await redis.xrange(keys.lane("normal"))
     assert fields["submitted_at"] == "1600000000000"
+
+
+async def test_an_invalid_record_is_dead_lettered_once_when_its_write_is_sent_again(own_redis: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+    from streams.keys import Keys
+    from tests.support import impatient_client, stall_redis
+
+    # Given a bridge whose Redis client gives a reply up after 0.5 s and sends the command again (the project's
+    # retry policy), and a batch holding one invalid record: its dead letter is the batch's only write
+    keys = Keys("kafka-once")
+    client = impatient_client(own_redis.url)
+    bad = [RecordIn(b"bad-once", b"not json", Coordinates("t", 2, 7))]
+    await client.ping()  # connected: the write goes out on this connection, not on one the stall holds up
+    # When Redis stalls 1.5 s as that write is sent: the copies sent meanwhile all run once it is back
+    stall = await stall_redis(own_redis, 1500)
+    outcome = await RequestsIn(client, keys, max_request_bytes=10_000).handle(bad)
+    await stall
+    # And Kafka delivers the batch again (its offsets were not committed: a crash, a rebalance), to another bridge
+    again = await RequestsIn(client, keys, max_request_bytes=10_000).handle(bad)
+    # Then the record has one dead letter, so `dead list` shows it once and a replay runs it once
+    assert outcome.invalid == again.invalid == ["bad-once"]
+    letters = [f for _, f in await client.xrange(keys.dead)]
+    assert [(f["id"], f["source_id"]) for f in letters] == [("bad-once", "2-7")]
+    await client.aclose()
