@@ -9,7 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class StreamSettings(BaseSettings):
     """What every streamcrew process needs to talk to its streams."""
 
-    model_config = SettingsConfigDict(env_prefix="STREAMCREW_", extra="ignore")
+    # An error never quotes the value given: API keys, webhook secrets and URL passwords are given here.
+    model_config = SettingsConfigDict(env_prefix="STREAMCREW_", extra="ignore", hide_input_in_errors=True)
 
     redis_url: str | None = Field(
         default=None,

@@ -15,6 +15,8 @@ def loggable_url(url: str) -> str:
         hosts = [_host_port(urlsplit(f"//{name.strip()}")) for name in parts.netloc.rpartition("@")[2].split(",")]
     except ValueError:
         return "(unparseable URL)"
+    if "@" in parts.path:  # user info urlsplit did not take for one (no '//', a scheme it refuses, a '/' in a password)
+        return "(unparseable URL)"
     return f"{parts.scheme}://{','.join(hosts)}{parts.path}"
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from consumers.settings import ServesMetrics
 from streams.keys import parse_partitions
+from streams.urls import loggable_url
 
 DEFAULT_KAFKA_BRIDGE_METRICS_PORT = 9103
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -54,7 +55,7 @@ class KafkaBridgeSettings(ServesMetrics):
     def _kafka_urls(cls, value: str) -> str:
         for url in value.replace(",", ";").split(";"):
             if url.strip() and not url.strip().startswith("kafka://"):
-                raise ValueError(f"broker must be kafka://host:port, got {url.strip()[:60]!r}")
+                raise ValueError(f"broker must be kafka://host:port, got {loggable_url(url.strip())[:60]!r}")  # never its credentials
         return value
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ DEFAULT_NOTIFIER_METRICS_PORT = 9102
 class Subscription(BaseModel):
     """An endpoint that receives every result, optionally only some agents and statuses."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)  # url and secret are secrets
 
     url: str = Field(min_length=1)
     agents: frozenset[str] | None = None

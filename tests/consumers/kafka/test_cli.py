@@ -52,6 +52,13 @@ def test_bad_settings_are_one_clear_line_each() -> None:
     assert done.returncode == 2 and "outside 0-3" in done.stderr, done.stderr
 
 
+def test_a_broker_url_of_the_wrong_scheme_is_refused_without_its_credentials() -> None:
+    # A slip of scheme in a URL that carries a password: the refusal says what is wrong, never the password
+    done = run_cli("kafka-bridge", "--broker", "sasl_ssl://bridge:hunter2@broker.example:9093?token=qs-secret")
+    assert done.returncode == 2 and "broker must be kafka://host:port" in done.stderr, done.stderr
+    assert "hunter2" not in done.stderr + done.stdout and "qs-secret" not in done.stderr + done.stdout, done.stderr
+
+
 def test_an_unreachable_broker_is_one_clear_line_and_exit_4(redis_url: str, prefix: str) -> None:
     done = run_cli("kafka-bridge", "--broker", "kafka://127.0.0.1:9", "--metrics-port", "0", "--redis-url", redis_url, "--prefix", prefix)
     assert done.returncode == 4, done.stderr[-2000:]
