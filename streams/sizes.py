@@ -3,14 +3,20 @@ record, the dead letter and the webhook, so their size is checked (and a text cu
 
 from __future__ import annotations
 
+from streams.urls import without_url_secrets
+
 MAX_ERROR_CHARS = 4096  # of an error text kept in a result (bounded_error)
+URL_SLACK = 2048  # read past the cut, so a URL across it is redacted whole
 
 
 def bounded_error(error: str) -> str:
-    """An agent's error text, cut to ``MAX_ERROR_CHARS``: an exception may quote a whole input."""
-    if len(error) <= MAX_ERROR_CHARS:
-        return error
-    return f"{error[:MAX_ERROR_CHARS]}... ({len(error) - MAX_ERROR_CHARS} characters cut)"
+    """An agent's error text, its URLs without credentials or query (an HTTP client's error quotes them), cut to
+    ``MAX_ERROR_CHARS``: an exception may quote a whole input."""
+    read = MAX_ERROR_CHARS + URL_SLACK
+    text, unread = without_url_secrets(error[:read]), max(0, len(error) - read)
+    if len(text) <= MAX_ERROR_CHARS and not unread:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS + unread} characters cut)"
 
 
 def too_large(encoded: str, limit: int) -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import SplitResult, urlsplit
+
+# A URL inside a text (an exception's message): up to a space, a quote or an angle bracket.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 
 
 def loggable_url(url: str) -> str:
@@ -25,3 +29,14 @@ def _host_port(parts: SplitResult) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"{host}{f':{port}' if port else ''}"
+
+
+def without_url_secrets(text: str) -> str:
+    """``text`` with each URL that has user info, a query or a fragment shown as :func:`loggable_url` shows it:
+    httpx and aiohttp quote the URL a failed call asked for, and an agent's error text is copied far."""
+    return _URL_IN_TEXT.sub(_url_shown, text)
+
+
+def _url_shown(match: re.Match[str]) -> str:
+    url = match.group()
+    return loggable_url(url) if any(c in url for c in "@?#") else url
