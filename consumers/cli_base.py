@@ -27,7 +27,10 @@ from streams.seeds import seed_urls
 
 T = TypeVar("T")
 
-app = typer.Typer(name="streamcrew", help="Run LLM agent jobs reliably on Redis Streams.", no_args_is_help=True, add_completion=False)
+# An uncaught error's traceback shows no frame's locals: they hold --llm-api-keys, --webhook-secret and Redis URLs
+# (typer 0.16, which pyproject.toml allows, showed them by default).
+app = typer.Typer(name="streamcrew", help="Run LLM agent jobs reliably on Redis Streams.", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False)
 dead_app = typer.Typer(help="Inspect, replay and purge dead letters.", no_args_is_help=True)
 app.add_typer(dead_app, name="dead")
 webhooks_app = typer.Typer(help="Webhook deliveries.", no_args_is_help=True)

@@ -44,3 +44,18 @@ def test_the_gateway_module_entry_point_shows_no_key_of_a_bad_key_list() -> None
     assert run.returncode != 0
     assert "repeats an earlier entry's key" in run.stderr, run.stderr
     assert SECRET not in run.stderr + run.stdout, run.stderr
+
+
+# typer 0.16 - 0.x (pyproject allows them) print every frame's locals with an uncaught error; this installs that default.
+LOCALS_ON = ("import sys, typer; typer.Typer.__init__.__kwdefaults__['pretty_exceptions_show_locals'] = True; "
+             "sys.argv = ['streamcrew', *sys.argv[1:]]; from consumers.cli import main; main()")
+
+
+def test_an_uncaught_error_in_a_command_prints_no_locals() -> None:
+    # Given a worker given an LLM key and a Redis password on its command line, and an --app that fails on import
+    run = subprocess.run([sys.executable, "-c", LOCALS_ON, "worker", "--app", "tests.agents.broken_app", "--metrics-port", "0",
+                          "--llm-api-keys", f"sk-{SECRET}", "--redis-url", f"redis://:{SECRET}@127.0.0.1:1/0"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    # Then the traceback names the error, and no frame's locals show the secrets
+    assert run.returncode != 0 and "broken on purpose" in run.stderr, run.stderr
+    assert SECRET not in run.stderr + run.stdout, run.stderr
