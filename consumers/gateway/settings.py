@@ -82,6 +82,9 @@ class GatewaySettings(StreamSettings):
             key, sep, tenant = entry.get_secret_value().partition(":")
             if not key:
                 raise ValueError(f"entry {n} has no key before its ':'")
+            if not all("!" <= c <= "~" for c in key):  # a client's header arrives as latin-1: such a key never matches
+                raise ValueError(f"entry {n}'s key holds a character other than visible ASCII, which no Authorization header "
+                                 "can carry so that it matches; use letters, digits and punctuation")
             if sep and not tenant:
                 raise ValueError(f"entry {n} ends in ':' with no tenant, which would make it an operator key; "
                                  "write 'key' for an operator key or 'key:tenant' to bind one")

@@ -6,6 +6,7 @@ import os
 import subprocess
 
 import pytest
+from pydantic import ValidationError
 
 from consumers.gateway.settings import GatewaySettings
 from consumers.processes import streamcrew_cmd
@@ -30,3 +31,14 @@ def test_the_gateway_refuses_a_key_list_that_would_widen_access(keys: str, says:
 def test_well_formed_keys_bind_as_written() -> None:
     settings = GatewaySettings(api_keys="ops-key, acme-key:acme ,globex-key:globex")  # type: ignore[arg-type]
     assert settings.key_tenants() == {"ops-key": None, "acme-key": "acme", "globex-key": "globex"}
+
+
+@pytest.mark.parametrize("key", ["clé-1", "k 1", "k\t1"], ids=["non-ascii", "space", "tab"])
+def test_a_key_no_header_can_carry_is_refused_at_start(key: str) -> None:
+    # Given a key no client can present (a header reaches the gateway as latin-1, a space splits the scheme's token);
+    # When the settings are read; Then they are refused, naming the entry, never the key
+    with pytest.raises(ValidationError) as caught:
+        GatewaySettings(api_keys=f"ops-key,{key}:acme")  # type: ignore[arg-type]
+    assert "entry 2's key holds a character other than visible ASCII" in str(caught.value)
+    assert key not in str(caught.value)
+
