@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import math
 import random
 import re
 import time
@@ -210,13 +211,7 @@ class LLMClient:
             return _Outcome("502", detail=f"HTTP 200 with {exc}")
 
     def _refusal(self, code: int, headers: Any, content: bytes) -> _Outcome:
-        cap = self.settings.max_backoff_s
-        retry_after = None
-        if "retry-after-ms" in headers:
-            ms = parse_retry_after(headers["retry-after-ms"], cap_s=cap * 1000)
-            retry_after = ms / 1000 if ms is not None else None
-        if retry_after is None:
-            retry_after = parse_retry_after(headers.get("retry-after"), cap_s=cap)
+        retry_after = _retry_after_s(headers, self.settings.max_backoff_s)
         # redacted, then cut: a key that starts in the kept characters lies whole in the redacted ones
         message = self._redact(_error_message(content)[:_REDACTED_CHARS])[:_MESSAGE_CHARS]
         return _Outcome(str(code), retry_after_s=retry_after, detail=f"HTTP {code}" + (f" ({message})" if message else ""))
@@ -281,6 +276,18 @@ def _mask_key_runs(text: str, secrets: list[str]) -> str:
             out.append("[redacted]")
         done = max(done, end)
     return "".join(out) + text[done:]
+
+
+def _retry_after_s(headers: Any, cap_s: float) -> float | None:
+    """The provider's wait, capped: ``retry-after-ms`` if it is a number >= 0, else ``Retry-After``.
+    A negative or garbled ``retry-after-ms`` is ignored, not read as 0: it must not override a good ``Retry-After``."""
+    try:
+        ms = float(headers.get("retry-after-ms") or "nan")
+    except ValueError:
+        ms = math.nan
+    if math.isfinite(ms) and ms >= 0:
+        return min(ms / 1000, cap_s)
+    return parse_retry_after(headers.get("retry-after"), cap_s=cap_s)
 
 
 def _error_message(content: bytes) -> str:
