@@ -4,7 +4,7 @@ One ``aiohttp.ClientSession`` (passed in, or created here) serves every
 call: aiohttp frames HTTP (1xx answers skipped, a connection with stray bytes
 never reused), pools connections per origin and never re-sends a POST on its
 own. A call retries 429, 5xx, timeouts and transport errors with exponential
-backoff and jitter, honouring Retry-After (finite, capped at
+backoff and jitter, or a longer Retry-After (finite, capped at
 ``max_backoff_s``), within ``max_retries`` and ``retry_budget_s``; then it
 raises ``LLMUnavailable``, which the worker counts as a failed attempt and
 retries the job. A 429 cools the key down and the next key is tried at once.
@@ -143,15 +143,16 @@ class LLMClient:
             status = int(outcome.status) if outcome.status.isdigit() else None
             if status is not None and status not in _RETRYABLE:
                 raise LLMRequestError(f"{self.model}: provider refused the request: {last}", status)
-            backoff = min(s.max_backoff_s, s.backoff_s * 2 ** (attempts - 1)) * (0.5 + self._rng.random())
+            delay = min(s.max_backoff_s, s.backoff_s * 2 ** (attempts - 1)) * (0.5 + self._rng.random())
+            if outcome.retry_after_s is not None:  # a longer wait is honoured; 0 or a past date must not make us hammer
+                delay = max(delay, outcome.retry_after_s)
             log.debug("llm retry model=%s key=%s status=%s attempt=%d", self.model, key.label, outcome.status, attempts)
             if status == 429:  # on the last try too: the next call must not send the benched key
-                self.keys.cool_down(key, outcome.retry_after_s if outcome.retry_after_s is not None else backoff)
+                self.keys.cool_down(key, delay)
             if attempts > s.max_retries:
                 break
             if status == 429:
                 continue  # the next key goes at once; acquire() waits if all are cooling
-            delay = outcome.retry_after_s if outcome.retry_after_s is not None else backoff
             if time.monotonic() + delay > deadline:
                 last += f"; next retry in {delay:.1f}s is past the {s.retry_budget_s:g}s budget"
                 break

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from tests.agents.test_llm_hostile import client_for, completion
+from agents.llm import LLMUnavailable
+from tests.agents.test_llm_hostile import client_for, completion, failed_call
 from tests.hostile import Start, response, started_peers
 
 peer = pytest.fixture(started_peers, name="peer")
@@ -46,3 +47,23 @@ async def test_an_unusable_retry_after_ms_leaves_retry_after_in_charge(peer: Sta
     # Then the retry waited for Retry-After, not for the bad retry-after-ms
     assert result.content == "fine"
     assert times[1] - times[0] >= 0.45, f"retried after {times[1] - times[0]:.3f}s; Retry-After said 0.5"
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("retry_after", ["retry-after: 0", "retry-after: Wed, 21 Oct 2015 07:28:00 GMT", "retry-after-ms: 0"],
+                         ids=["zero", "past-date", "zero-ms"])
+async def test_a_zero_or_past_retry_after_never_undercuts_the_backoff(peer: Start, status: int, retry_after: str) -> None:
+    # Given one key and an endpoint that always refuses with a wait of nothing
+    times: list[float] = []
+    refusal = response(status, b"{}", headers=f"{retry_after}\r\n")
+    p = await peer(stamped(refusal, refusal, times))  # type: ignore[arg-type]
+    backoff_s = 0.1
+    client = client_for(p.url, backoff_s=backoff_s, max_backoff_s=5.0, max_retries=3)
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
+    # Then every retry waited at least its own backoff (jitter draws 0.5-1.5 of it): 0.1, 0.2, 0.4 s
+    assert p.requests == 4, caught.value
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    for n, gap in enumerate(gaps, start=1):
+        floor = 0.5 * backoff_s * 2 ** (n - 1)
+        assert gap >= floor * 0.95, f"retry {n} went after {gap:.3f}s, under the backoff floor of {floor:.3f}s: {gaps}"
