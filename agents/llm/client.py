@@ -8,8 +8,8 @@ backoff and jitter, or a longer Retry-After (finite, capped at
 ``max_backoff_s``), within ``max_retries`` and ``retry_budget_s``; then it
 raises ``LLMUnavailable``, which the worker counts as a failed attempt and
 retries the job. A 429 cools the key down and the next key is tried at once.
-The endpoint is untrusted: an answer over ``max_response_bytes`` (or coded,
-when identity was asked for) or of the wrong shape is a failed try like a 502,
+The endpoint is untrusted: any 2xx is read as the answer; one over ``max_response_bytes``
+(or coded, when identity was asked for) or of the wrong shape is a failed try like a 502,
 its connection closed unread; of an error body at most 64 KiB is read.
 Errors name the endpoint as ``host:port``, never its credentials or query,
 and a provider's error text is cleaned of our keys before it is cut short.
@@ -183,33 +183,34 @@ class LLMClient:
         return outcome
 
     async def _receive(self, response: aiohttp.ClientResponse) -> _Outcome:
-        if response.status != 200:
+        code = response.status
+        if not 200 <= code <= 299:  # any 2xx may carry the answer (a gateway's 201, a proxy's 203)
             body, _ = await _read_capped(response, _ERROR_BODY_BYTES)
-            return self._refusal(response.status, response.headers, body)
+            return self._refusal(code, response.headers, body)
         coding = response.headers.get("content-encoding", "").strip().lower()
         if coding not in ("", "identity"):  # a gzip bomb stays packed: we asked for identity and never unpack
             response.close()
-            return _Outcome("502", detail=f"HTTP 200 with content-encoding {coding[:32]!r}, not the identity asked for")
+            return _Outcome("502", detail=f"HTTP {code} with content-encoding {coding[:32]!r}, not the identity asked for")
         limit = self.settings.max_response_bytes
-        too_large = _Outcome("502", detail=f"HTTP 200 with a body over the size limit of {limit} bytes (STREAMCREW_LLM_MAX_RESPONSE_BYTES)")
+        too_large = _Outcome("502", detail=f"HTTP {code} with a body over the size limit of {limit} bytes (STREAMCREW_LLM_MAX_RESPONSE_BYTES)")
         if response.content_length is not None and response.content_length > limit:
             response.close()
             return too_large
         body, whole = await _read_capped(response, limit)
-        return self._parse(body) if whole else too_large
+        return self._parse(code, body) if whole else too_large
 
-    def _parse(self, body: bytes) -> _Outcome:
+    def _parse(self, code: int, body: bytes) -> _Outcome:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return _Outcome("502", detail="HTTP 200 with a body that is not JSON")
+            return _Outcome("502", detail=f"HTTP {code} with a body that is not JSON")
         if not isinstance(data, dict):
-            return _Outcome("502", detail="HTTP 200 with a body that is not a JSON object")
+            return _Outcome("502", detail=f"HTTP {code} with a body that is not a JSON object")
         parse = providers.parse_anthropic if self.settings.provider == "anthropic" else providers.parse_openai
         try:
-            return _Outcome("200", reply=parse(data))
+            return _Outcome(str(code), reply=parse(data))
         except ValueError as exc:  # the message names the field, never the body
-            return _Outcome("502", detail=f"HTTP 200 with {exc}")
+            return _Outcome("502", detail=f"HTTP {code} with {exc}")
 
     def _refusal(self, code: int, headers: Any, content: bytes) -> _Outcome:
         retry_after = _retry_after_s(headers, self.settings.max_backoff_s)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import orjson
 import pytest
 
 from agents.llm import LLMUnavailable
+from agents.usage import UsageLedger
 from tests.agents.test_llm_hostile import client_for, completion, failed_call
 from tests.hostile import Start, response, started_peers
 
@@ -67,3 +69,39 @@ async def test_a_zero_or_past_retry_after_never_undercuts_the_backoff(peer: Star
     for n, gap in enumerate(gaps, start=1):
         floor = 0.5 * backoff_s * 2 ** (n - 1)
         assert gap >= floor * 0.95, f"retry {n} went after {gap:.3f}s, under the backoff floor of {floor:.3f}s: {gaps}"
+
+
+@pytest.mark.parametrize("status", [201, 202, 203])
+async def test_a_2xx_with_a_completion_is_an_answer(peer: Start, ledger: UsageLedger, status: int) -> None:
+    # Given an endpoint that answers a valid completion with a 2xx other than 200
+    times: list[float] = []
+    answer = response(status, completion("created"), headers="content-type: application/json\r\n")
+    p = await peer(stamped(answer, answer, times))  # type: ignore[arg-type]
+    client = client_for(p.url)
+    try:
+        # When a call is made
+        result = await client.chat([{"role": "user", "content": "hi"}])
+    finally:
+        await client.aclose()
+    # Then it is read as the answer, once, and booked
+    assert result.content == "created"
+    assert p.requests == 1 and ledger.calls == 1
+
+
+@pytest.mark.parametrize(("status", "body", "says"), [
+    (201, orjson.dumps({"id": "job-1", "status": "queued"}), "HTTP 201 with a malformed chat completion"),
+    (202, b"accepted", "HTTP 202 with a body that is not JSON"),
+    (204, b"", "HTTP 204 with a body that is not JSON"),
+], ids=["201-wrong-shape", "202-not-json", "204-empty"])
+async def test_a_2xx_without_a_completion_is_a_clear_error(peer: Start, ledger: UsageLedger, status: int, body: bytes, says: str) -> None:
+    # Given an endpoint that answers a 2xx whose body is no completion
+    times: list[float] = []
+    answer = response(status, body) if status != 204 else f"HTTP/1.1 {status} X\r\n\r\n".encode()
+    p = await peer(stamped(answer, answer, times))  # type: ignore[arg-type]
+    client = client_for(p.url, max_retries=1)
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
+    # Then each try failed like a 502 (retried), the error names the status and what was wrong, nothing was booked
+    assert p.requests == 2
+    assert says in str(caught.value), str(caught.value)
+    assert ledger.calls == 0
