@@ -171,6 +171,8 @@ class LLMClient:
                     outcome = _Outcome("transport_error", detail=f"protocol error (status {response.status:03d}) at {self.endpoint}")
                 else:
                     outcome = await self._receive(response)
+        except aiohttp.ConnectionTimeoutError:  # a TimeoutError too: the connect timeout fired, not timeout_s
+            outcome = _Outcome("timeout", detail=f"connect timeout after {s.connect_timeout_s:g}s at {self.endpoint}")
         except TimeoutError:
             outcome = _Outcome("timeout", detail=f"timeout after {s.timeout_s:g}s at {self.endpoint}")
         except aiohttp.ClientConnectorError as exc:

@@ -9,7 +9,10 @@ well-formed body is an answer, not a refusal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
+from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -105,3 +108,30 @@ async def test_a_2xx_without_a_completion_is_a_clear_error(peer: Start, ledger: 
     assert p.requests == 2
     assert says in str(caught.value), str(caught.value)
     assert ledger.calls == 0
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A loopback listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs, as to a
+    host that drops packets."""
+    with socket.socket() as listener, contextlib.ExitStack() as fillers:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        for _ in range(3):
+            filler = fillers.enter_context(socket.socket())
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+        yield port
+
+
+async def test_a_connect_timeout_names_the_connect_timeout(unanswered_port: int) -> None:
+    # Given an endpoint that never completes a connection, a 0.3 s connect timeout and a 5 s timeout per try
+    client = client_for(f"http://127.0.0.1:{unanswered_port}", connect_timeout_s=0.3, timeout_s=5.0, max_retries=0)
+    started = time.monotonic()
+    # When a call is made
+    caught = await failed_call(client, LLMUnavailable)
+    # Then it gave up after the connect timeout, and the error says which timeout it was, not the 5 s one
+    assert time.monotonic() - started < 4.0
+    assert f"connect timeout after 0.3s at 127.0.0.1:{unanswered_port}" in str(caught.value), str(caught.value)
