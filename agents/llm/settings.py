@@ -93,6 +93,24 @@ class LLMSettings(BaseSettings):
     def _blank_is_offline(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url_with_a_host(cls, value: str | None) -> str | None:
+        """``localhost:8100/v1`` (no scheme) failed every call instead, each retried for its whole budget as a
+        transport error "at None:None". The message never repeats the URL: it may hold credentials."""
+        if value is None:
+            return None
+        import yarl  # here: the offline model needs no URL
+
+        try:
+            url = yarl.URL(value.strip())
+            usable = url.scheme in ("http", "https") and bool(url.host) and url.port is not None
+        except ValueError:  # e.g. a port out of range
+            usable = False
+        if not usable:
+            raise ValueError("must be an http:// or https:// URL with a host, e.g. https://api.deepseek.com/v1")
+        return value
+
     @model_validator(mode="after")
     def _prices_load(self) -> LLMSettings:
         """A bad price file or price stops the worker at start, not every LLM job later."""

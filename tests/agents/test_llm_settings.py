@@ -50,3 +50,26 @@ def test_keys_given_one_per_line_are_a_settings_error_that_shows_no_key() -> Non
         LLMSettings(base_url="http://127.0.0.1:9/v1", api_keys="sk-first-0123456789\nsk-second-0123456789")  # type: ignore[arg-type]
     assert "0123456789" not in str(caught.value)
     assert len(LLMSettings(api_keys="sk-first-0123456789,\nsk-second-0123456789\n").api_keys) == 2  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("base_url", ["localhost:8100/v1", "api.example.com/v1", "ftp://example.com/v1", "http:///v1",
+                                      "alice:hunter2@llm.example.com/v1", "http://llm.example.com:99999/v1"])
+def test_a_base_url_that_is_no_http_url_with_a_host_is_a_settings_error_that_shows_no_secret(base_url: str) -> None:
+    # Such a URL failed every call instead, each retried for its whole budget as a transport error "at None:None"
+    with pytest.raises(ValidationError, match="must be an http:// or https:// URL with a host") as caught:
+        LLMSettings(base_url=base_url)
+    assert "hunter2" not in str(caught.value) and "alice" not in str(caught.value)
+
+
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:9/v1", "https://api.deepseek.com", "http://[::1]:8100/v1",
+                                      "https://u:p@llm.example.com/v1?api-version=2024-06-01"])
+def test_an_http_url_with_a_host_is_a_base_url(base_url: str) -> None:
+    assert LLMSettings(base_url=base_url).base_url == base_url
+
+
+def test_the_worker_exits_at_start_on_a_base_url_without_a_scheme(monkeypatch: pytest.MonkeyPatch, refusing_port: int) -> None:
+    monkeypatch.setenv("STREAMCREW_REDIS_URL", f"redis://127.0.0.1:{refusing_port}/0")  # never any real Redis, fix or no fix
+    monkeypatch.setenv("STREAMCREW_LLM_BASE_URL", "alice:hunter2@localhost:8100/v1")
+    result = CliRunner().invoke(app, ["worker", "--metrics-port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "must be an http:// or https:// URL" in result.output and "hunter2" not in result.output
