@@ -46,7 +46,8 @@ async def test_promtool_accepts_a_running_workers_metrics(promtool: str, metrics
 
 def test_promtool_unit_tests_of_the_alert_rules(promtool: str) -> None:
     # When promtool runs the rule unit tests (StreamcrewResultsDropped fires on results cut unread, and clears;
-    # StreamcrewNoWorkers stays quiet while a saturated worker starves a lane, and fires once no worker is live)
+    # StreamcrewNoWorkers stays quiet while a saturated worker starves a lane, and fires once no worker is live;
+    # StreamcrewNoNotifier stays quiet while a notifier busy with due retries delivers, and fires once it is dead)
     done = _run([promtool, "test", "rules", str(Path(__file__).with_name("alerts_test.yml"))])
     # Then they pass
     assert done.returncode == 0, f"promtool test rules:\n{done.stdout}\n{done.stderr}"
