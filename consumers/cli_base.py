@@ -45,6 +45,7 @@ class Exit(IntEnum):
     OK = 0
     JOB_FAILED = 1
     NOT_FOUND = 1  # `job`: no record of that id
+    DECLINED = 1  # a confirmation answered no: nothing done (click's Abort exits 1 too)
     USAGE = 2
     TIMEOUT = 3
     UNAVAILABLE = 4

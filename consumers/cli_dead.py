@@ -24,6 +24,17 @@ def _check_reason(reason: str | None) -> None:
         raise typer.Exit(Exit.USAGE)
 
 
+def _confirm(question: str) -> None:
+    """Ask; "no", or no answer (stdin closed), ends the command with nothing done: exit 1, not a usage error."""
+    try:
+        agreed = typer.confirm(question)
+    except typer.Abort:  # end of input, or Ctrl-C at the prompt
+        agreed = False
+    if not agreed:
+        err.print("nothing deleted")
+        raise typer.Exit(Exit.DECLINED)
+
+
 @dead_app.command("list")
 def dead_list(
     count: Count = 100,
@@ -87,13 +98,13 @@ def dead_purge(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Delete every dead letter (or those of one reason)."""
+    """Delete every dead letter (or those of one reason); asks first unless --yes, and a no deletes nothing (exit 1)."""
     from consumers.ops import open_ops
 
     _check_reason(reason)
     what = f"every dead letter of reason {reason!r}" if reason else "every dead letter"
-    if not yes and not typer.confirm(f"Delete {what}?"):
-        raise typer.Exit(Exit.USAGE)
+    if not yes:
+        _confirm(f"Delete {what}?")
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
@@ -151,11 +162,11 @@ def webhooks_dead_purge(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Delete every webhook dead letter (of every partition)."""
+    """Delete every webhook dead letter (of every partition); asks first unless --yes, and a no deletes nothing (exit 1)."""
     from consumers.notifier import purge_webhook_dead
 
-    if not yes and not typer.confirm("Delete every webhook dead letter?"):
-        raise typer.Exit(Exit.USAGE)
+    if not yes:
+        _confirm("Delete every webhook dead letter?")
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
     print(json.dumps({"purged": run(_with_redis(settings, lambda r, k: purge_webhook_dead(r, k, partitions=settings.partitions)))}))
 

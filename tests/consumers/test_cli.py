@@ -10,10 +10,12 @@ from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
 
 
-def cli(redis_url: str | None, prefix: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(redis_url: str | None, prefix: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
+        answer: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process; ``answer``: what its stdin says to a question (None: no stdin at all)."""
     env_args = [*(["--redis-url", redis_url] if redis_url else []), "--prefix", prefix]
     import os
-    return subprocess.run(streamcrew_cmd(*args, *env_args), capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(streamcrew_cmd(*args, *env_args), capture_output=True, text=True, timeout=timeout, input=answer,
                           env={**os.environ, "STREAMCREW_RETRY_BACKOFF_S": "0.05", **(env or {})})
 
 
@@ -104,6 +106,23 @@ async def test_step_failed_is_a_reason_purge_accepts(redis_url: str, prefix: str
     # Then that one went, and the other stayed
     assert json.loads(done.stdout) == {"purged": 1}, done.stderr
     assert await redis.xlen(keys.dead) == 1
+
+
+@pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "stdin-closed"])
+@pytest.mark.parametrize("command", [["dead", "purge"], ["webhooks", "dead", "purge"]], ids=["dead", "webhooks-dead"])
+async def test_declining_a_purge_deletes_nothing_and_exits_1(redis_url: str, prefix: str, redis, keys: Keys,
+                                                            command: list[str], answer: str) -> None:
+    # Given a dead letter and a webhook dead letter
+    await redis.xadd(keys.dead, {"id": "d0", "agent": "echo", "reason": "exhausted", "error": "e", "source_stream": keys.lane("low"),
+                                 "source_id": "1-0", "attempts": "1", "dead_at": "1", "request": "{}"})
+    await redis.xadd(keys.webhooks_dead, {"id": "d0", "url": "https://example.com/hook", "attempts": "8", "event": "{}"})
+    # When purge asks for confirmation and is answered no (or gets no answer: no terminal, stdin closed)
+    done = cli(redis_url, prefix, *command, answer=answer)
+    # Then nothing was done, as asked: exit 1 (nothing purged, as click's Abort), not 2 (the command was well formed)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "nothing deleted" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.startswith("Delete every") and "purged" not in done.stdout, done.stdout
+    assert (await redis.xlen(keys.dead), await redis.xlen(keys.webhooks_dead)) == (1, 1)
 
 
 @pytest.mark.parametrize(("command", "url", "problem"), [
