@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -11,6 +11,9 @@ from rich.markup import escape
 from consumers.cli_base import Exit, Prefix, RedisUrl, build, dead_app, err, out, run, webhooks_dead_app
 from streams import dead
 from streams.config import StreamSettings
+
+if TYPE_CHECKING:
+    from consumers.ops import Replay
 
 # The reasons a dead letter can carry: a job's, and step_failed, which workflow.lua gives a workflow that failed.
 REASONS = dead.REASONS
@@ -68,7 +71,9 @@ def dead_replay(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Send dead letters back to their lanes with a fresh attempt budget."""
+    """Send dead letters back to their lanes with a fresh attempt budget; exit 1 if some are skipped, 4 if Redis goes away part-way.
+
+    What went back is printed all the same (named entries not reached: "not_replayed")."""
     from consumers.ops import open_ops
 
     if not entry_ids and not replay_all:
@@ -80,15 +85,31 @@ def dead_replay(
     _check_reason(reason)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
-    async def go() -> tuple[list[str], list[str]]:
+    async def go() -> Replay:
         async with open_ops(settings) as ops:
             return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
 
-    replayed, skipped = run(go())
-    for reason in skipped:
-        err.print(f"[yellow]skipped: {escape(reason)}[/yellow]")  # a reason may quote the name given
-    print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
-    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+    done = run(go())
+    for why in done.skipped:
+        err.print(f"[yellow]skipped: {escape(why)}[/yellow]")  # a reason may quote the name given
+    report: dict[str, Any] = {"replayed": done.replayed, "skipped": done.skipped}  # as POST /dead/replay answers: the reasons
+    if done.outage is not None and not replay_all:
+        report["not_replayed"] = done.not_replayed
+    print(json.dumps(report))
+    if done.outage is not None:
+        _replay_interrupted(done)
+        raise typer.Exit(Exit.UNAVAILABLE)
+    raise typer.Exit(Exit.OK if not done.skipped else Exit.JOB_FAILED)
+
+
+def _replay_interrupted(done: Replay) -> None:
+    """One line: the outage, what went back before it, what did not; the same command again finishes the job."""
+    went = f"replayed {len(done.replayed)} (job ids: {', '.join(done.replayed)})" if done.replayed else "replayed none"
+    rest = (f"not replayed: {', '.join(done.not_replayed)} (the first may have gone through, its answer lost)" if done.not_replayed
+            else "the rest are still dead letters (one may have gone through, its answer lost)")
+    cause = f"{type(done.outage).__name__}: {done.outage}"
+    err.print(f"[red]Redis unavailable part-way ({escape(cause)}): {escape(went)}; {escape(rest)}. Run the same command once "
+              "Redis is back: a dead letter already replayed is skipped as gone[/red]")
 
 
 @dead_app.command("purge")

@@ -187,13 +187,26 @@ def _workflow_of(job_id: str) -> str | None:
 async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> tuple[list[str], list[str]]:
     """Replay every dead letter present now in every partition (not those that land while it runs), or those with ``reason``.
 
-    Returns ``(replayed job ids, skipped with reasons)``.
+    Returns ``(replayed job ids, skipped with reasons)``; see :func:`replay_each`.
+    """
+    replayed: list[str] = []
+    skipped: list[str] = []
+    async for job_id, why in replay_each(redis, keys, reason=reason, partitions=partitions):
+        if job_id is not None:
+            replayed.append(job_id)
+        else:
+            skipped.append(why)
+    return replayed, skipped
+
+
+async def replay_each(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> AsyncIterator[tuple[str | None, str]]:
+    """:func:`replay_all` one dead letter at a time: ``(job id, "")`` replayed, ``(None, why)`` skipped, so a caller
+    an outage interrupts still knows what went back.
+
     A step's dead letter is left to its workflow's when that is replayed too: the workflow's replay runs the
     step again and removes the step's letter, so replaying both would run the step twice. A workflow and its
     steps share a partition (contract §10).
     """
-    replayed: list[str] = []
-    skipped: list[str] = []
     for where in partition_keys(keys, partitions):
         workflows = {fields.get("id", "") async for page in _present_entries(redis, where.dead, reason)
                      for _, fields in page if fields.get("agent") == WORKFLOW_AGENT}
@@ -203,10 +216,11 @@ async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, par
                 if _workflow_of(job_id) in workflows:
                     continue  # its workflow's replay runs it and removes this letter: not a refusal to report
                 try:
-                    replayed.append(await _replay_one(redis, where, eid))
+                    replayed = await _replay_one(redis, where, eid)
                 except StreamcrewError as exc:
-                    skipped.append(str(exc))
-    return replayed, skipped
+                    yield None, str(exc)
+                else:
+                    yield replayed, ""
 
 
 async def purge(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1, stream: StreamOf = _job_dead) -> int:

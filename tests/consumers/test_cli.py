@@ -1,5 +1,6 @@
 """The operator CLI end to end: submit --wait, stats --json, dead list/replay/purge, bad input."""
 
+import asyncio
 import json
 import subprocess
 
@@ -8,6 +9,7 @@ import redis as sync_redis
 
 from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
+from tests.severed import severed_after
 
 
 def cli(redis_url: str | None, prefix: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
@@ -123,6 +125,30 @@ async def test_declining_a_purge_deletes_nothing_and_exits_1(redis_url: str, pre
     assert "nothing deleted" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stdout.startswith("Delete every") and "purged" not in done.stdout, done.stdout
     assert (await redis.xlen(keys.dead), await redis.xlen(keys.webhooks_dead)) == (1, 1)
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["entry-ids", "all"])
+async def test_redis_going_away_mid_replay_is_exit_4_and_says_what_was_replayed(redis_url: str, prefix: str, redis, keys: Keys,
+                                                                              named: bool) -> None:
+    # Given three dead letters
+    entries = [await redis.xadd(keys.dead, {"id": f"d{i}", "agent": "echo", "reason": "exhausted", "error": "e", "source_stream": keys.lane("low"),
+                                            "source_id": f"{i + 1}-0", "attempts": "1", "dead_at": "1", "request": json.dumps({"agent": "echo", "data": "{}"})})
+               for i in range(3)]
+    # When `dead replay` reaches Redis through a link that goes away for good once the first replay is answered
+    async with severed_after(redis_url, scripts=1) as link:
+        done = await asyncio.to_thread(cli, link.url, prefix, "dead", "replay", *(entries if named else ["--all"]))
+        assert link.cut.is_set(), done.stderr
+    # Then it is an outage (exit 4), not two skipped dead letters (exit 1), and it says which went back and which did not
+    assert done.returncode == 4, (done.returncode, done.stdout, done.stderr)
+    report = json.loads(done.stdout)
+    assert (report["replayed"], report["skipped"]) == (["d0"], []), report
+    line = " ".join(done.stderr.split())
+    assert "Redis unavailable" in line and "replayed 1 (job ids: d0)" in line and "Traceback" not in done.stderr, done.stderr
+    if named:
+        assert report["not_replayed"] == entries[1:] and f"not replayed: {entries[1]}, {entries[2]}" in line, (report, line)
+    # And Redis agrees: d0 is back in its lane, the other two are still dead letters
+    assert [fields["id"] for _, fields in await redis.xrange(keys.dead)] == ["d1", "d2"]
+    assert [fields["id"] for _, fields in await redis.xrange(keys.lane("low"))] == ["d0"]
 
 
 @pytest.mark.parametrize(("command", "url", "problem"), [
