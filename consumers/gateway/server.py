@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -11,6 +15,24 @@ from consumers.gateway.settings import GatewaySettings
 
 # Open event streams would hold a graceful shutdown forever; they resume with Last-Event-ID anyway.
 GRACEFUL_SHUTDOWN_S = 5
+
+
+class Server(uvicorn.Server):
+    """uvicorn, without raising the signal it caught again once it has shut down gracefully (it does, so the
+    process ends killed by it: 143 for SIGTERM, 130 for SIGINT); the gateway exits 0, as the worker and notifier do."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def run_gateway(settings: GatewaySettings) -> None:
@@ -24,4 +46,4 @@ def run_gateway(settings: GatewaySettings) -> None:
         # (uvicorn's default trusts it from 127.0.0.1, so anyone on the host could pick their own bucket).
         proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=settings.trusted_proxies or None,
     )
-    uvicorn.Server(config).run()
+    Server(config).run()
