@@ -335,7 +335,8 @@ class JobProcessor:
         await self._upkeep.run()
 
     async def hand_back(self, slots: list[Slot]) -> None:
-        """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted."""
+        """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted. A job another worker
+        took over is left to it (settle.lua): handed back, its run there would be fenced off and a third run paid for."""
         ops: list[SettleOp] = []
         for slot in slots:
             run = self._running.pop(slot, None)
@@ -343,7 +344,7 @@ class JobProcessor:
                 continue
             c = run.claimed
             fields = _readded(c)
-            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before)))
+            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before), worker=self.worker))
         for op in ops:
             self.settler.submit(op)
         await self.settler.flush()

@@ -61,8 +61,9 @@ def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, 
     return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage])
 
 
-def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str], usage: str = "") -> SettleOp:
-    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields), usage])
+def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str], usage: str = "", *, worker: str) -> SettleOp:
+    """Written only while ``worker`` still holds the entry and the job: not once another consumer took it over."""
+    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields), usage, worker])
 
 
 def _wrote(reply: Any) -> bool:

@@ -6,7 +6,9 @@
 --        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
 --   ["retry", lane, eid, src, jid, due, member, error, usage]       back to the delayed set (fenced); usage ('' = none):
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
---   ["handback", lane, eid, src, jid, [k, v, ...], usage]           re-add to the lane at once, attempt not counted (fenced)
+--   ["handback", lane, eid, src, jid, [k, v, ...], usage, worker]   re-add to the lane at once, attempt not counted (fenced);
+--        only while the entry is pending under worker and the record names it: an entry another consumer took over
+--        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
 -- that finds its own write already made, as a copy of this call does, answers 1 all the same).
@@ -20,10 +22,6 @@ local acks = {}  -- lane -> entry ids, acked together at the end (the script is 
 local C = wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
 local function fenced_by(rec, src)
   return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
-end
--- Whether the op is fenced.
-local function fenced(jid, src)
-  return fenced_by(redis.call('HMGET', job_prefix .. jid, 'status', 'source'), src)
 end
 -- The record's status, source and error, then its values of the result's fields (in their order);
 -- and whether the result carries an error of its own.
@@ -48,6 +46,7 @@ local function changed_fields(rec, res, src)
 end
 for _, op in ipairs(cjson.decode(ARGV[6])) do
   local kind, lane, eid = op[1], op[2], op[3]
+  local ack = true
   if kind == 'drop' then
     out[#out + 1] = 0
   elseif kind == 'done' then
@@ -100,8 +99,13 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       out[#out + 1] = 1
     end
   elseif kind == 'handback' then
-    local jid = op[5]
-    if fenced(jid, op[4]) then
+    local jid, worker = op[5], op[8]
+    local pel = redis.call('XPENDING', lane, group, eid, eid, 1)
+    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'worker')
+    if not pel[1] or pel[1][2] ~= worker or (rec[3] and rec[3] ~= worker) then
+      ack = false  -- not ours: left unacked to the consumer that holds it
+      out[#out + 1] = 0
+    elseif fenced_by(rec, op[4]) then
       out[#out + 1] = 0
     else
       local new = redis.call('XADD', lane, '*', unpack(op[6]))
@@ -115,9 +119,11 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
   else
     return redis.error_reply('settle: unknown op ' .. tostring(kind))
   end
-  local ids = acks[lane]
-  if not ids then ids = {}; acks[lane] = ids end
-  ids[#ids + 1] = eid
+  if ack then
+    local ids = acks[lane]
+    if not ids then ids = {}; acks[lane] = ids end
+    ids[#ids + 1] = eid
+  end
 end
 for lane, ids in pairs(acks) do redis.call('XACK', lane, group, unpack(ids)) end  -- one XACK per lane, not per entry
 return out
