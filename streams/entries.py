@@ -14,8 +14,9 @@ class EntryHandler(Protocol):
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         """Start work for freshly held entries; release each slot once it is settled."""
 
-    async def hand_back(self, slots: list[Slot]) -> None:
-        """Give unfinished entries back to the group at once (drain)."""
+    async def hand_back(self, slots: list[Slot]) -> int:
+        """Give unfinished entries back to the group at once (drain); returns how many went back (what another
+        consumer took over meanwhile, or what had ended, is not)."""
 
     async def tick(self) -> None:
         """Periodic upkeep (e.g. promoting due retries)."""

@@ -30,7 +30,7 @@ from streams.keys import Keys
 from streams.outage import until_redis_answers
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
-from streams.settle import SettleOp, Settler, done_op, drop_op, handback_op, retry_op
+from streams.settle import Settler, done_op, drop_op, handback_op, retry_op
 from streams.superseded import runs_ended_elsewhere
 from streams.sizes import bounded_error, short, too_large
 from streams.tally import JobTally
@@ -334,20 +334,21 @@ class JobProcessor:
             log.info("jobs: %s", line)
         await self._upkeep.run()
 
-    async def hand_back(self, slots: list[Slot]) -> None:
-        """Put unfinished jobs back in their lanes at once; the interrupted attempt is not counted. A job another worker
-        took over is left to it (settle.lua): handed back, its run there would be fenced off and a third run paid for."""
-        ops: list[SettleOp] = []
+    async def hand_back(self, slots: list[Slot]) -> int:
+        """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted; returns how many went
+        back. A job another worker took over is left to it (settle.lua): handed back, its run there would be fenced
+        off and a third run paid for."""
+        wrote: list[bool] = []
         for slot in slots:
-            run = self._running.pop(slot, None)
-            if run is None:
-                continue
-            c = run.claimed
-            fields = _readded(c)
-            ops.append(handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before), worker=self.worker))
-        for op in ops:
-            self.settler.submit(op)
+            if (run := self._running.pop(slot, None)) is not None:
+                c = run.claimed
+                op = handback_op(c.stream, c.entry_id, c.source, c.job_id, _readded(c), stored_usage(run.usage_before), worker=self.worker)
+                op.on_written = wrote.append
+                self.settler.submit(op)
         await self.settler.flush()
+        if kept := wrote.count(False):
+            log.info("%d jobs not handed back: another worker took them over, or they had ended", kept)
+        return sum(wrote)
 
     async def taken_over(self, slots: list[Slot]) -> None:
         """Stop this worker's runs of jobs another worker took over once their outcome can no longer count

@@ -384,7 +384,7 @@ class GroupRuntime:
     async def drain(self, grace_s: float) -> tuple[int, int]:
         """Stop claiming, let held work finish within ``grace_s``, hand the rest back.
 
-        Returns ``(finished, handed_back)``.
+        Returns ``(finished, handed_back)``: the handler's count of what went back, not of what was left.
         """
         self.stop_accepting()
         before = len(self._slots)
@@ -398,14 +398,15 @@ class GroupRuntime:
             if task is not None:
                 task.cancel()
         await asyncio.gather(*(t for t in self._slots.values() if t is not None), return_exceptions=True)
+        handed_back = 0
         if leftover and self.handler is not None:
             backoff = Backoff(f"{self.group}/{self.consumer} hand back")
             for _ in range(20):
                 try:
-                    await self.handler.hand_back(leftover)
+                    handed_back = await self.handler.hand_back(leftover)
                     break
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)
         await self.leases.let_go_of_leftover()
         await self.stop_helpers()
-        return before - len(leftover), len(leftover)
+        return before - len(leftover), handed_back

@@ -163,13 +163,14 @@ class ResultsReader:
         metrics.records("out", "invalid").inc()
         log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered", entry_id, reason)
 
-    async def hand_back(self, slots: list[Slot]) -> None:
+    async def hand_back(self, slots: list[Slot]) -> int:
         """Stopping with entries unsent: mark them idle past the lease, so any bridge reclaims them at its next sweep."""
         by_stream: dict[str, list[str]] = {}
         for stream, entry_id in slots:
             by_stream.setdefault(stream, []).append(entry_id)
         for stream, ids in by_stream.items():
             await self.redis.xclaim(stream, self.group, self.consumer, 0, ids, idle=int(self.lease_s * 1000) + 1, justid=True)
+        return len(slots)
 
     async def tick(self) -> None:
         return None

@@ -225,10 +225,13 @@ class NotifierHandler:
         """Deliveries another notifier took over go on here too: webhooks are at least once, and the receiver
         dedupes by ``webhook-id``; stopping ours would only risk a slower copy."""
 
-    async def hand_back(self, slots: list[Slot]) -> None:
+    async def hand_back(self, slots: list[Slot]) -> int:
         """Drain: deliveries still under way are parked as due now, so another notifier takes them at once."""
+        parked = 0
         for slot in slots:
             work = self._work.get(slot)
             if work is not None:
                 self._submit(work, work.decisions)
+                parked += 1
         await self.committer.flush()
+        return parked

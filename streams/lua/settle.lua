@@ -103,8 +103,10 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     local pel = redis.call('XPENDING', lane, group, eid, eid, 1)
     local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'worker')
     if not pel[1] or pel[1][2] ~= worker or (rec[3] and rec[3] ~= worker) then
-      ack = false  -- not ours: left unacked to the consumer that holds it
-      out[#out + 1] = 0
+      -- not ours: left unacked to the consumer that holds it. 1 when this very op ran before (a copy of the call):
+      -- the entry it acked is no longer pending, and the record, queued on the copy it added, still names this worker.
+      ack = false
+      out[#out + 1] = (not pel[1] and rec[1] == 'queued' and rec[2] ~= op[4] and rec[3] == worker) and 1 or 0
     elseif fenced_by(rec, op[4]) then
       out[#out + 1] = 0
     else

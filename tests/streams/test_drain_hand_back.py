@@ -48,7 +48,7 @@ async def test_a_drain_leaves_a_job_another_worker_took_over_with_that_worker(re
     async with serving(rt2):
         await wait_until(lambda: runs == ["w1", "w2"], timeout=10, what="w2 to take the job over and run it")
         # When w1 drains while both runs go on: its grace passes, and it hands back what it still runs
-        await rt1.drain(0.1)
+        finished, handed_back = await rt1.drain(0.1)
         await p1.settler.close(writer1)
         await asyncio.gather(reader1, return_exceptions=True)
         # Then the job stays with w2, which finishes it; no copy went back to the lane for a third run
@@ -57,6 +57,7 @@ async def test_a_drain_leaves_a_job_another_worker_took_over_with_that_worker(re
         assert runs == ["w1", "w2"], f"the job ran again after w2's run: {runs}"
         assert (ended.id, ended.status.value, ended.worker, ended.attempts) == ("taken-over", "completed", "w2", 2)
         assert await redis.xlen(keys.lane("normal")) == 1, "w1's hand-back XADDed a copy of the job w2 was running"
+        assert (finished, handed_back) == (0, 0)
         await wait_until(lambda: _none_pending(redis, keys), timeout=5, what="w2 to ack its entry")
     await p2.settler.close(writer2)
 

@@ -225,3 +225,25 @@ async def test_a_retry_settle_sent_again_answers_written_and_schedules_once(redi
     late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([[*op[:5], "1700000002000", *op[6:]]]).decode()])
     assert late == [0]
     assert await redis.zscore(keys.delayed, member) == 1700000001000
+
+
+async def test_a_hand_back_sent_again_answers_written_and_adds_one_copy(redis: Redis, keys: Keys, producer: Producer) -> None:
+    # Given a job w1 started, then drained, its hand-back call ready
+    published = await producer.publish("echo", {}, id="handed-once")
+    lane, entry_id, scripts = await started_by_w1(redis, keys, published.job_id)
+    fields = flat({"agent": "echo", "data": "{}", "id": "handed-once", "source_id": entry_id})
+    op = ["handback", lane, entry_id, f"normal/{entry_id}", "handed-once", fields, "", "w1"]
+    args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]
+    settle_keys = [keys.results, keys.dead, keys.delayed, keys.slot_guard]
+    # When the call runs twice, as a call sent again after a lost reply does
+    first = await scripts.settle(keys=settle_keys, args=args)
+    again = await scripts.settle(keys=settle_keys, args=args)
+    # Then both say handed back (the drain's count is right), and one copy went back to the lane
+    assert first == again == [1]
+    assert await redis.xlen(lane) == 2
+    assert await redis.hmget(keys.job("handed-once"), ["status", "attempts"]) == ["queued", "0"]
+    assert (await redis.xpending(lane, "workers"))["pending"] == 0
+    # While another worker's hand-back of the same entry is no copy of it
+    other = [*op[:7], "w2"]
+    assert await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([other]).decode()]) == [0]
+    assert await redis.xlen(lane) == 2
