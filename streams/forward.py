@@ -10,11 +10,13 @@ leaves the entry pending, and the next delivery publishes it again, which finds 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
 from redis.asyncio import Redis
 
+from streams.entries import Slot
 from streams.envelope import JobRequest
 from streams.errors import StreamcrewError
 from streams.job_ids import is_step_entry, reserved_id_problem
@@ -54,6 +56,20 @@ class Forwarder:
         self._producer = Producer(redis, keys, max_request_bytes=max_request_bytes, partitions=partitions)
         self._moved, self._refused, self._failed = moved, refused, failed
         self._told = False
+        self._moves: dict[Slot, asyncio.Task[None]] = {}  # under way, or stopped by a drain (cancelled)
+
+    def start(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest,
+              *, submitted_at: int, found_in: int) -> asyncio.Task[None]:
+        """:meth:`move` as a task, kept while it runs and, once a drain stopped it, until :meth:`stopped` says so."""
+        slot = (stream, entry_id)
+        task = self._moves[slot] = asyncio.create_task(
+            self.move(stream, lane, entry_id, job_id, raw, request, submitted_at=submitted_at, found_in=found_in))
+        task.add_done_callback(lambda t: None if t.cancelled() else self._moves.pop(slot, None))
+        return task
+
+    def stopped(self, slots: list[Slot]) -> list[Slot]:
+        """Of ``slots``, those whose move a drain stopped: still pending here, to be let go (``Leases.let_go``)."""
+        return [slot for slot in slots if (task := self._moves.pop(slot, None)) is not None and task.cancelled()]
 
     async def move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest,
                    *, submitted_at: int, found_in: int) -> None:

@@ -162,9 +162,9 @@ class JobProcessor:
 
     def _move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest) -> None:
         """An entry XADDed into a partition its id does not belong to: published again in its own (streams.forward)."""
-        move = self._forwarder.move(stream, lane, entry_id, job_id, raw, request,
-                                    submitted_at=request.submitted_at or entry_ms(entry_id), found_in=self._keys_of[stream].partition or 0)
-        self.runtime.attach(stream, entry_id, asyncio.create_task(move))
+        move = self._forwarder.start(stream, lane, entry_id, job_id, raw, request,
+                                     submitted_at=request.submitted_at or entry_ms(entry_id), found_in=self._keys_of[stream].partition or 0)
+        self.runtime.attach(stream, entry_id, move)
 
     async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
         now = now_ms()
@@ -335,9 +335,9 @@ class JobProcessor:
         await self._upkeep.run()
 
     async def hand_back(self, slots: list[Slot]) -> int:
-        """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted; returns how many went
-        back. A job another worker took over is left to it (settle.lua): handed back, its run there would be fenced
-        off and a third run paid for."""
+        """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted, and let moves the
+        drain stopped go to another worker's sweep; returns how many went back. A job another worker took over is
+        left to it (settle.lua): handed back, its run there would be fenced off and a third run paid for."""
         wrote: list[bool] = []
         for slot in slots:
             if (run := self._running.pop(slot, None)) is not None:
@@ -348,7 +348,8 @@ class JobProcessor:
         await self.settler.flush()
         if kept := wrote.count(False):
             log.info("%d jobs not handed back: another worker took them over, or they had ended", kept)
-        return sum(wrote)
+        stopped = self._forwarder.stopped(slots)
+        return sum(wrote) + (await self.runtime.leases.let_go(stopped) if stopped else 0)
 
     async def taken_over(self, slots: list[Slot]) -> None:
         """Stop this worker's runs of jobs another worker took over once their outcome can no longer count

@@ -167,6 +167,25 @@ class Leases:
                         "after the lease", rt.group, sum(map(len, rt.leftover.values())), exc)
         rt.leftover.clear()
 
+    async def let_go(self, slots: list[Slot]) -> int:
+        """At drain: entries whose work stopped unsettled are marked idle past the lease, those this consumer still
+        owns (let_go.lua), and their slots freed, so another consumer's next sweep takes them instead of waiting out
+        the lease; returns how many."""
+        rt = self.runtime
+        by_stream: dict[str, list[str]] = {}
+        for stream, eid in slots:
+            by_stream.setdefault(stream, []).append(eid)
+        let_go = 0
+        try:
+            for stream, ids in by_stream.items():
+                let_go += len(await rt.scripts.let_go(keys=[stream], args=[rt.group, rt.consumer, int(rt.lease_s * 1000) + 1, *ids]))
+        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
+            log.warning("%s: could not let go of %d entries whose work the drain stopped (%s); another consumer takes "
+                        "them after the lease", rt.group, len(slots) - let_go, exc)
+        for slot in slots:
+            rt.release(*slot, settled=False)
+        return let_go
+
     async def forget_idle_consumers(self) -> list[str]:
         """Drop the group's consumers idle past ``forget_idle_s`` with nothing pending; returns their names."""
         rt = self.runtime

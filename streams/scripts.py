@@ -41,6 +41,7 @@ class Scripts:
         self.settle: AsyncScript = redis.register_script(_with_library("workflow", "settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
+        self.let_go: AsyncScript = redis.register_script(_source("let_go"))
         self.replay: AsyncScript = redis.register_script(_source("replay"))
         self.forget: AsyncScript = redis.register_script(_source("forget"))
         self.trim: AsyncScript = redis.register_script(_with_library("groups", "trim"))

@@ -1,6 +1,7 @@
 """A draining worker hands back only what is still its own: a job another worker took over (XAUTOCLAIM, this
 worker's lease having looked stalled) stays with that worker, whose run would otherwise be fenced off and a third
-run follow, every one of them paying for its agent's calls."""
+run follow, every one of them paying for its agent's calls. And what it counts as handed back went back: a move to
+another partition (streams.forward) the drain stopped is let go to the next sweep, not left to wait out the lease."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from typing import Any
 from redis.asyncio import Redis
 
 from streams.config import StreamSettings
+from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.jobs import JobProcessor
-from streams.keys import Keys
+from streams.keys import Keys, lanes_in_priority, partition_keys
 from streams.producer import Producer
 from streams.runtime import GroupRuntime
+from streams.scripts import Scripts
+from tests.streams.test_partition_forward import N, misplaced_id
 from tests.streams.test_resent_calls import Echo
-from tests.support import serving, wait_results, wait_until
+from tests.support import StallsBeforeScript, serving, wait_results, wait_until
 
 
 class Gated(Echo):
@@ -65,3 +69,39 @@ async def test_a_drain_leaves_a_job_another_worker_took_over_with_that_worker(re
 async def _none_pending(redis: Redis, keys: Keys) -> bool:
     return int((await redis.xpending(keys.lane("normal"), "workers"))["pending"]) == 0
 
+
+async def test_a_move_the_drain_stopped_is_let_go_to_the_next_sweep(own_redis: RedisServer) -> None:
+    # Given a worker of 4 partitions (a 60 s lease) whose next script call, the move of a raw XADD into a partition
+    # its id does not belong to, meets a 2 s stall
+    keys = Keys("moving")
+    parts = partition_keys(keys, N)
+    client = StallsBeforeScript.to(own_redis, timeout_s=5)  # patient: the call is sent once
+    settings = StreamSettings(redis_url=own_redis.url, prefix=keys.prefix, partitions=N)
+    runtime = GroupRuntime(client, streams=lanes_in_priority(parts), level_size=N, group="workers", consumer="w1", concurrency=4,
+                           lease_s=60, block_ms=100, tick_s=3600)  # no upkeep script before the move's
+    processor = JobProcessor(client, keys, settings, runtime, Echo(), partitions=parts)
+    writer = asyncio.create_task(processor.settler.run())
+    reader = asyncio.create_task(runtime.run())
+    await client.script_load(Scripts(client).publish.script)
+    job_id, _, wrong = misplaced_id("drained")
+    lane = parts[wrong].lane("normal")
+    client.armed_ms = 2000
+    async with Redis.from_url(own_redis.url, decode_responses=True) as other:
+        entry = await other.xadd(lane, {"agent": "echo", "data": "{}", "id": job_id})
+        await wait_until(lambda: client.stall is not None, timeout=10, what="the move to meet the stall")
+        # When the worker drains (SIGTERM) with the move under way past its grace
+        try:
+            finished, handed_back = await runtime.drain(0.5)
+        finally:
+            assert client.stall is not None
+            await client.stall
+        await processor.settler.close(writer)
+        await asyncio.gather(reader, return_exceptions=True)
+        # Then the entry it counts as handed back looks idle past the lease: another worker's next sweep takes it
+        (pending,) = await other.xpending_range(lane, "workers", min="-", max="+", count=10)
+        assert (pending["message_id"], pending["consumer"]) == (entry, "w1")
+        assert pending["time_since_delivered"] > 60_000, f"the stopped move waits out the lease: {pending}"
+        assert (finished, handed_back) == (0, 1)
+        taken = await other.xautoclaim(lane, "workers", "w2", 60_000, "0-0", count=10)
+        assert [eid for eid, _ in taken[1]] == [entry]
+    await client.aclose()
