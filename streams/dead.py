@@ -1,4 +1,4 @@
-"""Dead letters: list, replay (the contract's one deliberate second result), purge.
+"""Dead letters: write once, list, replay (the contract's one deliberate second result), purge.
 
 With partitions (contract §10) each partition has its own dead stream; an entry ID is only unique within
 one, so a dead letter of a partitioned prefix is named ``<entry ID>:<p>`` (as an id-less job id names its
@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from redis.asyncio import Redis
@@ -32,6 +33,30 @@ REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "step_fai
 DEAD_ENTRY_PATTERN = r"^\d{1,19}-\d{1,19}(?::\d{1,5})?$"
 _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")
 _ENTRY_NAME = re.compile(DEAD_ENTRY_PATTERN)
+DEAD_ONCE_S = 7 * 24 * 3600  # STREAMCREW_JOB_TTL_S's default: a letter is written once while a job record would live
+
+
+@dataclass(frozen=True, slots=True)
+class OnceLetter:
+    """A dead letter named by ``guard`` (a ``Keys.once`` key of the dead stream's slot); ``settles``: the entry it
+    acks, if any."""
+
+    guard: str
+    letter: DeadLetter
+    settles: str = ""
+
+
+async def write_once(scripts: Scripts, dead: str, letters: Sequence[OnceLetter], *, guard_s: int = DEAD_ONCE_S,
+                     acked_in: tuple[str, str] | None = None) -> list[bool]:
+    """Write each letter unless its guard says it was, acking its entry in ``acked_in`` (stream, group) in the same
+    call (dead_once.lua): a repeated call, or a crash between letter and ack, leaves one letter. Which were written."""
+    stream, group = acked_in or (dead, "")
+    args: list[str | int] = [guard_s * 1000, group]
+    for one in letters:
+        fields = one.letter.to_fields()
+        args += [one.settles, len(fields), *(x for kv in fields.items() for x in kv)]
+    reply = await scripts.dead_once(keys=[dead, stream, *(one.guard for one in letters)], args=args)
+    return [bool(wrote) for wrote in reply]
 
 
 def _named(entry: str, partitions: int) -> tuple[str, int | None]:

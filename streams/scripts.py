@@ -48,6 +48,7 @@ class Scripts:
         self.wf_start: AsyncScript = redis.register_script(_with_library("workflow", "wf_start"))
         self.wf_expire: AsyncScript = redis.register_script(_with_library("workflow", "wf_expire"))
         self.trim_results: AsyncScript = redis.register_script(_with_library("groups", "trim_results"))
+        self.dead_once: AsyncScript = redis.register_script(_source("dead_once"))
 
 
 Reply = Any

@@ -18,34 +18,17 @@ from consumers.kafka_bridge.records import Coordinates, Invalid, Parsed, dead_le
 from streams import metrics as stream_metrics
 from streams.envelope import JobRequest
 from streams.errors import RequestTooLarge
+from streams.dead import DEAD_ONCE_S, OnceLetter, write_once
 from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
 from streams.outage import REDIS_DOWN, Backoff
+from streams.scripts import Scripts
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 
-DEAD_ONCE_S = 7 * 24 * 3600  # STREAMCREW_JOB_TTL_S's default: a record's letter is written once while a job record would live
-
 # A batch is written again after a Redis outage, and redis-py sends a command again after a lost reply (both copies
 # run when Redis was only stalled); Kafka redelivers a batch whose offsets were not committed. Each invalid record's
-# letter is written once: its guard (Keys.once, by the record's coordinates) names the letter's entry.
-DEAD_ONCE_LUA = """
--- KEYS[1] dead stream, then one guard key per letter (all of one partition); ARGV: guard ms, then per letter nf, (k v)*.
--- Returns per letter 1 when written, 0 when its guard says it was.
-local out, i = {}, 2
-for n = 2, #KEYS do
-  local nf = tonumber(ARGV[i])
-  if redis.call('EXISTS', KEYS[n]) == 1 then
-    out[#out + 1] = 0
-  else
-    local eid = redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 1, i + 2 * nf))
-    redis.call('SET', KEYS[n], eid, 'PX', ARGV[1])
-    out[#out + 1] = 1
-  end
-  i = i + 1 + 2 * nf
-end
-return out
-"""
+# letter is written once (streams.dead.write_once): its guard (Keys.once, by the record's coordinates) names it.
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +56,7 @@ class RequestsIn:
         self.partitions = partitions
         self.max_request_bytes = max_request_bytes
         self.dead_once_s = dead_once_s
-        self._dead_once = redis.register_script(DEAD_ONCE_LUA)
+        self._scripts = Scripts(redis)
         # Every job lands in partition crc32(id) mod N (contract §10), so a redelivered record meets its first copy.
         self.producer = Producer(redis, keys, max_request_bytes=max_request_bytes, partitions=partitions)
 
@@ -140,18 +123,15 @@ class RequestsIn:
                 outcome.invalid.append(problem.job_id)
 
     async def _dead_letters(self, invalid: list[tuple[Invalid, RecordIn]]) -> list[bool]:
-        """Write each record's dead letter unless it was (DEAD_ONCE_LUA): one call per partition; which were written."""
+        """Write each record's dead letter unless it was (write_once): one call per partition; which were written."""
         by_part: dict[Keys, list[int]] = defaultdict(list)
         for n, (problem, _) in enumerate(invalid):
             by_part[keys_for_job(self.keys, self.partitions, problem.job_id)].append(n)
         written = [False] * len(invalid)
         for part, ns in by_part.items():
-            args: list[str | int] = [self.dead_once_s * 1000]
-            for n in ns:
-                problem, record = invalid[n]
-                fields = dead_letter(problem, record.key, record.value, record.where).to_fields()
-                args += [len(fields), *(x for kv in fields.items() for x in kv)]
-            reply = await self._dead_once(keys=[part.dead, *(part.once(invalid[n][1].where.token) for n in ns)], args=args)
+            letters = [OnceLetter(part.once(record.where.token), dead_letter(problem, record.key, record.value, record.where))
+                       for problem, record in (invalid[n] for n in ns)]
+            reply = await write_once(self._scripts, part.dead, letters, guard_s=self.dead_once_s)
             for n, wrote in zip(ns, reply, strict=True):
-                written[n] = bool(wrote)
+                written[n] = wrote
         return written
