@@ -137,9 +137,9 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
 
     requests_in = RequestsIn(redis, keys, max_request_bytes=settings.max_request_bytes, partitions=settings.partitions,
                              dead_once_s=settings.job_ttl_s)
-    results_out = ResultsOut(redis, send=send, release=runtime.release, dead_of={p.results: p.dead for p in partitions})
+    results_out = ResultsOut(redis, send=send, release=runtime.release, partitions=partitions, dead_once_s=settings.job_ttl_s)
     runtime.handler = ResultsReader(redis, partitions, deliver=lambda batch: results_channel.send(value=batch), release=runtime.release,
-                                    consumer=runtime.consumer, lease_s=settings.lease_s)
+                                    consumer=runtime.consumer, lease_s=settings.lease_s, dead_once_s=settings.job_ttl_s)
     processed: dict[TP, int] = {}
 
     @app.agent(requests_topic, name="requests_to_lanes")

@@ -6,6 +6,10 @@ into :class:`ResultBatch` es and hands them to the faust agent (through a channe
 broker's acknowledgement), XACK the acknowledged entries in one call. A crash anywhere before the
 XACK leaves the entries pending; another bridge reclaims them after the lease and sends them again
 (at-least-once: consumers dedupe on the job id, as webhook receivers do).
+
+An entry that is dead-lettered instead (too large for Kafka, malformed) is acked in the same script call as its
+letter is written (streams.dead.write_once), guarded by the entry's ID: a crash leaves no letter without its ack,
+and a call sent again (a lost reply, a retry after an outage) writes no second letter.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from redis.asyncio import Redis
 from consumers.kafka_bridge import metrics
 from consumers.kafka_bridge.records import result_record
 from streams import metrics as stream_metrics
+from streams.dead import DEAD_ONCE_S, OnceLetter, write_once
 from streams.envelope import DeadLetter, now_ms
 from streams.errors import DecodeError
 from streams.keys import Keys
 from streams.outage import until_redis_answers
 from streams.raw import repaired_fields
+from streams.scripts import Scripts
 from streams.entries import Entry, Release, Slot
 
 log = logging.getLogger("streamcrew.kafka_bridge")
@@ -50,6 +56,11 @@ class ResultBatch:
     records: tuple[ResultRecord, ...]
 
 
+def guard(keys: Keys, entry_id: str) -> str:
+    """The once-key of a results entry's dead letter: by the partition's results stream and the entry's ID."""
+    return keys.once(f"results:{entry_id}")
+
+
 # What Kafka refuses for good: sending such a record again after the lease would fail forever.
 TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
 
@@ -58,16 +69,18 @@ class ResultsOut:
     """Produces result batches and XACKs each entry only after Kafka acknowledged it.
 
     A record Kafka refuses as too large (over the producer's ``max_request_size`` or the topic's
-    ``max.message.bytes``) is dead-lettered in ``dead_of[stream]`` (reason ``too_large``) and acked; any other
-    refusal leaves the entry pending, sent again after the lease."""
+    ``max.message.bytes``) is dead-lettered in the dead stream of the partition (of ``partitions``) it came from
+    (reason ``too_large``) and acked with it; any other refusal leaves the entry pending, sent again after the lease."""
 
     def __init__(self, redis: Redis, *, group: str = KAFKA_BRIDGE_GROUP, send: Send, release: Release | None = None,
-                 dead_of: dict[str, str] | None = None) -> None:
+                 partitions: Sequence[Keys] = (), dead_once_s: int = DEAD_ONCE_S) -> None:
         self.redis = redis
         self.group = group
         self.send = send
         self.release: Release = release or (lambda stream, entry_id, settled=True: None)
-        self.dead_of = dead_of or {}
+        self.keys_of = {keys.results: keys for keys in partitions}
+        self.dead_once_s = dead_once_s
+        self._scripts = Scripts(redis)
 
     async def forward(self, batch: ResultBatch) -> list[str]:
         """Returns the entry IDs acknowledged by Kafka and then XACKed; the others stay pending (their slots are freed)."""
@@ -88,32 +101,40 @@ class ResultsOut:
 
     async def _forward(self, batch: ResultBatch) -> list[str]:
         acks = await asyncio.gather(*(self._send(r) for r in batch.records))
-        for r, ack in zip(batch.records, acks, strict=True):
-            if isinstance(ack, TOO_LARGE) and batch.stream in self.dead_of:
-                await self._dead_letter(batch.stream, r, ack)
-        done = [r.entry_id for r, ack in zip(batch.records, acks, strict=True)
-                if not isinstance(ack, BaseException) or (isinstance(ack, TOO_LARGE) and batch.stream in self.dead_of)]
+        sent = [r.entry_id for r, ack in zip(batch.records, acks, strict=True) if not isinstance(ack, BaseException)]
+        too_large = [(r, ack) for r, ack in zip(batch.records, acks, strict=True) if isinstance(ack, TOO_LARGE) and batch.stream in self.keys_of]
+        if too_large:  # acked with their letters
+            await self._dead_letters(batch.stream, too_large)
+        done = sent + [r.entry_id for r, _ in too_large]
         failed = len(batch.records) - len(done)
         if failed:
             first = next(a for a in acks if isinstance(a, BaseException))
             log.warning("kafka-bridge: Kafka refused %d of %d result records (%s: %s); they stay pending and are sent again after the lease",
                         failed, len(batch.records), type(first).__name__, first)
-        if done:  # XACK in the stream (partition) the entries came from
-            await until_redis_answers("kafka-bridge xack", lambda: self.redis.xack(batch.stream, self.group, *done))
+        if sent:  # XACK in the stream (partition) the entries came from
+            await until_redis_answers("kafka-bridge xack", lambda: self.redis.xack(batch.stream, self.group, *sent))
         metrics.records("out", "produced").inc(len(done))
         metrics.records("out", "failed").inc(failed)
         return done
 
 
-    async def _dead_letter(self, stream: str, record: ResultRecord, exc: BaseException) -> None:
-        error = (f"Kafka refused the result record as too large ({len(record.value)} bytes; {type(exc).__name__}): raise the "
-                 "results topic's max.message.bytes, or lower STREAMCREW_MAX_RESULT_BYTES")
-        letter = DeadLetter(id=record.key.decode(errors="replace"), agent="", reason="too_large", error=error, source_stream=stream,
-                            source_id=record.entry_id, attempts=0, dead_at=now_ms(), request={})
-        await until_redis_answers("kafka-bridge dead letter", lambda: self.redis.xadd(self.dead_of[stream], letter.to_fields()))  # type: ignore[arg-type]
-        stream_metrics.dead_letters("too_large").inc()
-        metrics.records("out", "too_large").inc()
-        log.warning("kafka-bridge: result %s (entry %s) is %d bytes, too large for Kafka; dead-lettered", letter.id, record.entry_id, len(record.value))
+    async def _dead_letters(self, stream: str, refused: list[tuple[ResultRecord, BaseException]]) -> None:
+        keys = self.keys_of[stream]
+        letters = []
+        for record, exc in refused:
+            error = (f"Kafka refused the result record as too large ({len(record.value)} bytes; {type(exc).__name__}): raise the "
+                     "results topic's max.message.bytes, or lower STREAMCREW_MAX_RESULT_BYTES")
+            letter = DeadLetter(id=record.key.decode(errors="replace"), agent="", reason="too_large", error=error, source_stream=stream,
+                                source_id=record.entry_id, attempts=0, dead_at=now_ms(), request={})
+            letters.append(OnceLetter(guard(keys, record.entry_id), letter, settles=record.entry_id))
+        written = await until_redis_answers("kafka-bridge dead letter", lambda: write_once(
+            self._scripts, keys.dead, letters, guard_s=self.dead_once_s, acked_in=(stream, self.group)))
+        for (record, _), one, wrote in zip(refused, letters, written, strict=True):
+            if wrote:
+                stream_metrics.dead_letters("too_large").inc()
+                metrics.records("out", "too_large").inc()
+            log.warning("kafka-bridge: result %s (entry %s) is %d bytes, too large for Kafka; dead-lettered%s", one.letter.id,
+                        record.entry_id, len(record.value), "" if wrote else " (its letter was written before)")
 
 
 class ResultsReader:
@@ -123,9 +144,11 @@ class ResultsReader:
     """
 
     def __init__(self, redis: Redis, partitions: Sequence[Keys], *, deliver: Callable[[ResultBatch], Awaitable[Any]], release: Release,
-                 consumer: str, lease_s: float, group: str = KAFKA_BRIDGE_GROUP) -> None:
+                 consumer: str, lease_s: float, group: str = KAFKA_BRIDGE_GROUP, dead_once_s: int = DEAD_ONCE_S) -> None:
         self.redis = redis
-        self.dead_of = {keys.results: keys.dead for keys in partitions}
+        self.keys_of = {keys.results: keys for keys in partitions}
+        self.dead_once_s = dead_once_s
+        self._scripts = Scripts(redis)
         self.deliver = deliver
         self.release = release
         self.consumer = consumer
@@ -134,34 +157,43 @@ class ResultsReader:
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
         records: list[ResultRecord] = []
-        settle_now: list[str] = []
+        gone: list[str] = []
+        malformed: list[tuple[str, dict[str, str], str]] = []
         for entry_id, fields in entries:
             if fields is None:  # trimmed or deleted while pending: nothing to send
-                settle_now.append(entry_id)
+                gone.append(entry_id)
                 continue
             try:
                 key, value = result_record(fields)
             except DecodeError as exc:
-                await self._dead_letter(stream, entry_id, fields, exc.reason)
-                settle_now.append(entry_id)
+                malformed.append((entry_id, fields, exc.reason))
                 continue
             records.append(ResultRecord(entry_id, key, value))
-        if settle_now:
-            await self.redis.xack(stream, self.group, *settle_now)
-            for entry_id in settle_now:
-                self.release(stream, entry_id)
+        if malformed:  # acked with their letters
+            await self._dead_letters(stream, malformed)
+        if gone:
+            await self.redis.xack(stream, self.group, *gone)
+        for entry_id in [*gone, *(m[0] for m in malformed)]:
+            self.release(stream, entry_id)
         if records:
             await self.deliver(ResultBatch(stream, tuple(records)))
 
-    async def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, str], reason: str) -> None:
-        fields = repaired_fields(fields)  # bytes that were not UTF-8 become U+FFFD: the letter's JSON can hold the rest
-        letter = DeadLetter(id=fields.get("id") or entry_id, agent=fields.get("agent", ""), reason="invalid",
-                            error=f"result event is malformed: {reason}", source_stream=stream, source_id=entry_id,
-                            attempts=0, dead_at=now_ms(), request=dict(fields))
-        await self.redis.xadd(self.dead_of[stream], letter.to_fields())  # type: ignore[arg-type]
-        stream_metrics.dead_letters("invalid").inc()
-        metrics.records("out", "invalid").inc()
-        log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered", entry_id, reason)
+    async def _dead_letters(self, stream: str, malformed: list[tuple[str, dict[str, str], str]]) -> None:
+        keys = self.keys_of[stream]
+        letters = []
+        for entry_id, raw, reason in malformed:
+            fields = repaired_fields(raw)  # bytes that were not UTF-8 become U+FFFD: the letter's JSON can hold the rest
+            letter = DeadLetter(id=fields.get("id") or entry_id, agent=fields.get("agent", ""), reason="invalid",
+                                error=f"result event is malformed: {reason}", source_stream=stream, source_id=entry_id,
+                                attempts=0, dead_at=now_ms(), request=dict(fields))
+            letters.append(OnceLetter(guard(keys, entry_id), letter, settles=entry_id))
+        written = await write_once(self._scripts, keys.dead, letters, guard_s=self.dead_once_s, acked_in=(stream, self.group))
+        for (entry_id, _, reason), wrote in zip(malformed, written, strict=True):
+            if wrote:
+                stream_metrics.dead_letters("invalid").inc()
+                metrics.records("out", "invalid").inc()
+            log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered%s", entry_id, reason,
+                        "" if wrote else " (its letter was written before)")
 
     async def hand_back(self, slots: list[Slot]) -> int:
         """Stopping with entries unsent: mark them idle past the lease, so any bridge reclaims them at its next sweep."""

@@ -45,7 +45,9 @@ async def test_the_bridge_publishes_and_forwards_every_partition_on_a_cluster(
         lanes = [await cluster_redis.xlen(keys.in_partition(p).lane("normal")) for p in range(PARTITIONS)]
         assert lanes == [sum(partition_of(i, PARTITIONS) == p for i in ids) for p in range(PARTITIONS)]
 
-        # Results of every partition -> send, XACKed in their own partition
+        # Results of every partition -> send, XACKed in their own partition; a malformed entry (a raw XADD) in
+        # partition 1 is dead-lettered there, its letter, guard and ack in one script call on that partition's shard
+        await cluster_redis.xadd(keys.in_partition(1).results, {"id": "broken", "junk": "1"})
         await add_results(cluster_redis, keys, PARTITIONS, ids)
         kafka = Kafka()
 
@@ -57,5 +59,7 @@ async def test_the_bridge_publishes_and_forwards_every_partition_on_a_cluster(
         assert set(kafka.sent) == {i.encode() for i in ids} and max(kafka.sent.values()) == 1
         for job_id in ids:
             assert kafka.streams[job_id.encode()] == keys.in_partition(partition_of(job_id, PARTITIONS)).results
+        (letter,) = [f for _, f in await cluster_redis.xrange(keys.in_partition(1).dead)]
+        assert (letter["id"], letter["reason"], letter["source_stream"]) == ("broken", "invalid", keys.in_partition(1).results)
     finally:
         shutil.rmtree(bridge.datadir, ignore_errors=True)

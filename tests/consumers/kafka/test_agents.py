@@ -303,3 +303,78 @@ async def test_an_invalid_record_is_dead_lettered_once_when_its_write_is_sent_ag
     letters = [f for _, f in await client.xrange(keys.dead)]
     assert [(f["id"], f["source_id"]) for f in letters] == [("bad-once", "2-7")]
     await client.aclose()
+
+
+async def impatient_bridge(server: Any, prefix: str) -> tuple[Any, Any, Any]:
+    """A bridge (as ``build_bridge`` wires it) on ``server`` through an impatient client, its results group made."""
+    from consumers.kafka_bridge.app import build_bridge
+    from consumers.kafka_bridge.settings import KafkaBridgeSettings
+    from streams.groups import ensure_group
+    from streams.keys import Keys
+    from tests.support import impatient_client
+
+    keys, client = Keys(prefix), impatient_client(server.url)
+    await ensure_group(client, keys.results, KAFKA_BRIDGE_GROUP)
+    settings = KafkaBridgeSettings(redis_url=server.url, prefix=prefix, kafka_broker="kafka://127.0.0.1:9", metrics_port=0)
+    return client, build_bridge(settings, client, consumer="test-bridge"), keys
+
+
+async def test_a_too_large_result_is_dead_lettered_once_when_its_write_is_sent_again(own_redis: Any) -> None:
+    import shutil
+
+    from tests.support import stall_redis
+
+    # Given a bridge whose Redis client gives a reply up after 0.5 s and sends the command again (the project's
+    # retry policy), and two results read by its group, the first of which Kafka refuses as too large
+    client, bridge, keys = await impatient_bridge(own_redis, "kafka-once-out")
+    reply, batch = await two_results_read(client, keys, "big")
+
+    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
+        if key == b"big-0":
+            raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.set_result("ack")
+        return fut
+
+    bridge.results_out.send = send
+    await client.ping()  # connected: the dead letter goes out on this connection, not on one the stall holds up
+    # When Redis stalls 1.5 s as the dead letter is written: the copies sent meanwhile all run once it is back
+    stall = await stall_redis(own_redis, 1500)
+    acked = await bridge.results_out.forward(batch)
+    await stall
+    # And the batch is forwarded again (as by a bridge that claimed it while it was pending)
+    again = await bridge.results_out.forward(batch)
+    # Then both entries are acked and the refused one has one dead letter, so a replay runs it once
+    assert sorted(acked) == sorted(again) == sorted(e[0] for e in reply[0][1])
+    assert await client.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10) == []
+    letters = [f for _, f in await client.xrange(keys.dead)]
+    assert [(f["id"], f["reason"], f["source_id"]) for f in letters] == [("big-0", "too_large", reply[0][1][0][0])]
+    await client.aclose()
+    shutil.rmtree(bridge.datadir, ignore_errors=True)
+
+
+async def test_a_malformed_result_is_dead_lettered_once_when_its_write_is_sent_again(own_redis: Any) -> None:
+    import shutil
+
+    from streams.outage import until_redis_answers
+    from tests.support import stall_redis
+
+    # Given a bridge whose Redis client gives a reply up after 0.5 s and sends the command again, and a malformed
+    # entry (a raw XADD) read by its group: its dead letter is the read's only write
+    client, bridge, keys = await impatient_bridge(own_redis, "kafka-once-reader")
+    await client.xadd(keys.results, {"id": "broken", "junk": "1"})
+    ((_, entries),) = await client.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
+    reader = bridge.runtime.handler
+    await client.ping()
+    # When Redis stalls 1.5 s as the letter is written, the reader's call tried again until Redis answers (as the runtime does)
+    stall = await stall_redis(own_redis, 1500)
+    await until_redis_answers("test reader", lambda: reader.on_entries(keys.results, entries, reclaimed=False))
+    await stall
+    # And the entry is read again (as by a bridge that claimed it while it was pending)
+    await reader.on_entries(keys.results, entries, reclaimed=True)
+    # Then it is acked and has one dead letter
+    assert await client.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10) == []
+    letters = [f for _, f in await client.xrange(keys.dead)]
+    assert [(f["id"], f["reason"], f["source_id"]) for f in letters] == [("broken", "invalid", entries[0][0])]
+    await client.aclose()
+    shutil.rmtree(bridge.datadir, ignore_errors=True)
