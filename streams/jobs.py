@@ -143,10 +143,10 @@ class JobProcessor:
                     self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
                 if request.agent == WORKFLOW_AGENT:
-                    if request.deadline is None or request.deadline > now_ms():
+                    if request.deadline is None or request.deadline > now_ms() or await self._started_in_time(keys, lane, entry_id, job_id):
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
-                    # past its deadline: start.lua (with _start's later now) ends it expired, unstarted (contract §2)
+                    # past its deadline, never started: start.lua (with _start's later now) ends it expired (contract §2)
                 elif problem := self.executor.check(request):
                     raise DecodeError(problem, raw)
             except DecodeError as exc:
@@ -159,6 +159,12 @@ class JobProcessor:
             await self.workflows.start(keys, stream, lane, workflows)
         if claimed:
             await self._start(stream, lane, claimed)
+
+    async def _started_in_time(self, keys: Keys, lane: str, entry_id: str, job_id: str) -> bool:
+        """Whether this entry is a replay of a workflow that started before its deadline: it resumes, as a job that
+        started in time runs again (start.lua); taken for an unstarted one, it was run as an agent named 'workflow'."""
+        started_at, source = await self.redis.hmget(keys.job(job_id), ["started_at", "source"])
+        return started_at is not None and source == f"{lane}/{entry_id}"
 
     def _move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest) -> None:
         """An entry XADDed into a partition its id does not belong to: published again in its own (streams.forward)."""

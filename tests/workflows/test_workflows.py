@@ -484,3 +484,27 @@ async def test_a_workflow_times_out_by_redis_clock_not_by_a_workers(
     # Then nothing is due yet (before: the workflow ended expired 59 minutes early), and it completes
     assert ended == 0
     assert (await wait_event(redis, keys, "wf-skew", timeout=30)).status == "completed"
+
+
+async def test_a_replayed_workflow_whose_deadline_passes_in_the_lane_resumes(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow with a deadline that started in time, failed, and was replayed before its deadline (so the
+    # replay keeps it), and no worker takes the replay until the deadline has passed
+    worker = workers.start("--concurrency", "4")
+    deadline = now_ms() + 8_000
+    wf = Workflow("wf-late-replay")
+    wf.step("flaky", "echo", {"fail_first": 1}, max_attempts=1)
+    await producer.publish("workflow", wf.to_data(), id="wf-late-replay", deadline=deadline)
+    assert (await wait_event(redis, keys, "wf-late-replay")).status == "failed"
+    assert worker.stop() == 0
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-late-replay"]
+    await replay(redis, keys, letter.entry_id)
+    await wait_until(lambda: now_ms() > deadline + 100, timeout=15, what="the workflow's deadline passing")
+    # When a worker takes it
+    workers.start("--concurrency", "4")
+    # Then it resumes, as a job that started in time runs again (before: it was run as an agent named 'workflow'
+    # and ended failed, "unknown agent 'workflow'")
+    event = await wait_event(redis, keys, "wf-late-replay", n=2)
+    assert event.status == "completed", event.error
+    assert (await event_counts(redis, keys))["wf-late-replay::flaky"] == 2
