@@ -28,6 +28,7 @@ from streams.envelope import JobRequest, dumps, flat
 from streams.job_ids import JOB_ID_RULE, is_valid_job_id
 from streams.keys import Keys
 from streams.scripts import Scripts
+from streams.sizes import bounded_error
 from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow, step_job_id
 
 log = logging.getLogger("streamcrew.workflows")
@@ -70,8 +71,13 @@ class WorkflowStarter:
         """The graph, and each step's agent and data as its agent checks them."""
         spec = parse_workflow(request.data)
         for s in spec.steps:
-            if problem := self.checker.check_step(s.agent, s.data):
-                raise WorkflowInvalid(f"step {s.id!r}: {problem}")
+            try:
+                problem = self.checker.check_step(s.agent, s.data)
+            except Exception as exc:  # an input model's validator raising what pydantic passes on (AttributeError, ...):
+                # let out, it failed the worker's whole batch read, again at every reclaim, so none of it ever ended
+                problem = f"checking its input for agent {s.agent!r} raised {type(exc).__name__}: {exc}"
+            if problem:
+                raise WorkflowInvalid(bounded_error(f"step {s.id!r}: {problem}"))
         return spec
 
     async def start(self, keys: Keys, stream: str, lane: str, claimed: list[ClaimedWorkflow]) -> None:

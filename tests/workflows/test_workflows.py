@@ -508,3 +508,23 @@ async def test_a_replayed_workflow_whose_deadline_passes_in_the_lane_resumes(
     event = await wait_event(redis, keys, "wf-late-replay", n=2)
     assert event.status == "completed", event.error
     assert (await event_counts(redis, keys))["wf-late-replay::flaky"] == 2
+
+
+async def test_a_step_whose_input_check_raises_rejects_the_workflow_not_the_worker(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow whose step input makes its agent's validator raise AttributeError, and a job sent after it
+    start_workers(workers, 1, "--concurrency", "4", "--app", "tests.workflows.validator_app")
+    wf = Workflow("wf-raises")
+    wf.step("a", "echo", {})
+    wf.step("b", "shout", {"name": 5})
+    await producer.publish_workflow(wf)
+    await producer.publish("echo", {}, id="after-raises")
+    # When a worker takes them
+    event = await wait_event(redis, keys, "wf-raises", timeout=20)
+    # Then the workflow ends rejected, naming the step, and no step ran (before: the exception left the worker's read
+    # of the batch, so the workflow, and every job read with it, stayed pending for good, taken up at each reclaim)
+    assert event.status == "rejected" and "step 'b'" in (event.error or "") and "AttributeError" in (event.error or ""), event
+    assert (await wait_event(redis, keys, "after-raises")).status == "completed"
+    counts = await event_counts(redis, keys)
+    assert "wf-raises::a" not in counts and counts["wf-raises"] == 1, counts
