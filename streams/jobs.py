@@ -303,7 +303,7 @@ class JobProcessor:
         if dead_reason:
             dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
         op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step)
-        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, report=report)
+        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, workflow=r.agent == WORKFLOW_AGENT, report=report)
         self.settler.submit(op)
 
     def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:

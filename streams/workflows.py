@@ -109,6 +109,8 @@ class WorkflowStarter:
         reply = await self._scripts.wf_start(keys=[stream, keys.results, keys.dead, keys.workflow_timeouts, keys.slot_guard], args=args)
         for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
             self.release(stream, c.entry_id)
+            if decision == "completed":  # a resume with nothing left to run: ended here, at its start
+                metrics.workflow_ended("completed", 0)
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
 
     @staticmethod

@@ -9,7 +9,8 @@
 -- An id-less workflow's job id is its generated id ('<entry ID>', ':<p>' after it with partitions); when a record of
 -- it belongs to another entry, '<lane>:' goes in front, as publish.lua names it (so it still names its partition).
 -- Every key is KEYS[1]'s partition's (one slot): job and workflow keys come from the partition's prefixes.
--- Returns per workflow {decision, job_id, steps published}: decision run, resume or dup.
+-- Returns per workflow {decision, job_id, steps published}: decision run, resume, dup, or completed (a resume with
+-- nothing left to run ended it).
 local lane, timeouts = KEYS[1], KEYS[4]
 local job_prefix, lane_prefix, lane_name, group, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local C = wf_context(job_prefix, lane_prefix, KEYS[2], KEYS[3], ARGV[7], ARGV[6])
@@ -112,6 +113,7 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
       -- at its next timeout
       wf_end(C, h, jid, 'completed', nil, worker)
       ended = true
+      decision = 'completed'
     end
     local timeout = redis.call('HGET', h, 'timeout_s')
     if not ended and timeout and timeout ~= '' then

@@ -2,12 +2,14 @@
 
 import httpx
 
+from streams.dead import list_dead, replay
+from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.workflow import Workflow
 from tests.consumers.test_metrics import _samples
 from tests.support import WorkerFactory, wait_until
-from tests.workflows.support import wait_event
+from tests.workflows.support import wait_event, wait_running
 
 
 async def test_workflow_metrics_count_each_ending(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
@@ -45,3 +47,38 @@ async def test_workflow_metrics_count_each_ending(redis, keys: Keys, producer: P
     assert m[("streamcrew_workflow_duration_seconds_count", ())] == 4
     # and the steps are counted like any job
     assert m[("streamcrew_jobs_total", (("agent", "echo"), ("status", "completed")))] >= 4
+
+
+async def test_workflows_ended_outside_a_steps_settle_are_counted(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a worker exporting metrics, a workflow whose deadline passed before it was taken (it ends expired unstarted)
+    _, port = workers.start_serving_metrics("--concurrency", "4")
+    data = '{"steps": [{"id": "a", "agent": "echo"}]}'
+    await redis.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-unstarted", "data": data, "deadline": str(now_ms() - 60_000)})
+    assert (await wait_event(redis, keys, "wf-unstarted")).status == "expired"
+    # and a workflow that expired while its step slept, the step completing afterwards, then replayed (it ends completed
+    # at its start: nothing left to run)
+    wf = Workflow("wf-late", timeout_s=60)
+    wf.step("nap", "echo", {"sleep_s": 1})
+    await producer.publish_workflow(wf)
+    await wait_running(redis, keys, "wf-late::nap")
+    await redis.zadd(keys.workflow_timeouts, {"wf-late": 0})
+    assert (await wait_event(redis, keys, "wf-late")).status == "expired"
+    assert (await wait_event(redis, keys, "wf-late::nap")).status == "completed"
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-late"]
+    await replay(redis, keys, letter.entry_id)
+    assert (await wait_event(redis, keys, "wf-late", n=2)).status == "completed"
+    # Then each ending is counted (before: neither the unstarted expiry nor the completion at the replay's start)
+    async def counted() -> dict[str, float]:
+        async with httpx.AsyncClient() as client:
+            m = _samples((await client.get(f"http://127.0.0.1:{port}/metrics")).text)
+        return {s: m.get(("streamcrew_workflows_total", (("status", s),)), 0.0) for s in ("completed", "expired")}
+
+    want = {"completed": 1, "expired": 2}
+
+    async def all_counted() -> bool:
+        return await counted() == want
+
+    try:
+        await wait_until(all_counted, timeout=10, what=f"workflows_total to reach {want}")
+    except AssertionError:
+        raise AssertionError(f"workflows_total {await counted()}, want {want}") from None
