@@ -126,9 +126,11 @@ local function wf_end(C, h, wid, status, err, worker)
       redis.call('HSET', h, sid .. '|st', st)
     elseif st == 'queued' then
       local key = C.job_prefix .. wf_step_id(wid, sid)
-      local js = redis.call('HGET', key, 'status')
+      local j = redis.call('HMGET', key, 'status', 'usage')
+      local js = j[1]
       if js == 'queued' or not js then  -- waiting in its lane: it will never start (start.lua sees another source)
         st = 'skipped'
+        s[4] = j[2]  -- a drain handed it back after calls it paid (streams/usage.py): this event counts them, no other will
         redis.call('HSET', key, 'status', st, 'source', 'skipped', 'finished_at', now)
         redis.call('EXPIRE', key, C.ttl)
         redis.call('HSET', h, sid .. '|st', st)

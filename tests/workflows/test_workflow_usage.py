@@ -163,3 +163,24 @@ async def test_a_step_that_failed_after_its_workflow_ended_is_counted_by_the_rep
     paid = sum(e.usage["prompt_tokens"] for e in steps if e.usage)
     billed = sum(e.usage["prompt_tokens"] for e in await events_of(redis, keys, "wf-late-step") if e.usage)
     assert billed == paid == 214, (billed, paid)  # 100 + 7 + 100 + 7 (billed 207 before: b's first 7 lost)
+
+
+async def test_a_step_handed_back_then_skipped_in_its_lane_is_counted_by_the_workflows_event(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given one worker with one slot running step 'slow' (one call of 7 prompt tokens, then asleep), 'boom' waiting in the lane
+    first = workers.start("--concurrency", "1", "--grace", "0.5", "--app", APP, "--app", "tests.agents.attempt_app")
+    wf = Workflow("wf-handed-back")
+    wf.step("slow", "slow_call", {"prompt": 7, "sleep_s": 30})
+    wf.step("boom", "echo", {"fail_first": 1}, max_attempts=1)
+    await producer.publish_workflow(wf)
+    wait_for_log(first, "slow_call: attempt 1 called its model", timeout=READY_TIMEOUT_S)
+    # When that worker stops (its drain hands 'slow' back to the lane, behind 'boom') and the next one runs 'boom',
+    # whose failure ends the workflow and skips 'slow' where it waits
+    first.terminate()
+    assert first.wait(30) is not None, "the first worker did not stop"
+    workers.start("--concurrency", "1", "--app", APP, "--app", "tests.agents.attempt_app")
+    event = await wait_event(redis, keys, "wf-handed-back", timeout=60)
+    assert event.status == "failed" and event.result["steps"]["slow"]["status"] == "skipped", event
+    # Then the workflow's event counts the call the interrupted attempt paid (before: in no event at all)
+    assert event.usage is not None and event.usage["prompt_tokens"] == 7, event.usage
