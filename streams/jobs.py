@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,8 +21,8 @@ from redis.asyncio import Redis
 from streams import metrics
 from streams.config import StreamSettings
 from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, now_ms, result_fields
-from streams.job_ids import is_valid_job_id, may_carry_id
-from streams.raw import ENTRY_ID, SOURCE_FIELD, repaired_fields
+from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
+from streams.raw import repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
@@ -270,7 +270,7 @@ class JobProcessor:
         if delay_s is None:
             base = self.settings.retry_backoff_s * (2 ** (run.used - 1))
             delay_s = min(self.settings.retry_backoff_max_s, base) * random.uniform(0.5, 1.0)
-        fields = _readded(c)
+        fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         metrics.retries(c.request.agent).inc()
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
@@ -301,7 +301,7 @@ class JobProcessor:
             return
         dead = None
         if dead_reason:
-            dead = self._dead_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
+            dead = dead_letter_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
         op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step)
         op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, workflow=r.agent == WORKFLOW_AGENT, report=report)
         self.settler.submit(op)
@@ -317,20 +317,12 @@ class JobProcessor:
         for name in ("webhook", "tenant", "traceparent", "parent", "step"):
             if raw.get(name):
                 fields[name] = raw[name]
-        dead = self._dead_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
+        dead = dead_letter_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
         alt = "" if explicit_id(raw) else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
         op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
                      keep_usage=True)  # a retry refused at claim: its earlier attempts' usage (the record's) still counts
         op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
-
-    @staticmethod
-    def _dead_fields(job_id: str, agent: str, reason: str, error: str, stream: str, entry_id: str, attempts: int, raw: dict[str, str], dead_at: int) -> dict[str, str]:
-        # source_id names the entry the producer wrote; a retried or handed-back job is a later entry (last_source_id)
-        first = raw.get(SOURCE_FIELD, "")
-        return {"id": job_id, "agent": agent, "reason": reason, "error": error, "source_stream": stream,
-                "source_id": first if ENTRY_ID.fullmatch(first) else entry_id, "last_source_id": entry_id,
-                "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(raw)}
 
     # -- upkeep and drain ----------------------------------------------------
 
@@ -348,7 +340,8 @@ class JobProcessor:
         for slot in slots:
             if (run := self._running.pop(slot, None)) is not None:
                 c = run.claimed
-                op = handback_op(c.stream, c.entry_id, c.source, c.job_id, _readded(c), stored_usage(run.usage_before), worker=self.worker)
+                fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
+                op = handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before), worker=self.worker)
                 op.on_written = wrote.append
                 self.settler.submit(op)
         await self.settler.flush()
@@ -369,30 +362,11 @@ class JobProcessor:
                             "and %s; this run's result would be fenced off", run.claimed.job_id, run.claimed.request.agent, run.attempt, why)
 
 
-def explicit_id(raw: Mapping[str, str]) -> str | None:
-    """The job id a raw entry names, when it may be one: in the id alphabet, and with '::' only on a workflow's
-    step entry. Anything else (a bad id, another job's step id) leaves the job the entry's generated id."""
-    job_id = raw.get("id")
-    if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
-        return None
-    return job_id
-
-
 def _being_cancelled() -> bool:
     """Whether the running task was cancelled (the drain, a run taken over), rather than handed a CancelledError
     by the code it awaits. Taken for a cancellation, an agent's own left its job held, renewed, with no result."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
-
-
-def _readded(c: Claimed) -> dict[str, str]:
-    """The fields of a job going back to its lane: its id, when it was submitted, the entry its producer wrote."""
-    fields = dict(c.raw)
-    fields["id"] = c.job_id
-    fields.setdefault("submitted_at", str(c.submitted_at))
-    if not ENTRY_ID.fullmatch(fields.get(SOURCE_FIELD, "")):
-        fields[SOURCE_FIELD] = c.entry_id
-    return fields
 
 
 def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
