@@ -13,7 +13,7 @@ from streams import dead
 from streams.config import StreamSettings
 
 if TYPE_CHECKING:
-    from consumers.ops import Replay
+    from streams.dead import Replay
 
 # The reasons a dead letter can carry: a job's, and step_failed, which workflow.lua gives a workflow that failed.
 REASONS = dead.REASONS
@@ -97,14 +97,14 @@ def dead_replay(
         report["not_replayed"] = done.not_replayed
     print(json.dumps(report))
     if done.outage is not None:
-        _replay_interrupted(done)
+        _replay_interrupted(done, "job ids")
         raise typer.Exit(Exit.UNAVAILABLE)
     raise typer.Exit(Exit.OK if not done.skipped else Exit.JOB_FAILED)
 
 
-def _replay_interrupted(done: Replay) -> None:
-    """One line: the outage, what went back before it, what did not; the same command again finishes the job."""
-    went = f"replayed {len(done.replayed)} (job ids: {', '.join(done.replayed)})" if done.replayed else "replayed none"
+def _replay_interrupted(done: Replay, named: str) -> None:
+    """One line: the outage, what went back before it (its ``named``), what did not; the same command again finishes the job."""
+    went = f"replayed {len(done.replayed)} ({named}: {', '.join(done.replayed)})" if done.replayed else "replayed none"
     rest = (f"not replayed: {', '.join(done.not_replayed)} (the first may have gone through, its answer lost)" if done.not_replayed
             else "the rest are still dead letters (one may have gone through, its answer lost)")
     cause = f"{type(done.outage).__name__}: {done.outage}"
@@ -162,19 +162,28 @@ def webhooks_dead_replay(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Deliver webhook dead letters again (the notifier picks them up)."""
-    from consumers.notifier import replay_webhook_dead
+    """Deliver webhook dead letters again (the notifier picks them up); exit 1 if some are skipped, 4 if Redis goes away part-way.
+
+    What went back is printed all the same (named entries not reached: "not_replayed")."""
+    from consumers.notifier.dead import replay_webhook_each
 
     if not entry_ids and not replay_all:
         err.print("[red]name webhook dead-letter entry IDs or pass --all[/red]")
         raise typer.Exit(Exit.USAGE)
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
-    replayed, skipped = run(_with_redis(
-        settings, lambda r, k: replay_webhook_dead(r, k, None if replay_all else entry_ids, partitions=settings.partitions)))
-    for reason in skipped:
-        err.print(f"[yellow]skipped: {escape(reason)}[/yellow]")  # a reason may quote the name given
-    print(json.dumps({"replayed": replayed, "skipped": skipped}))  # as POST /dead/replay answers: the reasons
-    raise typer.Exit(Exit.OK if not skipped else Exit.JOB_FAILED)
+    named = [] if replay_all else list(entry_ids or [])
+    done: Replay = run(_with_redis(
+        settings, lambda r, k: dead.gather(replay_webhook_each(r, k, None if replay_all else named, partitions=settings.partitions), named)))
+    for why in done.skipped:
+        err.print(f"[yellow]skipped: {escape(why)}[/yellow]")  # a reason may quote the name given
+    report: dict[str, Any] = {"replayed": done.replayed, "skipped": done.skipped}  # as POST /webhooks/dead/replay answers
+    if done.outage is not None and not replay_all:
+        report["not_replayed"] = done.not_replayed
+    print(json.dumps(report))
+    if done.outage is not None:
+        _replay_interrupted(done, "entries")
+        raise typer.Exit(Exit.UNAVAILABLE)
+    raise typer.Exit(Exit.OK if not done.skipped else Exit.JOB_FAILED)
 
 
 @webhooks_dead_app.command("purge")

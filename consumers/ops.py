@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
 from streams import dead as dead_letters
 from streams.config import StreamSettings
+from streams.dead import Replay
 from streams.connection import connect_detected
 from streams.envelope import DeadLetter, JobResult
 from streams.keys import Keys, partition_keys
@@ -26,17 +26,6 @@ from streams.records import JobRecord, get_job, wait_for_terminal
 from streams.window import DEFAULT_WINDOW
 
 WATCH_BLOCK_MS = 200  # how long a round waits for a result when the last one found none
-
-
-@dataclass
-class Replay:
-    """What ``dead replay`` did. ``outage``: Redis went away part-way; ``not_replayed``: the named entries it had not
-    done then (the first may have gone through, its answer lost)."""
-
-    replayed: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    outage: BaseException | None = None
-    not_replayed: list[str] = field(default_factory=list)
 
 
 class Ops:
@@ -101,26 +90,20 @@ class Ops:
 
     async def dead_replay(self, entry_ids: list[str], replay_all: bool, *, reason: str | None = None) -> Replay:
         """Replay the named dead letters (or all present now); an outage ends it, keeping what went back."""
-        done = Replay()
-        left = list(entry_ids)
-        try:
-            if replay_all:
-                async for job_id, why in dead_letters.replay_each(self.redis, self.keys, reason=reason, partitions=self.partitions):
-                    if job_id is not None:
-                        done.replayed.append(job_id)
-                    else:
-                        done.skipped.append(why)
-            while left:
-                try:
-                    done.replayed.append(await dead_letters.replay(self.redis, self.keys, left[0], partitions=self.partitions))
-                except REDIS_DOWN:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - reported per entry, the others still replay
-                    done.skipped.append(str(exc))
-                left.pop(0)
-        except REDIS_DOWN as exc:
-            done.outage, done.not_replayed = exc, left
-        return done
+        if replay_all:
+            return await dead_letters.gather(dead_letters.replay_each(self.redis, self.keys, reason=reason, partitions=self.partitions))
+        return await dead_letters.gather(self._replay_named(entry_ids), entry_ids)
+
+    async def _replay_named(self, entry_ids: list[str]) -> AsyncIterator[tuple[str | None, str]]:
+        for entry in entry_ids:
+            try:
+                job_id = await dead_letters.replay(self.redis, self.keys, entry, partitions=self.partitions)
+            except REDIS_DOWN:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported per entry, the others still replay
+                yield None, str(exc)
+            else:
+                yield job_id, ""
 
     async def dead_purge(self, *, reason: str | None = None) -> int:
         return await dead_letters.purge(self.redis, self.keys, reason=reason, partitions=self.partitions)

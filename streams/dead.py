@@ -13,7 +13,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from redis.asyncio import Redis
@@ -22,6 +22,7 @@ from streams.envelope import DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
+from streams.outage import REDIS_DOWN
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.workflow import STEP_ID, WORKFLOW_AGENT
 
@@ -222,6 +223,34 @@ async def replay_all(redis: Redis, keys: Keys, *, reason: str | None = None, par
         else:
             skipped.append(why)
     return replayed, skipped
+
+
+@dataclass
+class Replay:
+    """What a replay did. ``outage``: Redis went away part-way; ``not_replayed``: the named entries it had not
+    done then (the first may have gone through, its answer lost)."""
+
+    replayed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    outage: BaseException | None = None
+    not_replayed: list[str] = field(default_factory=list)
+
+
+async def gather(answers: AsyncIterator[tuple[str | None, str]], named: Sequence[str] = ()) -> Replay:
+    """Collect a replay's answers (:func:`replay_each`'s shape); an outage ends it but keeps what went back.
+
+    ``named``: the entries asked for, one answer each in order, so those not answered are ``not_replayed``."""
+    done = Replay()
+    try:
+        async for name, why in answers:
+            if name is not None:
+                done.replayed.append(name)
+            else:
+                done.skipped.append(why)
+    except REDIS_DOWN as exc:
+        done.outage = exc
+        done.not_replayed = list(named[len(done.replayed) + len(done.skipped):])
+    return done
 
 
 async def replay_each(redis: Redis, keys: Keys, *, reason: str | None = None, partitions: int = 1) -> AsyncIterator[tuple[str | None, str]]:

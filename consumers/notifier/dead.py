@@ -13,7 +13,7 @@ its own partition's due stream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -84,26 +84,40 @@ async def replay_webhook_dead(
 ) -> tuple[list[str], list[str]]:
     """Re-deliver the named dead letters, or all present now (in every partition) when ``entry_ids`` is None.
 
-    Returns ``(replayed names, skipped with reasons)``.
+    Returns ``(replayed names, skipped with reasons)``; see :func:`replay_webhook_each`.
     """
     replayed: list[str] = []
     skipped: list[str] = []
+    async for name, why in replay_webhook_each(redis, keys, entry_ids, partitions=partitions):
+        if name is not None:
+            replayed.append(name)
+        else:
+            skipped.append(why)
+    return replayed, skipped
+
+
+async def replay_webhook_each(
+    redis: Redis, keys: Keys, entry_ids: Sequence[str] | None = None, *, partitions: int = 1,
+) -> AsyncIterator[tuple[str | None, str]]:
+    """:func:`replay_webhook_dead` one letter at a time: ``(name, "")`` replayed, ``(None, why)`` skipped (one answer
+    per named entry, in order), so a caller an outage interrupts still knows what went back (:func:`dead.gather`)."""
     if entry_ids is not None:
         for entry in entry_ids:
             try:
-                replayed.append(await replay_one_webhook_dead(redis, keys, entry, partitions=partitions))
+                name = await replay_one_webhook_dead(redis, keys, entry, partitions=partitions)
             except StreamcrewError as exc:
-                skipped.append(str(exc))
-        return replayed, skipped
+                yield None, str(exc)
+            else:
+                yield name, ""
+        return
     for where in partition_keys(keys, partitions):
         store = Store(redis, where)
         async for page in dead.present(redis, where.webhooks_dead):
             for entry_id in page:
                 if await store.replay(entry_id):
-                    replayed.append(dead.dead_name(where, entry_id))
+                    yield dead.dead_name(where, entry_id), ""
                 else:
-                    skipped.append(f"no webhook dead letter {dead.dead_name(where, entry_id)} (already replayed or purged?)")
-    return replayed, skipped
+                    yield None, f"no webhook dead letter {dead.dead_name(where, entry_id)} (already replayed or purged?)"
 
 
 async def purge_webhook_dead(redis: Redis, keys: Keys, *, partitions: int = 1) -> int:

@@ -151,6 +151,29 @@ async def test_redis_going_away_mid_replay_is_exit_4_and_says_what_was_replayed(
     assert [fields["id"] for _, fields in await redis.xrange(keys.lane("low"))] == ["d0"]
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["entry-ids", "all"])
+async def test_redis_going_away_mid_webhook_replay_is_exit_4_and_says_what_was_replayed(redis_url: str, prefix: str, redis,
+                                                                                      keys: Keys, named: bool) -> None:
+    # Given three webhook dead letters
+    entries = [await redis.xadd(keys.webhooks_dead, {"id": f"w{i}", "url": "https://example.com/hook", "attempts": "8", "event": "{}"})
+               for i in range(3)]
+    # When `webhooks dead replay` reaches Redis through a link that goes away for good once the first replay is answered
+    async with severed_after(redis_url, scripts=1) as link:
+        done = await asyncio.to_thread(cli, link.url, prefix, "webhooks", "dead", "replay", *(entries if named else ["--all"]))
+        assert link.cut.is_set(), done.stderr
+    # Then it is an outage (exit 4) that still prints which went back and which did not
+    assert done.returncode == 4, (done.returncode, done.stdout, done.stderr)
+    report = json.loads(done.stdout)
+    assert (report["replayed"], report["skipped"]) == ([entries[0]], []), report
+    line = " ".join(done.stderr.split())
+    assert "Redis unavailable" in line and f"replayed 1 (entries: {entries[0]})" in line and "Traceback" not in done.stderr, done.stderr
+    if named:
+        assert report["not_replayed"] == entries[1:] and f"not replayed: {entries[1]}, {entries[2]}" in line, (report, line)
+    # And Redis agrees: the first is queued for delivery again, the other two are still dead letters
+    assert [eid for eid, _ in await redis.xrange(keys.webhooks_dead)] == entries[1:]
+    assert [fields["id"] for _, fields in await redis.xrange(keys.webhooks_due)] == ["w0"]
+
+
 @pytest.mark.parametrize(("command", "url", "problem"), [
     ("stats", "http://127.0.0.1:1/0", "it must start with one of redis://, rediss://, unix://"),
     ("worker", "http://operator:s3cretPW@127.0.0.1:1/0", "it must start with one of redis://, rediss://, unix://"),
