@@ -6,24 +6,51 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from consumers.gateway.admin import Operator, State
-from consumers.gateway.errors import ApiError
+from consumers.gateway.errors import ApiError, ErrorBody
 from consumers.gateway.models import BulkReplayed, Purged, WebhookDeadLetterPage, WebhookReplayed
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
-from consumers.notifier.dead import list_webhook_dead, replay_one_webhook_dead, replay_webhook_dead
+from consumers.notifier.dead import list_webhook_dead, replay_one_webhook_dead, replay_webhook_each
 from streams import dead
 from streams.errors import DeadLetterNotFound, StreamcrewError
 
+log = logging.getLogger("streamcrew.gateway")
 router = APIRouter(tags=["operations"])
 Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "too_large", "step_failed"] | None,
                    Query(description="only dead letters of this reason (default: all)")]
 WebhookEntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
                                      description="webhook dead letter's entry_id: its entry ID, then :<partition> with partitions")]
+
+
+class ReplayCutOff(BaseModel):
+    """503: the shared error shape; a replay Redis cut off part-way also lists what went back before."""
+
+    error: ErrorBody
+    replayed: list[str] = Field(default_factory=list, description="what went back before Redis went away (as the 202's)")
+    skipped: list[str] = Field(default_factory=list)
+
+
+REPLAY_ERRORS = {**errors(403, *AUTH_ERRORS),
+                 503: {"model": ReplayCutOff, "description": "Redis unreachable; part-way, what went back is listed"}}
+
+
+def _replayed(done: dead.Replay) -> Response:
+    """202 with what went back; cut off by an outage, the usual 503 (Retry-After: 1) that still says what went back
+    (``replayed``, ``skipped`` beside ``error``): the client could not learn it otherwise."""
+    if done.outage is None:
+        return json_response(202, {"replayed": done.replayed, "skipped": done.skipped})
+    log.warning("redis unavailable part-way through a replay, after %d replayed: %s", len(done.replayed), done.outage)
+    error = {"code": "redis_unavailable", "message": f"the job store (Redis) became unavailable part-way: {len(done.replayed)} "
+             "replayed (listed), the rest are still dead letters (one may have gone back, its answer lost); "
+             "retry later: one already replayed is not found again"}
+    return json_response(503, {"error": error, "replayed": done.replayed, "skipped": done.skipped}, headers={"Retry-After": "1"})
 
 
 @router.delete("/dead", response_model=Purged, summary="Purge dead letters", responses=errors(403, *AUTH_ERRORS))
@@ -33,12 +60,11 @@ async def purge_dead_letters(state: State, _: Operator, reason: Reason = None) -
 
 
 @router.post("/dead/replay", status_code=202, response_model=BulkReplayed, summary="Replay dead letters",
-             responses=errors(403, *AUTH_ERRORS))
+             responses=REPLAY_ERRORS)
 async def replay_dead_letters(state: State, _: Operator, reason: Reason = None) -> Response:
     """Send every dead letter present now (or those of one ``reason``) back to its lane with a fresh attempt
     budget; a letter that cannot go back (not from a lane, replayed elsewhere) is skipped with why."""
-    replayed, skipped = await dead.replay_all(state.redis, state.keys, reason=reason, partitions=state.settings.partitions)
-    return json_response(202, {"replayed": replayed, "skipped": skipped})
+    return _replayed(await dead.gather(dead.replay_each(state.redis, state.keys, reason=reason, partitions=state.settings.partitions)))
 
 
 @router.get("/webhooks/dead", response_model=WebhookDeadLetterPage, summary="List webhook dead letters",
@@ -57,11 +83,10 @@ async def list_webhook_dead_letters(
 
 
 @router.post("/webhooks/dead/replay", status_code=202, response_model=WebhookReplayed, summary="Replay all webhook dead letters",
-             responses=errors(403, *AUTH_ERRORS))
+             responses=REPLAY_ERRORS)
 async def replay_all_webhook_dead_letters(state: State, _: Operator) -> Response:
     """Queue every webhook dead letter present now (of every partition) for delivery again (a running notifier delivers them)."""
-    replayed, skipped = await replay_webhook_dead(state.redis, state.keys, None, partitions=state.settings.partitions)
-    return json_response(202, {"replayed": replayed, "skipped": skipped})
+    return _replayed(await dead.gather(replay_webhook_each(state.redis, state.keys, None, partitions=state.settings.partitions)))
 
 
 @router.post("/webhooks/dead/{entry_id}/replay", status_code=202, response_model=WebhookReplayed,

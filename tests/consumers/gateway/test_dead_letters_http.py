@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+
+import pytest
 
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
+from tests.severed import severed_after
 from tests.support import WorkerFactory, wait_until
 
 KEYS = {"STREAMCREW_API_KEYS": "k-operator,k-acme:acme"}
@@ -112,3 +116,29 @@ async def test_partition_names_without_partitions_are_not_found(gateways: Gatewa
             page = await client.get(path, params={"after": "0-1:2"})
             assert page.status_code == 200, (path, page.text)
             assert len(page.json()["dead_letters"]) == 1
+
+
+@pytest.mark.parametrize("kind", ["dead", "webhooks-dead"])
+async def test_a_replay_redis_cuts_off_part_way_answers_503_with_what_went_back(  # type: ignore[no-untyped-def]
+        gateways: GatewayFactory, redis, redis_url: str, keys: Keys, kind: str) -> None:
+    # Given three dead letters of one kind, and a gateway whose Redis is reached through a link that can go away
+    if kind == "dead":
+        await _dead(redis, keys, ["exhausted"] * 3)
+        path, went_back, source, first = "/dead/replay", "d0", keys.dead, keys.lane("low")
+    else:
+        ids = await _webhook_dead(redis, keys, 3)
+        path, went_back, source, first = "/webhooks/dead/replay", ids[0], keys.webhooks_dead, keys.webhooks_due
+    async with severed_after(redis_url, scripts=1_000_000) as link:
+        # (in a thread of its own: the start waits for the gateway without yielding, and the link runs on this loop)
+        gateway = await asyncio.to_thread(asyncio.run, gateways.start(KEYS, redis_url=link.url))
+        link.scripts = link.answered + 1  # it goes away once this request's first replay is answered
+        async with gateway.client("k-operator") as client:
+            answer = await client.post(path)
+        assert link.cut.is_set(), answer.text
+    # Then the answer is the usual 503, and it also says what went back before the outage (additive keys)
+    assert (answer.status_code, answer.headers.get("retry-after")) == (503, "1"), answer.text
+    body = answer.json()
+    assert body["error"]["code"] == "redis_unavailable" and "part-way" in body["error"]["message"], body
+    assert (body["replayed"], body["skipped"]) == ([went_back], []), body
+    # And Redis agrees: one went back, two are still dead letters
+    assert (await redis.xlen(first), await redis.xlen(source)) == (1, 2)
