@@ -217,8 +217,8 @@ def serve(
     seed: int = 0,
     fd: int | None = None,
 ) -> None:
-    """Run mock-llm until interrupted (blocking); ``fd`` serves an already-bound socket."""
-    import uvicorn
+    """Run mock-llm until SIGINT or SIGTERM (blocking; exits 0 after either); ``fd`` serves an already-bound socket."""
+    from consumers.serving import Server
 
     options = MockOptions(latency_s, jitter_s, rate_limit, error_rate, key_rps, retry_after_s, seed)
     sock = socket.socket(fileno=fd) if fd is not None else _listening_socket(host, port)
@@ -227,7 +227,7 @@ def serve(
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     print(f"mock-llm on http://{shown}:{bound_port}/v1: point the workers at it with "
           f"STREAMCREW_LLM_BASE_URL=http://{shown}:{bound_port}/v1", file=sys.stderr, flush=True)
-    uvicorn.Server(_config(build_app(options, record=False))).run(sockets=[sock])
+    Server(_config(build_app(options, record=False))).run(sockets=[sock])
 
 
 def _listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:

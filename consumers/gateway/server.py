@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
-import threading
-from collections.abc import Iterator
 
 import uvicorn
 
 from consumers.gateway.app import create_app
 from consumers.gateway.settings import GatewaySettings
+from consumers.serving import Server
 
 # Open event streams would hold a graceful shutdown forever; they resume with Last-Event-ID anyway.
 GRACEFUL_SHUTDOWN_S = 5
-
-
-class Server(uvicorn.Server):
-    """uvicorn, without raising the signal it caught again once it has shut down gracefully (it does, so the
-    process ends killed by it: 143 for SIGTERM, 130 for SIGINT); the gateway exits 0, as the worker and notifier do."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 def run_gateway(settings: GatewaySettings) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
+from pathlib import Path
 
 import aiohttp
 import httpx
 import pytest
 
 from consumers.mock_llm import MockOptions, RunningMock, running_mock_llm
+from consumers.processes import Child, streamcrew_cmd
+from tests.support import start_on_drawn_port
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -80,3 +84,24 @@ async def test_a_subprocess_server_holds_2000_concurrent_slow_requests() -> None
     # loose on purpose (this is behaviour, not speed; a loaded 2-core machine took 10.7 s): bench/ measures speed.
     assert all(s == 200 for s in statuses)
     assert elapsed < 120, f"2000 requests of 1 s latency took {elapsed:.1f}s: they were not served concurrently"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_streamcrew_mock_llm_exits_0_after_a_signal(tmp_path: Path, signum: signal.Signals) -> None:
+    # Given `streamcrew mock-llm` in its own process, answering (Redis: a closed port; it uses none)
+    def start(port: int) -> Child:
+        return Child(streamcrew_cmd("mock-llm", "--port", str(port)), env={"STREAMCREW_REDIS_URL": "redis://127.0.0.1:1/0"},
+                     log_path=tmp_path / f"mock-llm-{port}.log")
+
+    child, port = start_on_drawn_port(start, lambda port: f"mock-llm on http://127.0.0.1:{port}/v1", what="mock-llm", timeout=30)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.post("/v1/chat/completions", json=BODY)).status_code == 200
+        # When it gets the signal
+        child.process.send_signal(signum)
+        code = await asyncio.to_thread(child.wait, 15)
+    finally:
+        child.stop()
+    # Then it shuts down gracefully and exits 0, as the gateway, worker and notifier do (not 128 + the signal's number)
+    assert code == 0, f"exit code {code}:\n{child.log_text()[-3000:]}"
+    assert "Traceback" not in child.log_text()
