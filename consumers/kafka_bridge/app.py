@@ -139,7 +139,7 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
                              dead_once_s=settings.job_ttl_s)
     results_out = ResultsOut(redis, send=send, release=runtime.release, partitions=partitions, dead_once_s=settings.job_ttl_s)
     runtime.handler = ResultsReader(redis, partitions, deliver=lambda batch: results_channel.send(value=batch), release=runtime.release,
-                                    consumer=runtime.consumer, lease_s=settings.lease_s, dead_once_s=settings.job_ttl_s)
+                                    let_go=runtime.leases.let_go, dead_once_s=settings.job_ttl_s)
     processed: dict[TP, int] = {}
 
     @app.agent(requests_topic, name="requests_to_lanes")

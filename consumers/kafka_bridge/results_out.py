@@ -144,15 +144,14 @@ class ResultsReader:
     """
 
     def __init__(self, redis: Redis, partitions: Sequence[Keys], *, deliver: Callable[[ResultBatch], Awaitable[Any]], release: Release,
-                 consumer: str, lease_s: float, group: str = KAFKA_BRIDGE_GROUP, dead_once_s: int = DEAD_ONCE_S) -> None:
+                 let_go: Callable[[list[Slot]], Awaitable[int]], group: str = KAFKA_BRIDGE_GROUP, dead_once_s: int = DEAD_ONCE_S) -> None:
         self.redis = redis
         self.keys_of = {keys.results: keys for keys in partitions}
         self.dead_once_s = dead_once_s
         self._scripts = Scripts(redis)
         self.deliver = deliver
         self.release = release
-        self.consumer = consumer
-        self.lease_s = lease_s
+        self.let_go = let_go
         self.group = group
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
@@ -196,13 +195,10 @@ class ResultsReader:
                         "" if wrote else " (its letter was written before)")
 
     async def hand_back(self, slots: list[Slot]) -> int:
-        """Stopping with entries unsent: mark them idle past the lease, so any bridge reclaims them at its next sweep."""
-        by_stream: dict[str, list[str]] = {}
-        for stream, entry_id in slots:
-            by_stream.setdefault(stream, []).append(entry_id)
-        for stream, ids in by_stream.items():
-            await self.redis.xclaim(stream, self.group, self.consumer, 0, ids, idle=int(self.lease_s * 1000) + 1, justid=True)
-        return len(slots)
+        """Stopping with entries unsent: those still ours are marked idle past the lease, so any bridge reclaims them at its
+        next sweep (``let_go``: the runtime's :meth:`streams.leases.Leases.let_go`); one another bridge took over meanwhile
+        stays with it, which sends it (taken back, it would be sent twice)."""
+        return await self.let_go(slots)
 
     async def tick(self) -> None:
         return None

@@ -107,7 +107,7 @@ async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_
     async def deliver(batch: ResultBatch) -> None:
         batches.append(batch)
 
-    reader = ResultsReader(redis, (keys,), deliver=deliver, release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
+    reader = ResultsReader(redis, (keys,), deliver=deliver, release=lambda s, e, settled=True: None, let_go=_let_go_nothing)
     reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
     await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
     (batch,) = batches
@@ -140,13 +140,33 @@ async def test_results_are_produced_keyed_by_job_id_and_xacked_only_after_kafka_
     assert (await pending())["pending"] == 0
 
 
+async def test_a_drain_leaves_an_entry_another_bridge_took_over_with_it(bridge: Any, redis: Any, keys: Any) -> None:
+    # Given two result entries read by this bridge ("test-bridge"), the first since taken over by another bridge
+    # (its sweep, after a lease that ran out unrenewed), which is sending it to the topic now
+    reply, _ = await two_results_read(redis, keys, "taken")
+    first, second = (eid for eid, _ in reply[0][1])
+    await redis.xclaim(keys.results, KAFKA_BRIDGE_GROUP, "other-bridge", 0, [first], justid=True)
+    # When this bridge drains with both unsent and hands them back
+    handed_back = await bridge.runtime.handler.hand_back([(keys.results, first), (keys.results, second)])
+    # Then only its own went back, marked idle past the lease for the next sweep; the other bridge's stays with it
+    pending = {p["message_id"]: p for p in await redis.xpending_range(keys.results, KAFKA_BRIDGE_GROUP, min="-", max="+", count=10)}
+    assert (pending[first]["consumer"], pending[second]["consumer"]) == ("other-bridge", "test-bridge"), pending
+    assert pending[first]["time_since_delivered"] < bridge.runtime.lease_s * 1000, pending[first]
+    assert pending[second]["time_since_delivered"] > bridge.runtime.lease_s * 1000, pending[second]
+    assert handed_back == 1
+
+
+async def _let_go_nothing(slots: list[Any]) -> int:
+    return 0
+
+
 async def two_results_read(redis: Any, keys: Any, tag: str) -> tuple[list[Any], ResultBatch]:
     """Two result events ``<tag>-0`` and ``<tag>-1``, read by the bridge's group: the entries and their batch."""
     for n in range(2):
         await redis.xadd(keys.results, JobResult(id=f"{tag}-{n}", agent="echo", status=Status.FAILED, error="boom", attempts=3).to_fields())
     reply = await redis.xreadgroup(KAFKA_BRIDGE_GROUP, "test-bridge", {keys.results: ">"}, count=10)
     batches: list[ResultBatch] = []
-    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, consumer="test-bridge", lease_s=60)
+    reader = ResultsReader(redis, (keys,), deliver=lambda b: _append(batches, b), release=lambda s, e, settled=True: None, let_go=_let_go_nothing)
     await reader.on_entries(keys.results, reply[0][1], reclaimed=False)
     return reply, batches[0]
 
