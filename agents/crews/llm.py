@@ -8,6 +8,8 @@ When the job's attempt ends while a step waits (its ``timeout_s``, a drain),
 the crew's runner calls ``abort()``: the call in flight is cancelled on the
 loop and the step's thread gets an error at once, instead of both running on
 to the call's own timeout and retry budget.
+A tool call whose arguments are not a JSON object is not run: its result is an
+error the model can act on, as CrewAI's executor does for native tool calls.
 """
 
 from __future__ import annotations
@@ -126,7 +128,10 @@ class StreamcrewLLM(BaseLLM):
             if not available_functions:
                 return result.tool_calls  # native tool calling: the executor runs them
             call = result.tool_calls[0]["function"]
-            return self._handle_tool_execution(call["name"], json.loads(call["arguments"] or "{}"), available_functions, from_task, from_agent)
+            args = _tool_arguments(call["name"], call["arguments"])
+            if isinstance(args, str):
+                return args
+            return self._handle_tool_execution(call["name"], args, available_functions, from_task, from_agent)
         return self._apply_stop_words(result.content or "")
 
 
@@ -134,6 +139,17 @@ def _messages(messages: str | list[Any]) -> list[dict[str, Any]]:
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
     return [dict(m) for m in messages]
+
+
+def _tool_arguments(name: str, text: str | None) -> dict[str, Any] | str:
+    """The call's arguments, or the error that is its result: raising would fail the job's attempt and pay its calls again."""
+    try:
+        args = json.loads(text or "{}")
+    except ValueError as exc:  # the parser's message gives the position, not the text
+        return f"Error: the arguments of the {name!r} tool call are not valid JSON ({exc}); call it again with a JSON object."
+    if not isinstance(args, dict):
+        return f"Error: the arguments of the {name!r} tool call are not a JSON object; call it again with one."
+    return args
 
 
 async def _in_ledger(ledger: UsageLedger | None, coro: Any) -> ChatResult:

@@ -1,0 +1,87 @@
+"""A model's tool call with arguments that are not a JSON object: an error for the model, never a failed attempt.
+
+The endpoint is a real loopback server answering with ``mock_logic`` (as mock-llm does), except that the
+tool calls it chooses carry broken arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from agents.builtin import builtin_registry
+from agents.crews import StreamcrewLLM
+from agents.llm import LLMSettings, configure, mock_logic
+from agents.registry import AgentContext
+from agents.runner import run_agent
+from tests.agents.test_llm_hostile import client_for, openai_200
+from tests.hostile import HostilePeer, Start, started_peers
+
+peer = pytest.fixture(started_peers, name="peer")
+PLAN_TOOL = {"type": "function", "function": {"name": "create_plan", "description": "Create a plan",
+                                              "parameters": {"type": "object", "properties": {"plan": {"type": "string"}}}}}
+
+
+async def breaking_tool_calls(peer: Start, arguments: str, *, first_only: bool) -> HostilePeer:
+    """A loopback endpoint answering as mock-llm does, with ``arguments`` in its tool calls (the first answer's only)."""
+    started: list[HostilePeer] = []
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        body = mock_logic.openai_response(orjson.loads(started[0].bodies[-1]))
+        for call in body["choices"][0]["message"].get("tool_calls") or []:
+            if n == 1 or not first_only:
+                call["function"]["arguments"] = arguments
+        writer.write(openai_200(body))
+        await writer.drain()
+        return True
+
+    started.append(await peer(answer))
+    return started[0]
+
+
+async def test_a_crew_step_whose_tool_arguments_are_broken_hands_the_model_the_error(peer: Start) -> None:
+    # Given an endpoint whose first tool call has arguments cut short
+    p = await breaking_tool_calls(peer, '{"order_id": "ORD-12345"', first_only=True)
+    configure(LLMSettings(base_url=p.url + "/v1", api_keys="sk-crew-test-0001", model="deepseek-v3.2"))  # type: ignore[arg-type]
+    # When the order crew runs
+    output, usage = await run_agent(builtin_registry().get("order"), {"order_id": "ORD-12345"},
+                                    AgentContext(job_id="t-args", agent="order", attempt=1, max_attempts=3))
+    # Then the attempt succeeded, and the model's next request carried the parse error as the tool's result
+    assert output["agent"] == "order" and usage is not None
+    assert p.requests == 2
+    last = orjson.loads(p.bodies[1])["messages"][-1]
+    assert last["role"] == "tool" and "Failed to parse tool arguments as JSON" in last["content"], last
+
+
+@pytest.mark.parametrize(("arguments", "says"), [
+    ('{"plan": "walk the dog', "are not valid JSON (Unterminated string"),
+    ('["walk", "the", "dog"]', "are not a JSON object"),
+    ("null", "are not a JSON object"),
+], ids=["cut-short", "a-list", "null"])
+async def test_a_tool_the_llm_runs_itself_is_not_run_on_broken_arguments_and_the_error_is_its_result(
+    peer: Start, arguments: str, says: str,
+) -> None:
+    # Given an endpoint whose tool calls carry broken arguments, and a caller (CrewAI's reasoning step) that
+    # has the LLM run the tool itself, from a crew thread
+    p = await breaking_tool_calls(peer, arguments, first_only=False)
+    client = client_for(p.url)
+    llm = StreamcrewLLM.bound(client, asyncio.get_running_loop())
+    ran: list[dict[str, Any]] = []
+
+    def create_plan(**kwargs: Any) -> str:
+        ran.append(kwargs)
+        return "planned"
+
+    try:
+        # When the call is made
+        result = await asyncio.wait_for(asyncio.to_thread(
+            llm.call, [{"role": "user", "content": "Make a plan"}], tools=[PLAN_TOOL], available_functions={"create_plan": create_plan}), 30)
+    finally:
+        await client.aclose()
+    # Then the tool did not run, the call's result is an error the model can act on, and one request was paid
+    assert ran == []
+    assert isinstance(result, str) and result.startswith("Error: the arguments of the 'create_plan' tool call ") and says in result, result
+    assert p.requests == 1
