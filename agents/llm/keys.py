@@ -26,7 +26,7 @@ class ApiKey:
 
 
 class KeyPool:
-    """Hands out keys round-robin, skipping cooling ones; ``acquire`` also takes a concurrency slot."""
+    """Hands out the usable keys each in turn, skipping cooling ones; ``acquire`` also takes a concurrency slot."""
 
     def __init__(self, secrets: Sequence[str | None], *, max_concurrency: int, clock: Callable[[], float] = time.monotonic) -> None:
         secrets = list(secrets) or [None]
@@ -42,9 +42,10 @@ class KeyPool:
         key.cool_until = max(key.cool_until, self._clock() + max(0.0, seconds))
 
     def _ready(self, now: float) -> list[ApiKey]:
+        """The usable keys, starting from the one after the last handed out (skipping a cooling key must not
+        hand its turn to its neighbour: that key would get a double share)."""
         n = len(self.keys)
-        start, self._next = self._next, (self._next + 1) % n
-        ordered = [self.keys[(start + i) % n] for i in range(n)]
+        ordered = [self.keys[(self._next + i) % n] for i in range(n)]
         return [k for k in ordered if k.cool_until <= now]
 
     async def acquire(self, deadline: float) -> ApiKey | None:
@@ -61,6 +62,7 @@ class KeyPool:
             key = next((k for k in ready if not k.slots.locked()), ready[0])
             await key.slots.acquire()
             if key.cool_until <= self._clock():
+                self._next = (self.keys.index(key) + 1) % len(self.keys)
                 return key
             key.slots.release()  # it started cooling while we queued for a slot
 
