@@ -130,7 +130,11 @@ class LLMClient:
         while True:
             key = await self.keys.acquire(deadline)
             if key is None:
-                last = f"every API key is cooling down for {self.keys.earliest_ready_in():.1f}s more (after {last})"
+                cooling = self.keys.earliest_ready_in()
+                why = (f"every API key is cooling down for {cooling:.1f}s more" if cooling > 0 else
+                       f"every usable API key had its {s.max_concurrency} request(s) in flight (STREAMCREW_LLM_MAX_CONCURRENCY) "
+                       f"until the {s.retry_budget_s:g}s budget ran out")
+                last = f"{why} (after {last})"
                 break
             attempts += 1
             try:

@@ -3,7 +3,8 @@
 A key that answered 429 cools down until its Retry-After (or a backoff) has
 passed and is not handed out before then; callers move to the next key. When
 every key is cooling, ``acquire`` sleeps until the earliest one is back (one
-timer, no polling) unless that is past the caller's deadline. Keys appear
+timer, no polling) unless that is past the caller's deadline; it queues for a
+slot of a key at its cap until that deadline, no longer. Keys appear
 only as redacted labels (``key#1``); ``ApiKey`` never prints its secret.
 """
 
@@ -49,7 +50,8 @@ class KeyPool:
         return [k for k in ordered if k.cool_until <= now]
 
     async def acquire(self, deadline: float) -> ApiKey | None:
-        """A ready key with a slot taken (release it with ``release``), or None if none is ready by ``deadline``."""
+        """A ready key with a slot taken (release it with ``release``), or None if none is ready by ``deadline``:
+        every key cooling past it, or the slots in use until then (a job without a timeout would wait on)."""
         while True:
             now = self._clock()
             ready = self._ready(now)
@@ -59,8 +61,19 @@ class KeyPool:
                     return None
                 await asyncio.sleep(earliest - now)
                 continue
-            key = next((k for k in ready if not k.slots.locked()), ready[0])
-            await key.slots.acquire()
+            free = next((k for k in ready if not k.slots.locked()), None)
+            if free is not None:
+                key = free
+                await key.slots.acquire()  # a free slot: taken at once
+            else:  # every ready key is at its cap: queue for the next one's, until the deadline
+                key = ready[0]
+                if now >= deadline:
+                    return None
+                try:
+                    async with asyncio.timeout(deadline - now):
+                        await key.slots.acquire()
+                except TimeoutError:
+                    return None
             if key.cool_until <= self._clock():
                 self._next = (self.keys.index(key) + 1) % len(self.keys)
                 return key

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from agents.llm import LLMUnavailable
 from tests.agents.test_llm_hostile import HELLO, client_for, ok
 from tests.hostile import HostilePeer, Start, response, started_peers
 
@@ -42,3 +43,42 @@ async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> 
     # Then key#1 was tried once, and the two usable keys took turns: neither is handed out twice in a row
     sent = [key_of(head) for head in started[0].heads]
     assert sent == ["key#1", "key#2", "key#3", "key#2", "key#3", "key#2", "key#3", "key#2"], sent
+
+
+async def test_a_call_waiting_for_a_concurrency_slot_gives_up_at_its_budget(peer: Start) -> None:
+    # Given one key with one request in flight at a time, a 0.5 s budget per call, a 30 s timeout per try,
+    # and an endpoint that holds the first request until the test lets it go
+    received, release = asyncio.Event(), asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            received.set()
+            await release.wait()
+        writer.write(ok("fine"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url, max_concurrency=1, retry_budget_s=0.5, timeout_s=30.0)
+    try:
+        first = asyncio.create_task(client.chat(HELLO))
+        await asyncio.wait_for(received.wait(), 10)
+        # When a second call needs that key's only slot
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(LLMUnavailable) as caught:
+                await asyncio.wait_for(client.chat(HELLO), 10)
+        except TimeoutError:
+            pytest.fail("the second call still waited for a slot 10 s past its 0.5 s budget")
+        waited = loop.time() - started
+        release.set()
+        assert (await asyncio.wait_for(first, 10)).content == "fine"
+    finally:
+        release.set()
+        await client.aclose()
+    # Then it gave up at its budget, sent nothing, and says why
+    assert 0.4 <= waited < 5.0, waited
+    assert p.requests == 1
+    message = str(caught.value)
+    assert "gave up after 0 attempt(s)" in message and "every usable API key had its 1 request(s) in flight (STREAMCREW_LLM_MAX_CONCURRENCY)" in message, message
