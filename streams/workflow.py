@@ -1,8 +1,8 @@
 """Workflows (contract §9): the graph of steps, its validation, and the ``Workflow`` builder producers use.
 
 A workflow is a request for the built-in agent ``workflow`` whose ``data`` holds
-``steps`` (each ``{"id", "agent", "data", "after"}``), ``on_failure`` and
-``timeout_s``. Everything that can be checked before a step runs is checked
+``steps`` (each ``{"id", "agent", "data", "after"}``), ``on_failure``,
+``timeout_s`` and ``priority``. Everything that can be checked before a step runs is checked
 here, and each problem names the step it is about.
 """
 
@@ -47,6 +47,9 @@ class WorkflowSpec(BaseModel):
     steps: list[StepSpec]
     on_failure: Literal["fail", "continue"] = "fail"
     timeout_s: float | None = Field(default=None, gt=0)
+    # A producer given no priority picks the workflow's lane by this one (contract §13), and its steps run there;
+    # checked here only, as the crews check theirs.
+    priority: int | None = Field(default=None, ge=0, le=10, strict=True)
 
     def dependents(self) -> dict[str, list[str]]:
         """For each step, the steps that name it in their ``after``."""

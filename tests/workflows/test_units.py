@@ -30,11 +30,19 @@ def test_builder_produces_the_contract_shape() -> None:
     ({"steps": [{"agent": "echo"}]}, "step #1: field 'id'"),
     ({"steps": [{"id": "a", "agent": "echo"}], "on_failure": "panic"}, "field 'on_failure'"),
     ({"steps": [{"id": "a", "agent": "echo"}], "timeout_s": 0}, "field 'timeout_s'"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "priority": 11}, "field 'priority': Input should be less than or equal to 10"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "priority": "9"}, "field 'priority': Input should be a valid integer"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "priority": True}, "field 'priority'"),
 ])
 def test_each_graph_problem_is_named(data: dict, reason: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(WorkflowInvalid, match=None) as caught:
         parse_workflow(data)
     assert reason in str(caught.value)
+
+
+def test_a_priority_0_to_10_is_part_of_a_workflow() -> None:
+    assert parse_workflow({"steps": [{"id": "a", "agent": "echo"}], "priority": 0}).priority == 0
+    assert parse_workflow({"steps": [{"id": "a", "agent": "echo"}], "priority": 10}).priority == 10
 
 
 def test_inputs_reach_the_task_text() -> None:
