@@ -15,6 +15,7 @@ CREW_AGENTS = ("order", "product", "returns", "support")
 # The first design's names for three of the crews (contract §13), served with or without CrewAI.
 DESIGN_ALIASES = {"order_processing": "order", "returns_processing": "returns", "product_info": "product"}
 CREWAI_EXTRA = "pip install 'streamcrew[crewai]'"
+NEEDS_CREWAI = f"needs CrewAI, which this worker does not have: {CREWAI_EXTRA}"
 
 
 def crewai_installed() -> bool:
@@ -42,7 +43,7 @@ def builtin_registry(only: Iterable[str] | None = None) -> AgentRegistry:
         register_crews(registry)
     else:
         for name in crews:
-            registry.add(_needs_crewai(name), name=name)
+            registry.add(_needs_crewai(name), name=name, unavailable=NEEDS_CREWAI)
         for alias, target in DESIGN_ALIASES.items():  # so their jobs get the same advice, not "unknown agent"
             if target in crews:
                 registry.alias(alias, target)
@@ -58,7 +59,7 @@ def missing_crewai(registry: AgentRegistry) -> list[str]:
 
 def _needs_crewai(name: str) -> Any:
     async def needs_crewai(data: dict[str, Any]) -> None:
-        raise Reject(f"agent {name!r} needs CrewAI, which this worker does not have: {CREWAI_EXTRA}")
+        raise Reject(f"agent {name!r} {NEEDS_CREWAI}")
 
     needs_crewai.__doc__ = f"Stand-in for the {name!r} crew: CrewAI is not installed ({CREWAI_EXTRA})."
     return needs_crewai

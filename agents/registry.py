@@ -56,6 +56,8 @@ class AgentSpec:
     is_async: bool = True
     wants_ctx: bool = False
     description: str = ""
+    unavailable: str | None = None
+    """Why this worker cannot run the agent (a stand-in: CrewAI missing), so a workflow naming it is rejected up front."""
 
 
 class UnknownAgent(KeyError):
@@ -102,6 +104,7 @@ class AgentRegistry:
         input_model: type[BaseModel] | None = None,
         timeout_s: float | None = None,
         max_attempts: int | None = None,
+        unavailable: str | None = None,
     ) -> AgentSpec:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"agent {name!r}: max_attempts must be >= 1")
@@ -115,6 +118,7 @@ class AgentRegistry:
             is_async=inspect.iscoroutinefunction(fn),
             wants_ctx=len(params) >= 2,
             description=(inspect.getdoc(fn) or "").split("\n", 1)[0],
+            unavailable=unavailable,
         )
         self._specs[name] = spec
         return spec

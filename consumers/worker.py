@@ -57,6 +57,8 @@ class AgentExecutor:
         if agent not in self.registry:
             return self.unknown(agent)
         spec = self.registry.get(agent)
+        if spec.unavailable:  # its job would end rejected: the workflow would run its other steps first (contract §9)
+            return f"agent {agent!r} {spec.unavailable}"
         if spec.input_model is not None:
             try:
                 spec.input_model.model_validate(data)
