@@ -27,6 +27,7 @@ from streams.entries import Release
 from streams.envelope import JobRequest, dumps, flat
 from streams.job_ids import JOB_ID_RULE, is_valid_job_id
 from streams.keys import Keys
+from streams.raw import request_bytes
 from streams.scripts import Scripts
 from streams.sizes import bounded_error
 from streams.workflow import WorkflowInvalid, WorkflowSpec, parse_workflow, step_job_id
@@ -88,11 +89,12 @@ class WorkflowStarter:
             try:
                 spec = self.validate(c.request)
                 _check_step_ids(c.job_id, spec)
+                plan = self._plan(c, spec, self.settings.max_request_bytes)
             except WorkflowInvalid as exc:
                 self.reject(stream, lane, c.entry_id, c.job_id, c.raw, str(exc))
                 continue
             batch.append(c)
-            plans.append(self._plan(c, spec))
+            plans.append(plan)
         # Chunks of about START_STEPS steps: one script call blocks Redis, so none may run long.
         start = 0
         while start < len(plans):
@@ -114,7 +116,9 @@ class WorkflowStarter:
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
 
     @staticmethod
-    def _plan(c: ClaimedWorkflow, spec: WorkflowSpec) -> list[Any]:
+    def _plan(c: ClaimedWorkflow, spec: WorkflowSpec, max_request_bytes: int) -> list[Any]:
+        """What wf_start.lua writes and publishes; raises WorkflowInvalid for a step whose request would pass
+        ``max_request_bytes``: it carries the workflow's id twice (its id, its parent), so it may outgrow the workflow."""
         r = c.request
         kids = spec.dependents()
         steps = []
@@ -124,6 +128,10 @@ class WorkflowStarter:
                                 ("max_attempts", s.max_attempts), ("timeout_s", s.timeout_s)):
                 if value is not None:
                     fields[name] = str(value)
+            size = request_bytes({**fields, "id": step_job_id(c.job_id, s.id), "parent": c.job_id, "step": s.id})
+            if size > max_request_bytes:
+                raise WorkflowInvalid(f"step {s.id!r}: its request would be {size} bytes, over the {max_request_bytes}-byte limit "
+                                      "(STREAMCREW_MAX_REQUEST_BYTES; it holds the step's data, and the workflow's id twice)")
             steps.append([s.id, s.agent, len(s.after), dumps(s.after), dumps(kids[s.id]), dumps(flat(fields))])
         submitted = r.submitted_at or int(c.entry_id.split("-", 1)[0])
         return [c.entry_id, c.job_id, "1" if r.id else "0", str(submitted), spec.on_failure,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from streams.keys import Keys
 from streams.producer import Producer
+from streams.raw import request_bytes
 from streams.workflow import Workflow
 from tests.support import WorkerFactory, wait_for_log
 from tests.workflows.support import event_counts, start_workers, wait_event
@@ -32,3 +33,27 @@ async def test_a_crew_step_on_a_worker_without_crewai_rejects_the_workflow(
         assert "step 'b'" in (event.error or "") and agent in (event.error or "") and EXTRA in (event.error or ""), event.error
     counts = await event_counts(redis, keys)
     assert counts == {"wf-crew": 1, "wf-design-crew": 1}, counts
+
+
+async def test_a_workflow_whose_step_request_would_pass_the_size_limit_is_rejected(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a workflow with a long id whose one step holds nearly all its data: the step's request (its data, the
+    # workflow's id as its parent and in its own id) is larger than the workflow's
+    wf_id = "wf-" + "x" * 200
+    wf = Workflow(wf_id)
+    wf.step("a", "echo", {"pad": "y" * 2000})
+    await producer.publish_workflow(wf)
+    await producer.publish("echo", {}, id="after-big")
+    ((_, fields), _) = await redis.xrange(keys.lane("normal"))
+    limit = request_bytes(fields)
+    # And a worker whose STREAMCREW_MAX_REQUEST_BYTES the workflow's request just fits
+    workers.start("--concurrency", "4", env={"STREAMCREW_MAX_REQUEST_BYTES": str(limit)})
+    # When it takes the workflow
+    event = await wait_event(redis, keys, wf_id)
+    # Then the workflow is rejected up front, naming the step and the limit, and no step ran (before: it started,
+    # and its step ended rejected, 'request is ... bytes, over the limit', failing the workflow)
+    assert event.status == "rejected", (event.status, event.error)
+    assert "step 'a'" in (event.error or "") and f"{limit}-byte" in (event.error or ""), event.error
+    assert (await wait_event(redis, keys, "after-big")).status == "completed"
+    assert await event_counts(redis, keys) == {wf_id: 1, "after-big": 1}
