@@ -89,15 +89,20 @@ def dead_replay(
         async with open_ops(settings) as ops:
             return await ops.dead_replay(entry_ids or [], replay_all, reason=reason)
 
-    done = run(go())
+    _report_replay(run(go()), named=not replay_all, what="job ids")
+
+
+def _report_replay(done: Replay, *, named: bool, what: str) -> None:
+    """Print what a replay did as its POST route answers (the reasons too), then exit: 0, 1 if some were skipped,
+    4 if Redis went away part-way (then also the named entries not reached, ``not_replayed``)."""
     for why in done.skipped:
         err.print(f"[yellow]skipped: {escape(why)}[/yellow]")  # a reason may quote the name given
-    report: dict[str, Any] = {"replayed": done.replayed, "skipped": done.skipped}  # as POST /dead/replay answers: the reasons
-    if done.outage is not None and not replay_all:
+    report: dict[str, Any] = {"replayed": done.replayed, "skipped": done.skipped}
+    if done.outage is not None and named:
         report["not_replayed"] = done.not_replayed
     print(json.dumps(report))
     if done.outage is not None:
-        _replay_interrupted(done, "job ids")
+        _replay_interrupted(done, what)
         raise typer.Exit(Exit.UNAVAILABLE)
     raise typer.Exit(Exit.OK if not done.skipped else Exit.JOB_FAILED)
 
@@ -174,16 +179,7 @@ def webhooks_dead_replay(
     named = [] if replay_all else list(entry_ids or [])
     done: Replay = run(_with_redis(
         settings, lambda r, k: dead.gather(replay_webhook_each(r, k, None if replay_all else named, partitions=settings.partitions), named)))
-    for why in done.skipped:
-        err.print(f"[yellow]skipped: {escape(why)}[/yellow]")  # a reason may quote the name given
-    report: dict[str, Any] = {"replayed": done.replayed, "skipped": done.skipped}  # as POST /webhooks/dead/replay answers
-    if done.outage is not None and not replay_all:
-        report["not_replayed"] = done.not_replayed
-    print(json.dumps(report))
-    if done.outage is not None:
-        _replay_interrupted(done, "entries")
-        raise typer.Exit(Exit.UNAVAILABLE)
-    raise typer.Exit(Exit.OK if not done.skipped else Exit.JOB_FAILED)
+    _report_replay(done, named=not replay_all, what="entries")
 
 
 @webhooks_dead_app.command("purge")

@@ -171,6 +171,15 @@ async def two_results_read(redis: Any, keys: Any, tag: str) -> tuple[list[Any], 
     return reply, batches[0]
 
 
+async def refusing_big_0(key: bytes, value: bytes) -> asyncio.Future[object]:
+    """Kafka's send, refusing record ``big-0`` as too large (at send, as aiokafka's producer does)."""
+    if key == b"big-0":
+        raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
+    fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    fut.set_result("ack")
+    return fut
+
+
 async def forwarded(bridge: Any, batch: ResultBatch, send: Any) -> list[str]:
     """The entry IDs the results agent acked after forwarding ``batch`` through ``send``."""
     bridge.results_out.send = send
@@ -200,16 +209,8 @@ async def test_a_result_kafka_refuses_stays_pending(bridge: Any, redis: Any, key
 async def test_a_result_too_large_for_kafka_is_dead_lettered_not_retried_forever(bridge: Any, redis: Any, keys: Any) -> None:
     # Given two result events, the first of which Kafka refuses as too large (at send, as aiokafka's producer does)
     reply, batch = await two_results_read(redis, keys, "big")
-
-    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
-        if key == b"big-0":
-            raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        fut.set_result("ack")
-        return fut
-
     # When the batch is forwarded
-    acked = await forwarded(bridge, batch, send)
+    acked = await forwarded(bridge, batch, refusing_big_0)
     # Then the other record was sent (a refusal at send no longer fails its batch-mates), both entries are acked,
     # and the refused one is a dead letter that says what to change
     assert sorted(acked) == sorted(e[0] for e in reply[0][1])
@@ -348,15 +349,7 @@ async def test_a_too_large_result_is_dead_lettered_once_when_its_write_is_sent_a
     # retry policy), and two results read by its group, the first of which Kafka refuses as too large
     client, bridge, keys = await impatient_bridge(own_redis, "kafka-once-out")
     reply, batch = await two_results_read(client, keys, "big")
-
-    async def send(key: bytes, value: bytes) -> asyncio.Future[object]:
-        if key == b"big-0":
-            raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        fut.set_result("ack")
-        return fut
-
-    bridge.results_out.send = send
+    bridge.results_out.send = refusing_big_0
     await client.ping()  # connected: the dead letter goes out on this connection, not on one the stall holds up
     # When Redis stalls 1.5 s as the dead letter is written: the copies sent meanwhile all run once it is back
     stall = await stall_redis(own_redis, 1500)
