@@ -10,6 +10,8 @@ from functools import cache
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from streams.workflow import WORKFLOW_AGENT
+
 JOBS = Counter("streamcrew_jobs_total", "Jobs ended, by agent and terminal status", ["agent", "status"])
 JOB_DURATION = Histogram(
     "streamcrew_job_duration_seconds", "Run time of one attempt", ["agent"],
@@ -87,3 +89,12 @@ def workflow_ended(status: str, duration_ms: int | None = None) -> None:
     WORKFLOWS.labels(status=status).inc()
     if duration_ms is not None:
         WORKFLOW_DURATION.observe(max(0, duration_ms) / 1000)
+
+
+def workflow_fanned_in(status: str, duration_ms: int) -> None:
+    """A workflow ended by the workflow scripts (fan-in, expiry, a replay with nothing left): its result event and
+    its dead letter (workflow.lua: ``step_failed``, or ``expired``) count like any job's, not only in workflows_total."""
+    jobs(WORKFLOW_AGENT, status).inc()
+    if status != "completed":
+        dead_letters("expired" if status == "expired" else "step_failed").inc()
+    workflow_ended(status, duration_ms)

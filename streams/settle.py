@@ -69,7 +69,7 @@ def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: di
 def _wrote(reply: Any) -> bool:
     """1 or 0; ``[1, status, duration_ms]`` when the op was a step that ended its workflow."""
     if isinstance(reply, list):
-        metrics.workflow_ended(str(reply[1]), int(reply[2]))
+        metrics.workflow_fanned_in(str(reply[1]), int(reply[2]))
         return True
     return bool(int(reply))
 

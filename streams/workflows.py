@@ -112,7 +112,7 @@ class WorkflowStarter:
         for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
             self.release(stream, c.entry_id)
             if decision == "completed":  # a resume with nothing left to run: ended here, at its start
-                metrics.workflow_ended("completed", 0)
+                metrics.workflow_fanned_in("completed", 0)
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
 
     @staticmethod
@@ -147,7 +147,7 @@ class WorkflowStarter:
                   self.settings.job_ttl_s, EXPIRE_BATCH, self.worker],
         )
         for job_id, status, duration_ms in cast(list[list[Any]], reply):
-            metrics.workflow_ended(str(status), int(duration_ms))
+            metrics.workflow_fanned_in(str(status), int(duration_ms))
             log.info("workflow=%s outcome=%s seconds=%.3f", job_id, status, int(duration_ms) / 1000)
         return len(reply)
 

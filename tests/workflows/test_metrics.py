@@ -1,5 +1,7 @@
 """The worker's workflow metrics match the workflows it ran."""
 
+from collections import Counter
+
 import httpx
 
 from streams.dead import list_dead, replay
@@ -8,7 +10,7 @@ from streams.keys import Keys
 from streams.producer import Producer
 from streams.workflow import Workflow
 from tests.consumers.test_metrics import _samples
-from tests.support import WorkerFactory, wait_until
+from tests.support import WorkerFactory, results, wait_until
 from tests.workflows.support import wait_event, wait_running
 
 
@@ -82,3 +84,50 @@ async def test_workflows_ended_outside_a_steps_settle_are_counted(redis, keys: K
         await wait_until(all_counted, timeout=10, what=f"workflows_total to reach {want}")
     except AssertionError:
         raise AssertionError(f"workflows_total {await counted()}, want {want}") from None
+
+
+async def test_every_result_and_dead_letter_of_a_workflow_is_counted(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given a worker exporting metrics, a workflow that completes, one whose step fails and one that expires
+    _, port = workers.start_serving_metrics("--concurrency", "8")
+    ok = Workflow("wf-ok")
+    ok.step("a", "echo", {})
+    await producer.publish_workflow(ok)
+    bad = Workflow("wf-bad")
+    bad.step("a", "echo", {"fail_first": 9}, max_attempts=1)
+    await producer.publish_workflow(bad)
+    slow = Workflow("wf-slow", timeout_s=0.3)
+    slow.step("a", "echo", {"sleep_s": 2})
+    await producer.publish_workflow(slow)
+    for wid, status in (("wf-ok", "completed"), ("wf-bad", "failed"), ("wf-slow", "expired")):
+        assert (await wait_event(redis, keys, wid)).status == status
+    await wait_event(redis, keys, "wf-slow::a")
+    # Then the counters agree with what Redis holds: jobs_total with the result events by status (the workflows' own
+    # included), dead_letters_total with the dead letters by reason (a workflow's step_failed and expired included)
+    events = Counter(r.status for r in await results(redis, keys))
+    letters = Counter(d.reason for d in await list_dead(redis, keys))
+    assert letters == {"exhausted": 1, "step_failed": 1, "expired": 1}
+
+    def counted(m: dict, name: str, label: str) -> Counter[str]:  # type: ignore[type-arg]
+        out: Counter[str] = Counter()
+        for (sample, labels), value in m.items():
+            if sample == name and value:
+                out[dict(labels)[label]] += int(value)
+        return out
+
+    async def scraped() -> dict:  # type: ignore[type-arg]
+        async with httpx.AsyncClient() as client:
+            return _samples((await client.get(f"http://127.0.0.1:{port}/metrics")).text)
+
+    async def agree() -> bool:
+        m = await scraped()
+        return counted(m, "streamcrew_jobs_total", "status") == events and counted(m, "streamcrew_dead_letters_total", "reason") == letters
+
+    try:
+        await wait_until(agree, timeout=10, what="jobs_total and dead_letters_total to match the results and dead letters")
+    except AssertionError:
+        m = await scraped()
+        raise AssertionError(f"jobs_total {counted(m, 'streamcrew_jobs_total', 'status')} for results {events}; "
+                             f"dead_letters_total {counted(m, 'streamcrew_dead_letters_total', 'reason')} for dead letters {letters}") from None
+    m = await scraped()
+    by_status = {dict(labels)["status"]: v for (name, labels), v in m.items() if name == "streamcrew_jobs_total" and ("agent", "workflow") in labels}
+    assert by_status == {"completed": 1, "failed": 1, "expired": 1}
