@@ -272,10 +272,9 @@ class JobProcessor:
             delay_s = min(self.settings.retry_backoff_max_s, base) * random.uniform(0.5, 1.0)
         fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
-        metrics.retries(c.request.agent).inc()
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
         op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far))
-        op.on_written = report
+        op.on_written = _count_retry(c.request.agent, report)
         self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
 
@@ -367,6 +366,16 @@ def _being_cancelled() -> bool:
     by the code it awaits. Taken for a cancellation, an agent's own left its job held, renewed, with no result."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
+
+
+def _count_retry(agent: str, report: Callable[[bool], None] | None) -> Callable[[bool], None]:
+    """A retry counts once written: settle.lua turns it away when the job ended elsewhere (another worker took it over)."""
+    def written(wrote: bool) -> None:
+        if wrote:
+            metrics.retries(agent).inc()
+        if report is not None:
+            report(wrote)
+    return written
 
 
 def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
