@@ -25,6 +25,8 @@ NOTIFIER_GROUP = "notifier"
 GENERATED_ID = re.compile(r"^(?:(?:high|normal|low):)?\d+-\d+:(\d+)$")
 # A workflow step's job id is ``<workflow id>::<step id>`` (step ids have no ':'): it lives with its workflow.
 STEP_SEPARATOR = "::"
+# One item of a ``--partitions`` list: ``3`` or ``0-5``.
+RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def partition_of(job_id: str, partitions: int) -> int:
@@ -50,12 +52,13 @@ def parse_partitions(spec: str, partitions: int) -> tuple[int, ...]:
         return tuple(range(partitions))
     chosen: set[int] = set()
     for part in spec.split(","):
-        low, _, high = part.strip().partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            raise ValueError(f"bad partition range {part!r}; use e.g. 0-3,5") from None
-        if not 0 <= first <= last < partitions:
+        # Strictly ASCII digits: int() alone took "5-" for 5 (leaving 6.. unserved unsaid), "1_0" for 10, "+1", "١".
+        if (bounds := RANGE.fullmatch(part.strip())) is None:
+            raise ValueError(f"bad partition range {part!r}; use e.g. 0-3,5")
+        first, last = int(bounds.group(1)), int(bounds.group(2) or bounds.group(1))
+        if first > last:
+            raise ValueError(f"partition range {part!r} runs backwards; write {last}-{first}")
+        if last >= partitions:
             raise ValueError(f"partition range {part!r} is outside 0-{partitions - 1}")
         chosen.update(range(first, last + 1))
     return tuple(sorted(chosen))

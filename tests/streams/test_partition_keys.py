@@ -47,3 +47,16 @@ def test_partition_ranges(spec: str, expected: tuple[int, ...]) -> None:
 def test_bad_partition_ranges_are_refused(spec: str) -> None:
     with pytest.raises(ValueError):
         parse_partitions(spec, 4)
+
+
+@pytest.mark.parametrize("spec", ["1-", "0-3,5-", "1_0", "+1", "\u0661", "1-+3"])
+def test_a_range_int_would_stretch_is_refused_not_narrowed(spec: str) -> None:
+    # "5-" (meant: 5 to the end) read as partition 5 alone left 6-11 unserved without a word; "1_0", "+1" and other
+    # digits Python's int() accepts are not the ranges the docs describe, so they are refused too
+    with pytest.raises(ValueError, match="use e.g. 0-3,5"):
+        parse_partitions(spec, 12)
+
+
+def test_a_backwards_range_says_so() -> None:
+    with pytest.raises(ValueError, match=r"partition range '3-1' runs backwards; write 1-3"):
+        parse_partitions("3-1", 4)
