@@ -132,6 +132,12 @@ class Leases:
                         await rt.deliver(stream, entries, reclaimed=False)
             return total
 
+    def leftover_level(self) -> int:
+        """The highest priority level with leftover: the read loop reads the levels above it first, so a high entry
+        never waits behind low ones a read gave beyond the free slots (on a cluster the slots' blocking reads return
+        side by side; on one Redis, entries that came between the non-blocking reads and the blocking one)."""
+        return min(self.runtime.level_of[stream] for stream in self.runtime.leftover)
+
     async def take_up_leftover(self) -> int:
         """Hand on, as slots free and in order, what a read gave beyond the free slots; returns how many. Only those
         read under half a lease ago are claimed (XCLAIM, min-idle 0: no other consumer's sweep can have taken them);

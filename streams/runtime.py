@@ -88,6 +88,7 @@ class GroupRuntime:
         self._idle.set()
         self._accepting = True
         self._levels = [self.streams[i : i + level_size] for i in range(0, len(self.streams), level_size)]
+        self.level_of = {s: i // level_size for i, s in enumerate(self.streams)}  # each stream's priority level, 0 highest
         self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
         self._above = [[s for above in self._levels[:i] for s in above] for i in range(len(self._levels))]  # what a hit watches
         slot_of = slot_of_for(redis)  # on Redis Cluster: block on each slot's streams at once
@@ -95,9 +96,8 @@ class GroupRuntime:
         self.quiet = QuietStreams(redis, group, slot_of)
         self._reader: asyncio.Task[None] | None = None
         self._helpers_stopped = False
-        # Pending under this consumer, held by no slot: a read's beyond the free slots, and those let go unsettled.
-        self.leftover: dict[str, list[tuple[str, float]]] = {}
-        self.unsettled: dict[Slot, float] = {}
+        self.leftover: dict[str, list[tuple[str, float]]] = {}  # pending here, held by no slot: a read's beyond the free slots
+        self.unsettled: dict[Slot, float] = {}  # pending here, held by no slot: let go unsettled
         self.stalled = False  # entries stalled elsewhere wait for slots: the read loop sweeps before it reads (Leases.sweep)
         self.leases = Leases(self)
 
@@ -206,7 +206,7 @@ class GroupRuntime:
                 if self.stalled and await self.leases.sweep():  # older than anything unread
                     backoff.ok()
                     continue
-                if self.leftover and await self.leases.take_up_leftover():  # already ours: first, once a slot is free
+                if self.leftover and (await self._read_strict(self.leases.leftover_level()) or await self.leases.take_up_leftover()):
                     backoff.ok()
                     continue
                 got = await self._read_strict()
@@ -249,11 +249,11 @@ class GroupRuntime:
         except REDIS_FAILED as exc:  # a cluster's "no node answers" is no RedisError
             await backoff.failed(exc)
 
-    async def _read_strict(self) -> bool:
-        """One non-blocking read at a time, highest level first, sized by the slots free at that moment (a
-        reclaim may take some between reads); within a level the streams take turns, and quiet ones (watched,
-        streams.quiet) are skipped. Returns whether one gave entries (the next read starts from the top)."""
-        for level, streams in enumerate(self._levels):
+    async def _read_strict(self, above: int | None = None) -> bool:
+        """One non-blocking read at a time, highest level first (only the levels ``above`` one, if given), sized by the slots
+        free at that moment (a reclaim may take some between reads); within a level the streams take turns, and quiet
+        ones (watched, streams.quiet) are skipped. Returns whether one gave entries (the next read starts from the top)."""
+        for level, streams in enumerate(self._levels[:above]):
             first = self._turns[level]
             for step in range(len(streams)):
                 free = self.free_slots()
@@ -269,7 +269,7 @@ class GroupRuntime:
                     self.quiet.watch(self._above[level])  # all read empty, or quiet
                     await self.deliver(stream, reply[0][1], reclaimed=False)
                     return True
-        self.quiet.stop()  # all empty: the blocking read waits on every stream itself
+        self.quiet.stop() if above is None else self.quiet.watch(self._above[above])  # all empty: the blocking read waits on each
         return False
 
     async def _read_blocking(self) -> None:
