@@ -23,7 +23,11 @@ Fetch = Callable[[], Awaitable[dict[str, Any]]]
 
 
 def depth(figures: dict[str, Any]) -> dict[str, int]:
-    """Entries waiting per lane: the group's lag (Redis >= 7), else the stream's length."""
+    """Entries waiting per lane: the group's lag (Redis >= 7), else the stream's length; with partitions, summed over
+    each partition's own (one without a lag, its lane not made yet say, leaves the summed lag unknown)."""
+    if "partitions" in figures:
+        each = [depth(one) for one in figures["partitions"]]
+        return {name: sum(one[name] for one in each) for name in figures["lanes"]}
     return {name: int(lane["lag"] if lane["lag"] is not None else lane["length"]) for name, lane in figures["lanes"].items()}
 
 

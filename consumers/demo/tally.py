@@ -11,6 +11,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from consumers.monitor import depth
 from streams.envelope import JobResult
 from streams.keys import Keys, partition_keys
 from streams.partition_stats import partitioned_queue_stats
@@ -68,7 +69,7 @@ class Tally:
                     self._add(JobResult.from_fields(fields))
         # the tally reads every result itself, so no window figures
         stats = await partitioned_queue_stats(self.redis, self.keys, self.partitions, window=None)
-        self.backlog = {name: int(lane["lag"] if lane["lag"] is not None else lane["length"]) for name, lane in stats["lanes"].items()}
+        self.backlog = depth(stats)
         self.in_flight = sum(int(lane["pending"]) for lane in stats["lanes"].values())
         self.dead_letters = int(stats["dead_letters"])
         for url in self.metrics_urls:

@@ -12,9 +12,11 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from consumers.monitor import TITLE, rich_report
+from consumers.monitor import TITLE, depth, rich_report
 from consumers.processes import Child, streamcrew_cmd
-from streams.keys import Keys
+from streams.groups import ensure_groups, standard_groups
+from streams.keys import Keys, partition_keys
+from streams.partition_stats import partitioned_queue_stats
 from tests.consumers.gateway.support import GatewayFactory
 from tests.support import WorkerFactory, results, wait_for_log, wait_results, wait_until
 
@@ -146,3 +148,19 @@ async def test_a_result_entry_with_bytes_that_are_not_utf8_does_not_fail_the_fig
     assert answer.json()["by_tenant"] == {"acme\ufffd": {"results": 1, "tokens": 4, "cost_usd": 0.5, "unpriced": 0}}
     assert cli_answer.returncode == 0, cli_answer.stderr
     assert json.loads(cli_answer.stdout)["by_tenant"] == answer.json()["by_tenant"]
+
+
+async def test_queue_depth_counts_each_partition_by_its_own_lag(redis, keys: Keys, needs_redis7) -> None:  # type: ignore[no-untyped-def]
+    # Given 4 partitions of which only 0 and 1 have their lanes yet (a worker pinned to 0-1 made them), and in
+    # partition 0's normal lane 3 raw requests, 2 of them delivered (running): 1 waits
+    for k in partition_keys(keys, 4)[:2]:
+        await ensure_groups(redis, standard_groups(k))
+    lane = keys.in_partition(0).lane("normal")
+    for n in range(3):
+        await redis.xadd(lane, {"agent": "echo", "data": "{}", "n": str(n)})
+    await redis.xreadgroup("workers", "w", {lane: ">"}, count=2)
+    # When the monitor's queue depth is taken from the stats of every partition
+    figures = await partitioned_queue_stats(redis, keys, 4, window=None)
+    # Then it is the 1 waiting entry: partitions with no lane add none, and the 2 running are not counted as waiting
+    # (one partition without a lag no longer turns the whole sum into every partition's stream length)
+    assert depth(figures)["normal"] == 1, figures["lanes"]["normal"]
