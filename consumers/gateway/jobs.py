@@ -18,7 +18,6 @@ from consumers.gateway.state import GatewayState, gateway_state
 from streams.envelope import DATA_CHECKED, JobRequest, lane_for_request, now_ms
 from streams.job_ids import JOB_ID_MAX
 from streams.errors import InvalidRequest, RequestTooLarge
-from streams.keys import keys_for_job
 from streams.records import JobRecord, get_job
 from streams.workflow import WORKFLOW_AGENT
 
@@ -128,10 +127,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
     if published.status == "conflict":  # a raw XADD squatted both names an id-less job could take
         raise ApiError(409, "id_conflict", "no free id for this job; retry")
     links = job_links(published.job_id)
-    if published.created:
-        if tenant is not None:
-            job_key = keys_for_job(state.keys, state.settings.partitions, published.job_id).job(published.job_id)
-            await state.stamp_tenant(keys=[job_key], args=[tenant])
+    if published.created:  # the record names its tenant from the publish on: no further call whose failure would hide it
         return json_response(202, {"job_id": published.job_id, "status": published.status, "lane": published.lane, "links": links},
                              headers={"Location": links["self"]})
     record = await get_job(state.redis, state.keys, published.job_id, partitions=state.settings.partitions)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from fastapi import Request
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from consumers.gateway.auth import KeyRing
 from consumers.gateway.batching import PublishBatcher
@@ -17,10 +16,6 @@ from consumers.webhook_targets import TargetRules
 from streams.keys import Keys
 from streams.producer import Producer
 
-# A job record gets ``tenant`` from its result only when the job ends; tenant-scoped reads need it at once.
-# Only an existing record is stamped, so one that already expired is not brought back.
-STAMP_TENANT = "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'tenant', ARGV[1]) end"
-
 
 @dataclass(slots=True)
 class GatewayState:
@@ -30,7 +25,6 @@ class GatewayState:
     producer: Producer
     keyring: KeyRing
     limiter: RateLimiter
-    stamp_tenant: AsyncScript
     batcher: PublishBatcher
     streams: StreamSlots
     webhook_rules: TargetRules
@@ -43,7 +37,6 @@ class GatewayState:
             settings=settings, redis=redis, keys=keys, producer=producer,
             keyring=KeyRing(settings.key_tenants()),
             limiter=RateLimiter(redis, keys, rate_per_s=settings.rate_limit_per_s, burst=settings.effective_burst),
-            stamp_tenant=redis.register_script(STAMP_TENANT),
             batcher=PublishBatcher(producer),
             streams=StreamSlots(settings.max_event_streams_per_key),
             webhook_rules=TargetRules(allow_private=settings.allow_private, allow_list=settings.allow_list),
