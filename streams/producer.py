@@ -6,7 +6,7 @@ import itertools
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -119,18 +119,43 @@ class Producer:
 
         Without ``priority`` each request goes to the lane its data names, as in :meth:`publish`.
         A request with a reserved id, or one too large, fails the call before anything is published.
+        A Redis error is raised as it came; :meth:`publish_each` says which requests went out before it.
+        """
+        outcomes = await self.publish_each(requests, priority=priority)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return cast(list[Published], outcomes)
+
+    async def publish_each(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published | Exception]:
+        """As :meth:`publish_many`, one outcome per request: its :class:`Published`, or the Redis error of its call.
+
+        A batch takes one call per lane, partition and chunk; when one fails, the requests earlier calls
+        carried are queued all the same (a caller told otherwise would send an id-less one again: two jobs).
+        No call is made after a failure: its requests get the same error.
         """
         encoded = [(request, self._fields_of(request)) for request in requests]
-        if priority is not None:
-            return await self._publish_lane(encoded, lane_for_priority(priority))
-        by_lane: dict[str, list[int]] = {}
+        fixed = None if priority is None else lane_for_priority(priority)
+        await self.ensure_groups()
+        calls: dict[tuple[str, int], list[int]] = {}
         for index, (request, _) in enumerate(encoded):
-            by_lane.setdefault(lane_for_request(None, request.data), []).append(index)
-        out: dict[int, Published] = {}
-        for lane_name, indexes in by_lane.items():
-            published = await self._publish_lane([encoded[i] for i in indexes], lane_name)
-            out.update(zip(indexes, published, strict=True))
-        return [out[i] for i in range(len(encoded))]
+            lane_name = fixed or lane_for_request(None, request.data)
+            calls.setdefault((lane_name, self.partition_for(request)), []).append(index)
+        out: list[Published | Exception | None] = [None] * len(encoded)
+        failed: Exception | None = None
+        for (lane_name, p), indexes in calls.items():
+            for start in range(0, len(indexes), PUBLISH_CHUNK):
+                chunk = indexes[start:start + PUBLISH_CHUNK]
+                outcomes: list[Published | Exception] = [failed] * len(chunk) if failed else []
+                if not failed:
+                    try:
+                        outcomes.extend(await self._publish_chunk(self.partitions[p], [encoded[i] for i in chunk], lane_name))
+                    except Exception as exc:  # noqa: BLE001 - the outcome of this call's requests and of the calls not made
+                        failed = exc
+                        outcomes = [exc] * len(chunk)
+                for i, outcome in zip(chunk, outcomes, strict=True):
+                    out[i] = outcome
+        return cast(list[Published | Exception], out)
 
     def _fields_of(self, request: JobRequest) -> dict[str, str]:
         """The request's stream fields, or the error that refuses it (checked for every request before any is sent)."""
@@ -143,25 +168,6 @@ class Producer:
         if size > self.max_request_bytes:
             raise RequestTooLarge(f"request for agent {request.agent!r} is {size} bytes, over the {self.max_request_bytes}-byte limit")
         return fields
-
-    async def _publish_lane(self, encoded: list[Encoded], lane_name: str) -> list[Published]:
-        await self.ensure_groups()
-        if len(self.partitions) == 1:
-            return await self._publish_partition(self.keys, encoded, lane_name)
-        by_partition: dict[int, list[int]] = {}
-        for index, (request, _) in enumerate(encoded):
-            by_partition.setdefault(self.partition_for(request), []).append(index)
-        out: dict[int, Published] = {}
-        for p, indexes in by_partition.items():
-            published = await self._publish_partition(self.partitions[p], [encoded[i] for i in indexes], lane_name)
-            out.update(zip(indexes, published, strict=True))
-        return [out[i] for i in range(len(encoded))]
-
-    async def _publish_partition(self, keys: Keys, encoded: Sequence[Encoded], lane_name: str) -> list[Published]:
-        out: list[Published] = []
-        for start in range(0, len(encoded), PUBLISH_CHUNK):
-            out.extend(await self._publish_chunk(keys, encoded[start:start + PUBLISH_CHUNK], lane_name))
-        return out
 
     async def _publish_chunk(self, keys: Keys, chunk: Sequence[Encoded], lane_name: str) -> list[Published]:
         jobs = []

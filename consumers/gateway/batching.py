@@ -5,7 +5,8 @@ returns, everything queued goes out in the next call. A lone request goes out
 at once (no timer), so batching adds no latency, and under load it turns N
 Redis round trips into one. The producer's guarantees hold per request: each
 is idempotent on its id, in order, and a request over the size cap or that
-cannot be encoded (InvalidRequest) fails alone.
+cannot be encoded (InvalidRequest) fails alone. When Redis fails part-way
+through a batch (one call per partition), each request hears its own outcome.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class PublishBatcher:
 
     async def _send(self, lane: str, batch: list[tuple[JobRequest, asyncio.Future[Published]]]) -> None:
         try:
-            results = await self.producer.publish_many([request for request, _ in batch], priority=lane)
+            results = await self.producer.publish_each([request for request, _ in batch], priority=lane)
         except (RequestTooLarge, InvalidRequest) as exc:  # about one request, not Redis
             if len(batch) == 1:
                 _settle_error(batch, exc)
@@ -70,10 +71,13 @@ class PublishBatcher:
             _settle_error(batch, exc if isinstance(exc, Exception) else RuntimeError("gateway shutting down"))
             if not isinstance(exc, Exception):
                 raise
-        else:
-            for (_, future), published in zip(batch, results, strict=True):
+        else:  # each its own outcome: a Redis error part-way through leaves the requests sent before it queued
+            for (_, future), outcome in zip(batch, results, strict=True):
                 if not future.done():
-                    future.set_result(published)
+                    if isinstance(outcome, Exception):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
 
 
 def _settle_error(batch: list[tuple[JobRequest, asyncio.Future[Published]]], exc: Exception) -> None:

@@ -5,26 +5,30 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from consumers.gateway.batching import PublishBatcher
+from streams.connection import connect
 from streams.envelope import JobRequest
 from streams.errors import InvalidRequest, RequestTooLarge
-from streams.keys import Keys
+from streams.keys import Keys, partition_keys
 from streams.producer import Producer
+from streams.records import get_job
+from tests.severed import severed_after
 
 
 async def test_a_batch_keeps_order_ids_and_isolates_an_oversized_request(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
     # Given a batcher over a producer with a 500-byte cap, counting its calls
     producer = Producer(redis, keys, max_request_bytes=500)
     calls: list[int] = []
-    publish_many = producer.publish_many
+    publish_each = producer.publish_each
 
     async def counting(requests, **kw):  # type: ignore[no-untyped-def]
         requests = list(requests)
         calls.append(len(requests))
-        return await publish_many(requests, **kw)
+        return await publish_each(requests, **kw)
 
-    producer.publish_many = counting  # type: ignore[method-assign]
+    producer.publish_each = counting  # type: ignore[method-assign]
     batcher = PublishBatcher(producer)
     # When 20 requests (two sharing an id) and one oversized one are published in the same tick
     requests = [JobRequest(agent="echo", data={"i": i}, id="dup" if i in (3, 7) else None) for i in range(20)]
@@ -45,7 +49,7 @@ async def test_a_redis_error_reaches_every_waiting_request(redis, keys: Keys) ->
     async def broken(requests, **kw):  # type: ignore[no-untyped-def]
         raise ConnectionError("down")
 
-    producer.publish_many = broken  # type: ignore[method-assign]
+    producer.publish_each = broken  # type: ignore[method-assign]
     batcher = PublishBatcher(producer)
     waiting = [batcher.publish(JobRequest(agent="echo", data={}), "normal") for _ in range(5)]
     answers = await asyncio.gather(*waiting, return_exceptions=True)
@@ -67,3 +71,30 @@ async def test_a_request_that_cannot_be_encoded_fails_alone(redis, keys: Keys) -
     assert isinstance(answers[4], InvalidRequest) and "64-bit" in str(answers[4])
     assert all(a.created for i, a in enumerate(answers) if i != 4)  # type: ignore[union-attr]
     assert await redis.xlen(keys.lane("normal")) == 10
+
+
+async def test_a_batch_redis_drops_part_way_tells_each_request_whether_it_was_queued(redis, redis_url: str, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a batcher over a two-partition producer whose Redis is reached through a link that can go away
+    async with severed_after(redis_url, scripts=1_000_000) as link:
+        client = connect(link.url)
+        producer = Producer(client, keys, partitions=2)
+        await producer.ensure_groups()
+        batcher = PublishBatcher(producer)
+        # When ten id-less requests go out in one batch (one publish call per partition) and Redis goes away
+        # for good once the first of those calls is answered
+        link.scripts = link.answered + 1
+        answers = await asyncio.gather(*(batcher.publish(JobRequest(agent="echo", data={"i": i}), "normal") for i in range(10)),
+                                       return_exceptions=True)
+        assert link.cut.is_set()
+        await client.aclose()
+    # Then the requests Redis took are answered with their job, the others with the outage
+    queued = [a for a in answers if not isinstance(a, BaseException)]
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    assert queued and failed, answers
+    assert all(isinstance(a, RedisConnectionError) for a in failed), failed
+    # And Redis agrees: exactly the jobs answered as queued are in the lanes
+    lanes = [k.lane("normal") for k in partition_keys(keys, 2)]
+    in_lanes = [fields["data"] for lane in lanes for _, fields in await redis.xrange(lane)]
+    assert sorted(in_lanes) == sorted(f'{{"i":{i}}}' for i, a in enumerate(answers) if not isinstance(a, BaseException))
+    for published in queued:
+        assert await get_job(redis, keys, published.job_id, partitions=2) is not None  # type: ignore[union-attr]
