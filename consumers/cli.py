@@ -14,6 +14,7 @@ from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks de
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
+from streams.envelope import has_wide_integer
 from streams.workflow import WORKFLOW_AGENT
 
 __all__ = ["app", "main"]
@@ -164,11 +165,15 @@ def submit(
     from consumers.progress import follow_workflow
     from consumers.webhook_targets import webhook_url_problem
 
+    text = _read_data(data)
     try:
-        payload = orjson.loads(_read_data(data))
+        payload = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         err.print(f"[red]--data is not JSON: {exc}[/red]")
         raise typer.Exit(Exit.USAGE) from None
+    if has_wide_integer(text):  # orjson reads one as a float: the job would get another number than the one given
+        err.print("--data holds an integer beyond 64 bits; send it as a string", style="red", markup=False, highlight=False)
+        raise typer.Exit(Exit.USAGE)
     if not isinstance(payload, dict):
         err.print("[red]--data must be a JSON object[/red]")
         raise typer.Exit(Exit.USAGE)

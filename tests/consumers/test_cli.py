@@ -368,6 +368,16 @@ def test_submit_refuses_a_webhook_that_is_no_http_url_before_queueing(redis_url:
         assert not list(client.scan_iter(match=f"{prefix}:*")), "something was written for the refused requests"
 
 
+def test_submit_refuses_an_integer_beyond_64_bits_rather_than_send_a_float(redis_url: str, prefix: str) -> None:
+    # Given --data with an integer no 64-bit reader holds (orjson reads it as the float 1e+20)
+    done = cli(redis_url, prefix, "submit", "echo", "--data", '{"order_id": 99999999999999999999}')
+    # Then it is refused in one line, as POST /jobs answers 422, and nothing is queued
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == "--data holds an integer beyond 64 bits; send it as a string", done.stderr
+    with sync_redis.Redis.from_url(redis_url) as client:
+        assert not list(client.scan_iter(match=f"{prefix}:*")), "the request was queued with its number changed"
+
+
 def test_counts_and_waits_below_their_range_are_usage_errors(prefix: str) -> None:
     # Given options whose values cannot mean anything (before, --count -1 ended at once with exit 0, and
     # --timeout -1 waited for nothing and reported a timeout)
