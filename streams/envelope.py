@@ -131,6 +131,8 @@ def lane_for_priority(priority: int | str | None) -> str:
             priority = int(priority)
         except ValueError:
             raise ValueError(f"priority must be one of {', '.join(LANES)} or 0-10, got {priority!r}") from None
+    elif isinstance(priority, bool) or not isinstance(priority, int):  # True is no priority 1, nor 7.5 one of 7-10
+        raise ValueError(f"priority must be one of {', '.join(LANES)} or an integer 0-10, got {priority!r}")
     if not 0 <= priority <= 10:
         raise ValueError(f"priority must be 0-10, got {priority}")
     return "high" if priority >= 7 else "normal" if priority >= 4 else "low"

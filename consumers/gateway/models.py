@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    StrictFloat,
     StrictInt,
     WithJsonSchema,
 )
@@ -88,7 +89,7 @@ class JobSubmission(BaseModel):
     tenant: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)] | None = Field(
         default=None, description="tenant id; a tenant-bound API key sets it")
     max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
-    timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = Field(default=None, description="seconds one attempt may run")
+    timeout_s: Annotated[StrictFloat, Field(gt=0, le=MAX_TIMEOUT_S)] | None = Field(default=None, description="seconds one attempt may run")
     deadline: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS)] | None = Field(
         default=None, description="epoch ms (at most year 9999); a job not started by then ends expired")
 

@@ -67,3 +67,13 @@ async def test_producer_lanes_by_data_and_counts_new_jobs(redis, keys: Keys, pro
     assert [f["id"] for _, f in await redis.xrange(keys.lane("high"))] == ["d-return", "b-high", "b-high-2"]
     # And the submission counter counts new jobs per lane
     assert {lane: _submitted(lane) - before[lane] for lane in before} == {"high": 3, "normal": 2, "low": 3}
+
+
+@pytest.mark.parametrize("priority", [True, False, 7.5, 3.0, [8]])
+async def test_an_explicit_priority_of_another_type_is_refused_not_read_as_a_lane(redis, keys: Keys, producer, priority: Any) -> None:
+    # Given a Python API caller passing a priority that is neither a lane name nor an integer 0-10
+    # (True was read as 1: "low"; 7.5 as "high")
+    with pytest.raises(ValueError, match="0-10"):
+        await producer.publish("echo", {}, id="typed", priority=priority)
+    # Then nothing was queued
+    assert [await redis.xlen(keys.lane(lane)) for lane in ("high", "normal", "low")] == [0, 0, 0]

@@ -21,6 +21,8 @@ INVALID = [
     ({"agent": "echo", "data": {}, "webhook": "not a url"}, "webhook", "http"),
     ({"agent": "echo", "data": {}, "max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
     ({"agent": "echo", "data": {}, "timeout_s": -1}, "timeout_s", "greater than 0"),
+    ({"agent": "echo", "data": {}, "timeout_s": True}, "timeout_s", "valid number"),  # was read as 1 s
+    ({"agent": "echo", "data": {}, "timeout_s": "5"}, "timeout_s", "valid number"),  # max_attempts and deadline refuse strings too
     ({"agent": "echo", "data": {}, "id": "a/b"}, "id", "ASCII letters, digits"),
     ({"agent": "echo", "data": {}, "id": "commande-é"}, "id", "ASCII letters, digits"),
     ({"agent": "echo", "data": {}, "id": "x" * 513}, "id", "at most 512"),
