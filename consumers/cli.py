@@ -189,6 +189,10 @@ def submit(
                 published, record = await ops.submit(agent, payload, wait_s=timeout if wait and not follow else None, priority=priority,
                                                      id=id, webhook=webhook, tenant=tenant, max_attempts=max_attempts,
                                                      timeout_s=timeout_s, deadline=deadline)
+                if published.status == "conflict":  # POST /jobs answers 409 id_conflict
+                    err.print("no free id for this job: raw XADDs took both names it could have; nothing was queued, submit it again",
+                              style="red", markup=False, highlight=False)
+                    return Exit.JOB_FAILED
                 if follow:
                     record = await follow_workflow(ops.redis, ops.keys, published.job_id, timeout_s=timeout, partitions=settings.partitions,
                                                    show=lambda line: err.print(line, markup=False, highlight=False))

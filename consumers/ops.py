@@ -44,7 +44,7 @@ class Ops:
         producer = Producer(self.redis, self.keys, max_request_bytes=self.settings.max_request_bytes, partitions=self.partitions)
         published = await producer.publish(agent, data, **options)
         record = None
-        if wait_s is not None:
+        if wait_s is not None and published.status != "conflict":  # nothing queued: no id to wait on
             record = await wait_for_terminal(self.redis, self.keys, published.job_id, timeout_s=wait_s, partitions=self.partitions)
         return published, record
 

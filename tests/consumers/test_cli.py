@@ -387,3 +387,20 @@ def test_counts_and_waits_below_their_range_are_usage_errors(prefix: str) -> Non
         # Then exit 2, naming the option
         assert done.returncode == 2, (args, done.stderr)
         assert args[-2] in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["no-wait", "wait"])
+async def test_submit_whose_id_less_job_finds_both_names_taken_says_so_and_exits_1(redis_url: str, prefix: str, redis,
+                                                                                 keys: Keys, wait: bool) -> None:
+    # Given records squatting the next entry ID of the clock and its '<lane>:' form (only a raw XADD can do it;
+    # POST /jobs answers 409 id_conflict for this)
+    ahead = 9_999_999_999_000
+    await redis.set(keys.clock, f"{ahead}-0")
+    for job_id in (f"{ahead}-1", f"normal:{ahead}-1"):
+        await redis.hset(keys.job(job_id), mapping={"status": "queued"})
+    # When an id-less job is submitted (with --wait too: before, it waited its whole timeout on the id "")
+    args = ("submit", "echo", "--data", "{}", *(("--wait", "--timeout", "30") if wait else ()))
+    done = await asyncio.to_thread(cli, redis_url, prefix, *args)
+    # Then it says in one line that nothing was queued, and exits 1
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no free id for this job" in done.stderr and done.stdout == "", done.stdout + done.stderr
