@@ -96,3 +96,21 @@ def test_the_generator_refuses_a_setting_without_a_meaning(monkeypatch: pytest.M
     monkeypatch.setattr(consumers.docgen, "settings_classes", lambda: [("a process", Undescribed)])
     with pytest.raises(ValueError, match="STREAMCREW_DOCTEST_KNOB has no description"):
         render()
+
+
+def test_the_monitor_sample_shows_the_rows_monitor_prints_in_its_order() -> None:
+    """docs/operations.md's Queue Performance Report: its rows are the report's, none left out before its `...`."""
+    from consumers.monitor import report_rows
+
+    page = (ROOT / "docs" / "operations.md").read_text()
+    sample = page.split("=== Queue Performance Report", 1)[1].split("```", 1)[0].splitlines()[1:]
+    shown = [line.split(":", 1)[0] for line in sample if line != "..." and not line.startswith(("Model ", "Tenant "))]
+    lane = {"lag": 0, "length": 0, "pending": 0}
+    spread = dict.fromkeys(("avg", "p50", "p95", "p99"))
+    figures = {
+        "prefix": "streamcrew", "lanes": {"high": lane, "normal": lane, "low": lane}, "window": {"results": 0, "size": 1000},
+        "retrying": 0, "completed": 0, "failed": 0, "rejected": 0, "expired": 0, "dead_letters": 0,
+        "latency_ms": spread, "queue_wait_ms": spread, "tokens": 0, "cost_usd": 0.0, "unpriced": 0, "by_model": {}, "by_tenant": {},
+    }
+    printed = [name for name, _ in report_rows(figures)]
+    assert shown == printed[:len(shown)], f"the sample shows {shown}; monitor prints {printed}"
