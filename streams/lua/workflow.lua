@@ -205,7 +205,7 @@ local function wf_end(C, h, wid, status, err, worker)
   if #summed > 0 then redis.call('HDEL', h, unpack(summed)) end
   local key = C.job_prefix .. wid
   redis.call('HDEL', key, 'error')
-  redis.call('HSET', key, 'steps_done', done, unpack(ev))
+  redis.call('HSET', key, 'steps_done', done, unpack(ev, 3))  -- not ev's 'id': a record's id is its key's, as settle.lua's
   redis.call('EXPIRE', key, C.ttl)
   redis.call('HSET', h, 'status', status, 'done', done, 'ok', ok)
   redis.call('EXPIRE', h, C.ttl)
