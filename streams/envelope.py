@@ -353,8 +353,10 @@ class JobResult(BaseModel):
             raise DecodeError(_describe(exc), raw) from None
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The result as users see it over HTTP and webhooks: ``result`` and ``usage`` parsed."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The result as users see it over HTTP and webhooks: ``result`` and ``usage`` parsed. Unset fields are
+        left out, but a completed job always has ``result`` (contract §3), also when its agent's output is null."""
+        body = self.model_dump(mode="json")
+        return {k: v for k, v in body.items() if v is not None or (k == "result" and self.status == Status.COMPLETED)}
 
 
 class DeadLetter(BaseModel):

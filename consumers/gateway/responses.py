@@ -42,6 +42,8 @@ def job_links(job_id: str) -> dict[str, str]:
 def job_view(record: JobRecord) -> dict[str, Any]:
     """A status record as the API shows it: ``job_id`` first, ``links`` last."""
     body = record.model_dump(mode="json", exclude_none=True)
+    if record.status == "completed":  # an agent's output of null is a result too (contract §3)
+        body.setdefault("result", None)
     body["job_id"] = body.pop("id")
     body["links"] = job_links(record.id)
     for name, value in body.items():  # as json_response would: also in event streams, which do not use it

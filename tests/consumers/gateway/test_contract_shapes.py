@@ -25,6 +25,9 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TWO_STEPS = {"steps": [{"id": "a", "agent": "echo", "data": {"n": 1}}, {"id": "b", "agent": "echo", "data": {"n": 2}, "after": ["a"]}]}
 FAILING_STEP = {"steps": [{"id": "a", "agent": "echo", "data": {"fail_first": 9}}, {"id": "b", "agent": "echo", "data": {}, "after": ["a"]}]}
 
+UNPRICED_CALL = {"model": "no-price-model", "prompt": 7, "completion": 3, "cost": None}
+APP = "tests.workflows.usage_app"  # usage_probe: an agent that records LLM calls and returns what it is told
+
 # job id -> (how it is submitted: a POST /jobs body, or raw fields XADDed to the normal lane; its status; dead reason)
 CASES: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "c-ok": ({"agent": "echo", "data": {"n": 1}, "tenant": "acme"}, "completed", None),
@@ -36,8 +39,9 @@ CASES: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "wf-ok": ({"agent": "workflow", "data": TWO_STEPS}, "completed", None),
     "wf-failed": ({"agent": "workflow", "data": FAILING_STEP}, "failed", "step_failed"),
     "c-replayed": ({"agent": "echo", "data": {"fail_first": 2}, "max_attempts": 2}, "completed", None),  # after its replay
+    "c-null": ({"agent": "usage_probe", "data": {"calls": [UNPRICED_CALL], "returns": None}}, "completed", None),
 }
-STARTED = {"c-ok", "c-failed", "c-invalid", "wf-ok", "wf-failed", "c-replayed"}  # the rest never started
+STARTED = {"c-ok", "c-failed", "c-invalid", "wf-ok", "wf-failed", "c-replayed", "c-null"}  # the rest never started
 
 RESULT_FIELDS = {"id", "agent", "status", "result", "error", "attempts", "submitted_at", "started_at", "finished_at", "worker",
                  "usage", "webhook", "tenant", "traceparent", "parent", "step"}
@@ -99,6 +103,9 @@ def _check_event(job_id: str, event: dict[str, Any], since_ms: int, webhook: str
     assert event.get("webhook") == webhook, f"{job_id}: webhook {event.get('webhook')!r}"
     if job_id == "c-ok":
         assert (event["tenant"], event["traceparent"], event["result"]) == ("acme", TRACEPARENT, {"echo": {"n": 1}})
+    if job_id == "c-null":  # an agent's output of null is still a result; an unpriced model's cost is null
+        assert event["result"] is None and event["usage"] == {"model": "no-price-model", "prompt_tokens": 7, "completion_tokens": 3,
+                                                              "cost_usd": None}, event
     if job_id == "c-replayed":
         assert event["attempts"] == 3, f"attempts count on across a replay: {event}"
     if event["agent"] == "workflow":
@@ -112,7 +119,7 @@ async def test_every_output_of_every_outcome_has_the_contracts_fields(
     # Given a worker, a notifier (its first delivery of c-ok answered 500), a gateway and a webhook receiver
     since_ms = int(time.time() * 1000)
     gateway = await gateways.start({"STREAMCREW_ALLOW_PRIVATE": "true"})
-    workers.start("--concurrency", "8")
+    workers.start("--concurrency", "8", "--app", APP)
     notifiers.start("--backoff", "0.05", "--lease", "2")
     receiver.script("/h/c-ok", [Reply(500)])
     hooks = {job_id: receiver.url(f"/h/{job_id}") for job_id in CASES}
