@@ -5,8 +5,11 @@ notifier and loopback receiver produce them all in one run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
+from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.notifier.conftest import NotifierFactory, make_secret
@@ -113,7 +117,7 @@ def _check_event(job_id: str, event: dict[str, Any], since_ms: int, webhook: str
 
 
 async def test_every_output_of_every_outcome_has_the_contracts_fields(
-    redis: Redis, keys: Keys, prefix: str, gateways: GatewayFactory, workers: WorkerFactory, notifiers: NotifierFactory,
+    redis: Redis, keys: Keys, redis_url: str, prefix: str, gateways: GatewayFactory, workers: WorkerFactory, notifiers: NotifierFactory,
     receiver: Receiver,
 ) -> None:
     # Given a worker, a notifier (its first delivery of c-ok answered 500), a gateway and a webhook receiver
@@ -122,6 +126,7 @@ async def test_every_output_of_every_outcome_has_the_contracts_fields(
     workers.start("--concurrency", "8", "--app", APP)
     notifiers.start("--backoff", "0.05", "--lease", "2")
     receiver.script("/h/c-ok", [Reply(500)])
+    receiver.script("/h/c-expired", [Reply(410, body=b"unsubscribed")])  # dead-lettered at once
     hooks = {job_id: receiver.url(f"/h/{job_id}") for job_id in CASES}
 
     async with gateway.client() as client:
@@ -193,6 +198,27 @@ async def test_every_output_of_every_outcome_has_the_contracts_fields(
             assert all(isinstance(v, str) for v in d["request"].values()), d["request"]
             _epoch_ms(d["dead_at"], f"{job_id} dead_at", since_ms)
 
+        # And the second design's status view gives ISO 8601 UTC times of the same instants
+        times = (await client.get("/jobs/c-ok/status")).json()
+        assert set(times) == {"job_id", "status", "queued_at", "started_at", "completed_at"}, times
+        for name, ms in (("queued_at", "submitted_at"), ("started_at", "started_at"), ("completed_at", "finished_at")):
+            assert datetime.fromisoformat(times[name]) == datetime.fromtimestamp(events["c-ok"][ms] / 1000, UTC), (name, times)
+
+    # And `streamcrew dead list --json` prints the same dead letters as GET /dead
+    listed = subprocess.run(streamcrew_cmd("dead", "list", "--json"), capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "STREAMCREW_REDIS_URL": redis_url, "STREAMCREW_PREFIX": prefix})
+    assert listed.returncode == 0, listed.stderr
+    assert {d["id"]: d for d in map(orjson.loads, listed.stdout.splitlines())} == dead
+
+    # And the refused delivery's webhook dead letter has the contract's fields, its event the body sent
+    await wait_until(lambda: _webhook_dead(redis, keys), timeout=30, what="c-expired's webhook dead letter")
+    async with gateway.client() as client:
+        (wd,) = (await client.get("/webhooks/dead")).json()["dead_letters"]
+    assert set(wd) == {"entry_id", "id", "url", "attempts", "last_status", "error", "dead_at", "event"}, wd
+    assert (wd["id"], wd["url"], wd["attempts"], wd["last_status"]) == ("c-expired", hooks["c-expired"], 1, 410), wd
+    _epoch_ms(wd["dead_at"], "webhook dead_at", since_ms)
+    assert wd["event"] == events["c-expired"], wd["event"]
+
     # And each webhook delivery is signed (Standard Webhooks), its id the job id, its body the result event
     await wait_until(lambda: all(receiver.on(f"/h/{j}") for j in CASES), timeout=30, what="a delivery for every job")
     await wait_until(lambda: receiver.count("/h/c-ok") == 2, timeout=30, what="c-ok delivered again after its 500")
@@ -207,6 +233,10 @@ async def test_every_output_of_every_outcome_has_the_contracts_fields(
             assert body == orjson.loads(got.body)
         delivered = orjson.loads(receiver.on(f"/h/{job_id}")[-1].body)
         assert delivered == events[job_id], f"{job_id}: webhook body differs from the result event:\n{delivered}\n{events[job_id]}"
+
+
+async def _webhook_dead(redis: Redis, keys: Keys) -> bool:
+    return int(await redis.xlen(keys.webhooks_dead)) == 1
 
 
 async def _results_of(redis: Redis, keys: Keys, job_id: str, n: int) -> bool:
