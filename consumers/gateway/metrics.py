@@ -13,6 +13,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("streamcrew.gateway")
 
 UNMATCHED = "<unmatched>"
+# FastAPI's own pages (served without keys): plain Starlette routes, which set no scope["route"] to read the template from.
+DOC_PAGES = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 REQUESTS = Counter("streamcrew_http_requests_total", "HTTP requests answered by the gateway", ["method", "route", "status"])
 DURATION = Histogram(
@@ -56,7 +58,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, recording)
         finally:
-            route = getattr(scope.get("route"), "path", None) or UNMATCHED
+            route = getattr(scope.get("route"), "path", None) or (scope["path"] if scope["path"] in DOC_PAGES and status != 404 else UNMATCHED)
             method = scope["method"] if scope["method"] in METHODS else "OTHER"
             _requests(method, route, status).inc()
             _duration(method, route).observe(time.perf_counter() - start)

@@ -86,11 +86,17 @@ async def test_metrics_count_requests_by_route_and_show_stream_gauges(gateways: 
             await client.post("/jobs", json={"agent": "echo", "data": {}})
         await client.get("/jobs/unknown-1")
         await client.get("/jobs/unknown-2")
+        await client.get("/docs")
+        await client.get("/no/such/path")
         text = (await client.get("/metrics")).text
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
     assert samples[("streamcrew_http_requests_total", (("method", "POST"), ("route", "/jobs"), ("status", "202")))] == 3
     assert samples[("streamcrew_http_requests_total", (("method", "GET"), ("route", "/jobs/{job_id}"), ("status", "404")))] == 2
+    # FastAPI's own pages (open without keys) are routes too, not '<unmatched>', which is for unknown paths only
+    assert samples[("streamcrew_http_requests_total", (("method", "GET"), ("route", "/docs"), ("status", "200")))] == 1
+    assert samples[("streamcrew_http_requests_total", (("method", "GET"), ("route", "<unmatched>"), ("status", "404")))] == 1
+    assert ("streamcrew_http_requests_total", (("method", "GET"), ("route", "<unmatched>"), ("status", "200"))) not in samples
     assert samples[("streamcrew_http_request_duration_seconds_count", (("method", "POST"), ("route", "/jobs")))] == 3
     assert samples[("streamcrew_stream_length", (("partition", "0"), ("stream", "normal")))] == 3
     assert ("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "normal"))) in samples
