@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 _KEYLIKE = re.compile(r"\b(?:sk|pk|key|api)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
 _AUTH_VALUE = re.compile(r"\b(Basic|Bearer)\s+[A-Za-z0-9+/=._~-]{4,}", re.IGNORECASE)  # a quoted Authorization header
+UNAUTHORIZED_COOL_S = 300  # a key answered 401 is not sent again for this long (with other keys to send instead)
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _ERROR_BODY_BYTES = 64 * 1024  # ample for a provider's error message; the rest is never read
 _MESSAGE_CHARS = 160  # of a provider's error text, in our error
@@ -145,6 +146,13 @@ class LLMClient:
                 return self._result(outcome.reply)
             last = f"{outcome.detail} via {key.label}"
             status = int(outcome.status) if outcome.status.isdigit() else None
+            if status == 401 and len(self.keys.keys) > 1:  # this key is revoked or mistyped, not the request wrong
+                self.keys.cool_down(key, UNAUTHORIZED_COOL_S)
+                log.warning("llm model=%s key=%s answered 401: benched %ds, the call goes on with the next key",
+                            self.model, key.label, UNAUTHORIZED_COOL_S)
+                if attempts > s.max_retries:
+                    break
+                continue
             if status is not None and status not in _RETRYABLE:
                 raise LLMRequestError(f"{self.model}: provider refused the request: {last}", status)
             delay = min(s.max_backoff_s, s.backoff_s * 2 ** (attempts - 1)) * (0.5 + self._rng.random())

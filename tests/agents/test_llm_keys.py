@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agents.llm import LLMUnavailable
+from agents.llm import LLMRequestError, LLMUnavailable
 from tests.agents.test_llm_hostile import HELLO, client_for, ok
 from tests.hostile import HostilePeer, Start, response, started_peers
 
@@ -82,3 +82,45 @@ async def test_a_call_waiting_for_a_concurrency_slot_gives_up_at_its_budget(peer
     assert p.requests == 1
     message = str(caught.value)
     assert "gave up after 0 attempt(s)" in message and "every usable API key had its 1 request(s) in flight (STREAMCREW_LLM_MAX_CONCURRENCY)" in message, message
+
+
+async def test_a_key_the_provider_refuses_as_unauthorized_is_benched_and_the_call_goes_on(peer: Start) -> None:
+    # Given three keys, and an endpoint that answers 401 to key#1 (revoked) and completes with the others
+    started: list[HostilePeer] = []
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        revoked = key_of(started[0].heads[n - 1]) == "key#1"
+        writer.write(response(401, b'{"error": "invalid api key"}', reason="Unauthorized") if revoked else ok("fine"))
+        await writer.drain()
+        return True
+
+    started.append(await peer(answer))
+    client = client_for(started[0].url, api_keys=",".join(KEYS))
+    try:
+        # When six calls are made one after another (before, the first failed outright: 'provider refused', and
+        # every third call after it too, each failing its job's attempt)
+        for _ in range(6):
+            assert (await client.chat(HELLO)).content == "fine"
+    finally:
+        await client.aclose()
+    # Then key#1 was sent once, and the calls went on with the two keys left
+    sent = [key_of(head) for head in started[0].heads]
+    assert sent.count("key#1") == 1 and len(sent) == 7, sent
+
+
+async def test_one_key_refused_as_unauthorized_still_fails_the_call_at_once(peer: Start) -> None:
+    # Given a single key the endpoint answers 401 (nothing else to try)
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(401, b'{"error": "invalid api key"}', reason="Unauthorized"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url)
+    try:
+        # When a call is made; Then it fails at once, naming the 401, after one request
+        with pytest.raises(LLMRequestError, match="401"):
+            await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    assert len(p.heads) == 1
