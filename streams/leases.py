@@ -159,38 +159,37 @@ class Leases:
             return total
 
     async def let_go_of_leftover(self) -> None:
-        """At drain: what a read gave beyond the free slots is marked idle past the lease (XCLAIM ... IDLE JUSTID),
-        so another consumer's next sweep takes it instead of waiting out the lease."""
+        """At drain: what a read gave beyond the free slots is marked idle past the lease, so another consumer's
+        next sweep takes it instead of waiting out the lease."""
         rt = self.runtime
-        idle_ms = int(rt.lease_s * 1000) + 1
-        try:
-            for stream, items in list(rt.leftover.items()):
-                fresh = [eid for eid, read_at in items if time.monotonic() - read_at < rt.lease_s / 2]
-                if fresh:
-                    await rt.redis.xclaim(stream, rt.group, rt.consumer, 0, cast("list[Any]", fresh), idle=idle_ms, justid=True)
-        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
-            log.warning("%s: could not hand on %d entries read beyond the free slots (%s); another consumer takes them "
-                        "after the lease", rt.group, sum(map(len, rt.leftover.values())), exc)
+        fresh = {stream: [eid for eid, read_at in items if time.monotonic() - read_at < rt.lease_s / 2] for stream, items in rt.leftover.items()}
+        await self._mark_idle(fresh, "entries read beyond the free slots")
         rt.leftover.clear()
 
     async def let_go(self, slots: list[Slot]) -> int:
-        """At drain: entries whose work stopped unsettled are marked idle past the lease, those this consumer still
-        owns (let_go.lua), and their slots freed, so another consumer's next sweep takes them instead of waiting out
-        the lease; returns how many."""
-        rt = self.runtime
+        """At drain: entries whose work stopped unsettled are marked idle past the lease and their slots freed, so
+        another consumer's next sweep takes them instead of waiting out the lease; returns how many."""
         by_stream: dict[str, list[str]] = {}
         for stream, eid in slots:
             by_stream.setdefault(stream, []).append(eid)
-        let_go = 0
+        let_go = await self._mark_idle(by_stream, "entries whose work the drain stopped")
+        for slot in slots:
+            self.runtime.release(*slot, settled=False)
+        return let_go
+
+    async def _mark_idle(self, by_stream: dict[str, list[str]], what: str) -> int:
+        """Mark the entries this consumer still owns idle past the lease (let_go.lua: one another consumer took over
+        is left alone); returns how many. Redis away at the drain: they wait out their lease instead."""
+        rt = self.runtime
+        marked = 0
         try:
             for stream, ids in by_stream.items():
-                let_go += len(await rt.scripts.let_go(keys=[stream], args=[rt.group, rt.consumer, int(rt.lease_s * 1000) + 1, *ids]))
-        except REDIS_FAILED as exc:  # Redis away at the drain: those entries wait out their lease instead
-            log.warning("%s: could not let go of %d entries whose work the drain stopped (%s); another consumer takes "
-                        "them after the lease", rt.group, len(slots) - let_go, exc)
-        for slot in slots:
-            rt.release(*slot, settled=False)
-        return let_go
+                if ids:
+                    marked += len(await rt.scripts.let_go(keys=[stream], args=[rt.group, rt.consumer, int(rt.lease_s * 1000) + 1, *ids]))
+        except REDIS_FAILED as exc:
+            log.warning("%s: could not let go of %d %s (%s); another consumer takes them after the lease",
+                        rt.group, sum(map(len, by_stream.values())) - marked, what, exc)
+        return marked
 
     async def forget_idle_consumers(self) -> list[str]:
         """Drop the group's consumers idle past ``forget_idle_s`` with nothing pending; returns their names."""

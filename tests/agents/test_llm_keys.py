@@ -14,6 +14,7 @@ from tests.hostile import HostilePeer, Start, response, started_peers
 peer = pytest.fixture(started_peers, name="peer")
 KEYS = ["sk-turn-alpha-000001", "sk-turn-bravo-000002", "sk-turn-charlie-0003"]
 LABELS = {key: f"key#{i}" for i, key in enumerate(KEYS, start=1)}
+UNAUTHORIZED = response(401, b'{"error": "invalid api key"}', reason="Unauthorized")
 
 
 def key_of(head: bytes) -> str:
@@ -22,18 +23,33 @@ def key_of(head: bytes) -> str:
     return LABELS[found.group(1).decode()]
 
 
-async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> None:
-    # Given three keys, and an endpoint that benches key#1 for 60 s (429) and answers the others
+async def key1_refused(peer: Start, refusal: bytes) -> HostilePeer:
+    """An endpoint that answers ``refusal`` to every request sent with key#1 and completes the others."""
     started: list[HostilePeer] = []
 
     async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
-        benched = key_of(started[0].heads[n - 1]) == "key#1"
-        writer.write(response(429, b"{}", headers="retry-after: 60\r\n") if benched else ok("fine"))
+        writer.write(refusal if key_of(started[0].heads[n - 1]) == "key#1" else ok("fine"))
         await writer.drain()
         return True
 
     started.append(await peer(answer))
-    client = client_for(started[0].url, api_keys=",".join(KEYS), max_backoff_s=60.0)
+    return started[0]
+
+
+async def always(peer: Start, reply: bytes) -> HostilePeer:
+    """An endpoint that answers ``reply`` to every request."""
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(reply)
+        await writer.drain()
+        return True
+
+    return await peer(answer)
+
+
+async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> None:
+    # Given three keys, and an endpoint that benches key#1 for 60 s (429) and answers the others
+    p = await key1_refused(peer, response(429, b"{}", headers="retry-after: 60\r\n"))
+    client = client_for(p.url, api_keys=",".join(KEYS), max_backoff_s=60.0)
     try:
         # When seven calls are made one after another
         for _ in range(7):
@@ -41,7 +57,7 @@ async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> 
     finally:
         await client.aclose()
     # Then key#1 was tried once, and the two usable keys took turns: neither is handed out twice in a row
-    sent = [key_of(head) for head in started[0].heads]
+    sent = [key_of(head) for head in p.heads]
     assert sent == ["key#1", "key#2", "key#3", "key#2", "key#3", "key#2", "key#3", "key#2"], sent
 
 
@@ -86,16 +102,8 @@ async def test_a_call_waiting_for_a_concurrency_slot_gives_up_at_its_budget(peer
 
 async def test_a_key_the_provider_refuses_as_unauthorized_is_benched_and_the_call_goes_on(peer: Start) -> None:
     # Given three keys, and an endpoint that answers 401 to key#1 (revoked) and completes with the others
-    started: list[HostilePeer] = []
-
-    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
-        revoked = key_of(started[0].heads[n - 1]) == "key#1"
-        writer.write(response(401, b'{"error": "invalid api key"}', reason="Unauthorized") if revoked else ok("fine"))
-        await writer.drain()
-        return True
-
-    started.append(await peer(answer))
-    client = client_for(started[0].url, api_keys=",".join(KEYS))
+    p = await key1_refused(peer, UNAUTHORIZED)
+    client = client_for(p.url, api_keys=",".join(KEYS))
     try:
         # When six calls are made one after another (before, the first failed outright: 'provider refused', and
         # every third call after it too, each failing its job's attempt)
@@ -104,18 +112,13 @@ async def test_a_key_the_provider_refuses_as_unauthorized_is_benched_and_the_cal
     finally:
         await client.aclose()
     # Then key#1 was sent once, and the calls went on with the two keys left
-    sent = [key_of(head) for head in started[0].heads]
+    sent = [key_of(head) for head in p.heads]
     assert sent.count("key#1") == 1 and len(sent) == 7, sent
 
 
 async def test_one_key_refused_as_unauthorized_still_fails_the_call_at_once(peer: Start) -> None:
     # Given a single key the endpoint answers 401 (nothing else to try)
-    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
-        writer.write(response(401, b'{"error": "invalid api key"}', reason="Unauthorized"))
-        await writer.drain()
-        return True
-
-    p = await peer(answer)
+    p = await always(peer, UNAUTHORIZED)
     client = client_for(p.url)
     try:
         # When a call is made; Then it fails at once, naming the 401, after one request

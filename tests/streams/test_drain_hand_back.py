@@ -19,7 +19,7 @@ from streams.producer import Producer
 from streams.runtime import GroupRuntime
 from streams.scripts import Scripts
 from tests.streams.test_partition_forward import N, misplaced_id
-from tests.streams.test_resent_calls import Echo
+from tests.streams.test_resent_calls import Echo, drained_through_stall
 from tests.support import StallsBeforeScript, serving, wait_results, wait_until
 
 
@@ -90,13 +90,7 @@ async def test_a_move_the_drain_stopped_is_let_go_to_the_next_sweep(own_redis: R
         entry = await other.xadd(lane, {"agent": "echo", "data": "{}", "id": job_id})
         await wait_until(lambda: client.stall is not None, timeout=10, what="the move to meet the stall")
         # When the worker drains (SIGTERM) with the move under way past its grace
-        try:
-            finished, handed_back = await runtime.drain(0.5)
-        finally:
-            assert client.stall is not None
-            await client.stall
-        await processor.settler.close(writer)
-        await asyncio.gather(reader, return_exceptions=True)
+        finished, handed_back = await drained_through_stall(client, runtime, processor, writer, reader, grace_s=0.5)
         # Then the entry it counts as handed back looks idle past the lease: another worker's next sweep takes it
         (pending,) = await other.xpending_range(lane, "workers", min="-", max="+", count=10)
         assert (pending["message_id"], pending["consumer"]) == (entry, "w1")

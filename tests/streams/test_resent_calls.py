@@ -175,6 +175,20 @@ async def test_a_start_whose_copies_all_went_unanswered_is_not_a_second_attempt(
     await client.aclose()
 
 
+async def drained_through_stall(client: StallsBeforeScript, runtime: GroupRuntime, processor: JobProcessor,
+                                writer: asyncio.Task[Any], reader: asyncio.Task[Any], *, grace_s: float) -> tuple[int, int]:
+    """Drain the worker while its client's armed stall holds a call; then let the stall end and stop the settle
+    writer and the reader. Returns the drain's ``(finished, handed_back)``."""
+    try:
+        finished, handed_back = await runtime.drain(grace_s)
+    finally:
+        assert client.stall is not None
+        await client.stall
+    await processor.settler.close(writer)
+    await asyncio.gather(reader, return_exceptions=True)
+    return finished, handed_back
+
+
 async def test_a_drain_while_a_start_call_is_under_way_finishes_the_job(own_redis: RedisServer) -> None:
     # Given a worker reading with a 120 s lease, whose next script call (the start of the job it reads) meets a 1 s stall
     keys = Keys("drained")
@@ -191,13 +205,7 @@ async def test_a_drain_while_a_start_call_is_under_way_finishes_the_job(own_redi
         published = await Producer(producer_client, keys).publish("echo", {"n": 1}, id="mid-start")
     await wait_until(lambda: client.stall is not None, timeout=10, what="the start call to meet the stall")
     # When the worker drains (SIGTERM) while that start call is under way
-    try:
-        finished, handed_back = await runtime.drain(5)
-    finally:
-        assert client.stall is not None
-        await client.stall
-    await processor.settler.close(writer)
-    await asyncio.gather(reader, return_exceptions=True)
+    finished, handed_back = await drained_through_stall(client, runtime, processor, writer, reader, grace_s=5)
     # Then the job it started is not left running unseen until the lease: it finished within the grace, in one attempt
     assert (finished, handed_back) == (1, 0)
     ended = await wait_results(client, keys, 1, timeout=5)

@@ -22,12 +22,7 @@ async def test_workflow_metrics_count_each_ending(redis, keys: Keys, producer: P
         ok.step("a", "echo", {})
         ok.step("b", "echo", {}, after=["a"])
         await producer.publish_workflow(ok)
-    bad = Workflow("bad")
-    bad.step("a", "echo", {"fail_first": 9}, max_attempts=1)
-    await producer.publish_workflow(bad)
-    slow = Workflow("slow", timeout_s=0.3)
-    slow.step("a", "echo", {"sleep_s": 2})
-    await producer.publish_workflow(slow)
+    await publish_failing_and_expiring(producer, "bad", "slow")
     await producer.publish("workflow", {"steps": [{"id": "a", "agent": "echo", "after": ["a"]}]}, id="invalid")
     for wid in ("ok-0", "ok-1", "bad", "slow", "invalid"):
         await wait_event(redis, keys, wid)
@@ -92,12 +87,7 @@ async def test_every_result_and_dead_letter_of_a_workflow_is_counted(redis, keys
     ok = Workflow("wf-ok")
     ok.step("a", "echo", {})
     await producer.publish_workflow(ok)
-    bad = Workflow("wf-bad")
-    bad.step("a", "echo", {"fail_first": 9}, max_attempts=1)
-    await producer.publish_workflow(bad)
-    slow = Workflow("wf-slow", timeout_s=0.3)
-    slow.step("a", "echo", {"sleep_s": 2})
-    await producer.publish_workflow(slow)
+    await publish_failing_and_expiring(producer, "wf-bad", "wf-slow")
     for wid, status in (("wf-ok", "completed"), ("wf-bad", "failed"), ("wf-slow", "expired")):
         assert (await wait_event(redis, keys, wid)).status == status
     await wait_event(redis, keys, "wf-slow::a")
@@ -131,3 +121,13 @@ async def test_every_result_and_dead_letter_of_a_workflow_is_counted(redis, keys
     m = await scraped()
     by_status = {dict(labels)["status"]: v for (name, labels), v in m.items() if name == "streamcrew_jobs_total" and ("agent", "workflow") in labels}
     assert by_status == {"completed": 1, "failed": 1, "expired": 1}
+
+
+async def publish_failing_and_expiring(producer: Producer, bad: str, slow: str) -> None:
+    """Workflow ``bad``, whose one step fails its only attempt, and ``slow``, whose step outlives its 0.3 s timeout."""
+    failing = Workflow(bad)
+    failing.step("a", "echo", {"fail_first": 9}, max_attempts=1)
+    await producer.publish_workflow(failing)
+    expiring = Workflow(slow, timeout_s=0.3)
+    expiring.step("a", "echo", {"sleep_s": 2})
+    await producer.publish_workflow(expiring)
