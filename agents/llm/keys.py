@@ -3,14 +3,17 @@
 A key that answered 429 cools down until its Retry-After (or a backoff) has
 passed and is not handed out before then; callers move to the next key. When
 every key is cooling, ``acquire`` sleeps until the earliest one is back (one
-timer, no polling) unless that is past the caller's deadline; it queues for a
-slot of a key at its cap until that deadline, no longer. Keys appear
-only as redacted labels (``key#1``); ``ApiKey`` never prints its secret.
+timer, no polling) unless that is past the caller's deadline. When every ready
+key is at its cap, it queues for a slot on all of them at once and takes the
+first that frees (a slow call on one key must not hold up the others' waiters),
+until that deadline, no longer. Keys appear only as redacted labels
+(``key#1``); ``ApiKey`` never prints its secret.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,15 +68,13 @@ class KeyPool:
             if free is not None:
                 key = free
                 await key.slots.acquire()  # a free slot: taken at once
-            else:  # every ready key is at its cap: queue for the next one's, until the deadline
-                key = ready[0]
+            else:  # every ready key is at its cap: queue for the first slot any of them frees, until the deadline
                 if now >= deadline:
                     return None
-                try:
-                    async with asyncio.timeout(deadline - now):
-                        await key.slots.acquire()
-                except TimeoutError:
+                taken = await _first_slot(ready, deadline - now)
+                if taken is None:
                     return None
+                key = taken
             if key.cool_until <= self._clock():
                 self._next = (self.keys.index(key) + 1) % len(self.keys)
                 return key
@@ -85,3 +86,24 @@ class KeyPool:
     def earliest_ready_in(self) -> float:
         """Seconds until some key is out of cool-down (0 when one is ready)."""
         return max(0.0, min(k.cool_until for k in self.keys) - self._clock())
+
+
+async def _first_slot(keys: list[ApiKey], timeout_s: float) -> ApiKey | None:
+    """A slot of whichever of ``keys`` frees one first (the earliest in ``keys`` on a tie), or None after ``timeout_s``.
+    The other queued waits are cancelled; one granted in the meantime is given back."""
+    waits = {asyncio.ensure_future(key.slots.acquire()): key for key in keys}
+    kept: ApiKey | None = None
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        kept = next((key for wait, key in waits.items() if wait.done() and not wait.cancelled()), None)
+    finally:  # on a timeout or our own cancellation too: no slot may stay taken by nobody
+        for wait, key in waits.items():
+            if key is not kept:
+                wait.cancel()
+                wait.add_done_callback(functools.partial(_give_back, key=key))
+    return kept
+
+
+def _give_back(wait: asyncio.Future[bool], key: ApiKey) -> None:
+    if not wait.cancelled():  # granted before the cancel reached it (Semaphore.acquire undoes a grant it is cancelled in)
+        key.slots.release()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agents.llm import LLMRequestError, LLMUnavailable
+from agents.llm import ChatResult, LLMRequestError, LLMUnavailable
 from tests.agents.test_llm_hostile import HELLO, client_for, ok
 from tests.hostile import HostilePeer, Start, response, started_peers
 
@@ -98,6 +98,53 @@ async def test_a_call_waiting_for_a_concurrency_slot_gives_up_at_its_budget(peer
     assert p.requests == 1
     message = str(caught.value)
     assert "gave up after 0 attempt(s)" in message and "every usable API key had its 1 request(s) in flight (STREAMCREW_LLM_MAX_CONCURRENCY)" in message, message
+
+
+async def test_a_call_waiting_for_a_slot_takes_the_first_key_that_frees_one(peer: Start) -> None:
+    # Given two keys with one request in flight each, and an endpoint that holds key#1's request (a long call)
+    # and key#2's request (a short one) until the test lets each go, and answers any later request at once
+    held = {"key#1": (asyncio.Event(), asyncio.Event()), "key#2": (asyncio.Event(), asyncio.Event())}
+    started: list[HostilePeer] = []
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n <= 2:
+            received, release = held[key_of(started[0].heads[n - 1])]
+            received.set()
+            await release.wait()
+        writer.write(ok(f"answer-{n}"))
+        await writer.drain()
+        return True
+
+    started.append(await peer(answer))
+    p = started[0]
+    client = client_for(p.url, api_keys=",".join(KEYS[:2]), max_concurrency=1, retry_budget_s=30.0, timeout_s=30.0)
+    calls: list[asyncio.Task[ChatResult]] = []
+    try:
+        calls.append(asyncio.create_task(client.chat(HELLO)))
+        await asyncio.wait_for(held["key#1"][0].wait(), 10)
+        calls.append(asyncio.create_task(client.chat(HELLO)))
+        await asyncio.wait_for(held["key#2"][0].wait(), 10)
+        # When a third call queues for a slot (its task runs before key#2's answer can arrive), then key#2's call ends
+        calls.append(asyncio.create_task(client.chat(HELLO)))
+        held["key#2"][1].set()
+        # Then the third call goes out on key#2 and is answered while key#1's long call is still held
+        # (before, it queued for key#1's slot only: next in turn, and busy until its long call ended)
+        try:
+            third = await asyncio.wait_for(asyncio.shield(calls[2]), 10)
+        except TimeoutError:
+            pytest.fail(f"the third call still waited 10 s for key#1's slot while key#2 was free; sent: {[key_of(h) for h in p.heads]}")
+        assert not calls[0].done()
+        assert third.content == "answer-3"
+        assert [key_of(h) for h in p.heads] == ["key#1", "key#2", "key#2"]
+        held["key#1"][1].set()
+        assert (await asyncio.wait_for(calls[0], 10)).content == "answer-1"
+        # and the third call's other queued wait left no slot taken
+        assert not any(key.slots.locked() for key in client.keys.keys)
+    finally:
+        for received, release in held.values():
+            release.set()
+        await asyncio.gather(*calls, return_exceptions=True)
+        await client.aclose()
 
 
 async def test_a_key_the_provider_refuses_as_unauthorized_is_benched_and_the_call_goes_on(peer: Start) -> None:
