@@ -8,8 +8,10 @@ When the job's attempt ends while a step waits (its ``timeout_s``, a drain),
 the crew's runner calls ``abort()``: the call in flight is cancelled on the
 loop and the step's thread gets an error at once, instead of both running on
 to the call's own timeout and retry budget.
-A tool call whose arguments are not a JSON object is not run: its result is an
-error the model can act on, as CrewAI's executor does for native tool calls.
+A tool call whose arguments are not a JSON object is not run, and one naming a
+tool the caller has not, or whose tool raises, has no result: each returns an
+error the model can act on (the exception's URLs without credentials or query),
+as CrewAI's executor does for native tool calls.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pydantic import PrivateAttr
 from agents.llm.offline import OfflineModel
 from agents.llm.providers import ChatModel, ChatResult
 from agents.usage import UsageLedger, current_ledger
+from streams.sizes import bounded_error
 
 CONTEXT_WINDOW = 128_000
 
@@ -131,8 +134,32 @@ class StreamcrewLLM(BaseLLM):
             args = _tool_arguments(call["name"], call["arguments"])
             if isinstance(args, str):
                 return args
-            return self._handle_tool_execution(call["name"], args, available_functions, from_task, from_agent)
+            return self._run_tool(call["name"], args, available_functions, from_task, from_agent)
         return self._apply_stop_words(result.content or "")
+
+    def _run_tool(self, name: str, args: dict[str, Any], available_functions: dict[str, Any], from_task: Any, from_agent: Any) -> str:
+        """The tool's result, through CrewAI's runner (its events); for an unknown tool or one that raised, an error the
+        model can act on, where that runner returns None and its caller takes the call for an empty answer."""
+        fn = available_functions.get(name)
+        if fn is None:
+            return f"Error: unknown tool {name!r}; available: {', '.join(available_functions)}."
+        failed: list[str] = []
+
+        def run(**kwargs: Any) -> Any:
+            try:
+                return fn(**kwargs)
+            except Exception as exc:  # redacted before CrewAI logs it and puts it in its error event
+                failed.append(bounded_error(f"{type(exc).__name__}: {exc}"))
+                raise _ToolFailed(failed[0]) from None
+
+        result = self._handle_tool_execution(name, args, {name: run}, from_task, from_agent)
+        if failed or result is None:
+            return f"Error: tool {name!r} failed: {failed[0] if failed else 'no result'}"
+        return result
+
+
+class _ToolFailed(Exception):
+    """Raised in CrewAI's tool runner for a tool that raised; its message is the redacted one."""
 
 
 def _messages(messages: str | list[Any]) -> list[dict[str, Any]]:
