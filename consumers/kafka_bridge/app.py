@@ -95,6 +95,10 @@ class Bridge:
             if tp.topic == requests_topic and tp in self.processed:
                 behind += max(0, self.app.consumer.highwater(tp) - self.processed[tp] - 1)
         metrics.lag("in").set(behind)
+        await self.update_results_lag(redis)
+
+    async def update_results_lag(self, redis: Redis) -> None:
+        """``streamcrew_kafka_lag{direction="out"}``: result events of the partitions served not yet acknowledged by Kafka."""
         waiting = 0
         for keys in self.partitions:
             groups = await redis.xinfo_groups(keys.results)
