@@ -280,10 +280,10 @@ async def running_mock_llm(options: MockOptions | None = None, *, subprocess_: b
 
 @contextlib.asynccontextmanager
 async def _in_thread(sock: socket.socket, app: MockLLMApp) -> AsyncIterator[None]:
-    import uvicorn
+    """uvicorn in a thread: its signal handling (``capture_signals``, uvicorn >= 0.29) is skipped off the main thread."""
+    from consumers.serving import Server
 
-    server = uvicorn.Server(_config(app))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server = Server(_config(app))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), name="mock-llm", daemon=True)
     thread.start()
     try:

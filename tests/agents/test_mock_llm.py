@@ -105,3 +105,13 @@ async def test_streamcrew_mock_llm_exits_0_after_a_signal(tmp_path: Path, signum
     # Then it shuts down gracefully and exits 0, as the gateway, worker and notifier do (not 128 + the signal's number)
     assert code == 0, f"exit code {code}:\n{child.log_text()[-3000:]}"
     assert "Traceback" not in child.log_text()
+
+
+async def test_a_mock_llm_in_a_thread_leaves_the_signal_handlers_alone() -> None:
+    # Signals reach the main thread only: a server in another thread must neither set handlers nor restore
+    # (or raise) any when it stops, or it would take SIGINT/SIGTERM from the process that runs it (pytest, a bench)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    async with running_mock_llm() as mock, httpx.AsyncClient(base_url=mock.url) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert {sig: signal.getsignal(sig) for sig in before} == before
