@@ -98,13 +98,21 @@ class Bridge:
         await self.update_results_lag(redis)
 
     async def update_results_lag(self, redis: Redis) -> None:
-        """``streamcrew_kafka_lag{direction="out"}``: result events of the partitions served not yet acknowledged by Kafka."""
+        """``streamcrew_kafka_lag{direction="out"}``: result events of the partitions served not yet acknowledged by Kafka.
+
+        A partition whose group lag Redis cannot tell (nil: Redis 6, or an entry deleted before the group read it)
+        leaves the sum unknown: the series is left out until it is known again, as ``streamcrew_group_lag`` is;
+        a 0 would say nothing waits."""
         waiting = 0
         for keys in self.partitions:
             groups = await redis.xinfo_groups(keys.results)
             info = next((g for g in groups if g.get("name") == KAFKA_BRIDGE_GROUP), None)
-            if info is not None:
-                waiting += int(info.get("lag") or 0) + int(info.get("pending") or 0)
+            if info is None:
+                continue
+            if info.get("lag") is None:
+                metrics.lag_unknown("out")
+                return
+            waiting += int(info["lag"]) + int(info.get("pending") or 0)
         metrics.lag("out").set(waiting)
 
 

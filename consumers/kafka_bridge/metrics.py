@@ -7,6 +7,7 @@ Outcomes: ``in``: ``published``, ``duplicate`` (the id already named a job), ``i
 
 from __future__ import annotations
 
+from contextlib import suppress
 from functools import cache
 
 from prometheus_client import Counter, Gauge
@@ -15,7 +16,7 @@ RECORDS = Counter("streamcrew_kafka_records_total", "Records through the Kafka b
 LAG = Gauge(
     "streamcrew_kafka_lag",
     "Records waiting: in = requests-topic records not yet published (partitions this bridge holds); "
-    "out = result events not yet acknowledged by Kafka (group kafka-bridge: undelivered + pending)",
+    "out = result events not yet acknowledged by Kafka (group kafka-bridge: undelivered + pending; absent while Redis cannot tell the undelivered)",
     ["direction"],
 )
 
@@ -25,6 +26,12 @@ def records(direction: str, outcome: str) -> Counter:
     return RECORDS.labels(direction=direction, outcome=outcome)
 
 
-@cache
 def lag(direction: str) -> Gauge:
+    """Not cached: a child removed by :func:`lag_unknown` must be made again to be exported."""
     return LAG.labels(direction=direction)
+
+
+def lag_unknown(direction: str) -> None:
+    """Leave the series out of the exposition (an unknown lag is no sample, never a 0)."""
+    with suppress(KeyError):  # prometheus-client before 0.21 raises for a series not there
+        LAG.remove(direction)
