@@ -23,13 +23,19 @@ def _num(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:.1f}"
 
 
+def _lag(stream: dict[str, Any]) -> str:
+    """A lag Redis cannot tell (nil: Redis 6, or an entry deleted before the group read it) is "unknown", never a
+    dash that reads as none; "-" stays for a stream with nothing in it (no group to ask, nothing waiting)."""
+    return _num(stream["lag"]) if stream["lag"] is not None or not stream["length"] else "unknown"
+
+
 def stats_table(figures: dict[str, Any]) -> Group:
     streams = Table(title=f"streams (prefix {figures['prefix']})")
     for column in ("stream", "group", "length", "pending", "lag", "oldest pending s", "consumers"):
         streams.add_column(column, justify="right" if column not in ("stream", "group") else "left")
     rows = [(name, s) for name, s in figures["lanes"].items()] + [("results", figures["results"])]
     for name, s in rows:
-        streams.add_row(*as_text(name, s["group"], _num(s["length"]), _num(s["pending"]), _num(s["lag"]),
+        streams.add_row(*as_text(name, s["group"], _num(s["length"]), _num(s["pending"]), _lag(s),
                                  _num(s["oldest_pending_age_s"]), str(len(s["consumers"]))))
     consumers = Table(title="consumers")
     for column in ("stream", "consumer", "pending", "idle s"):

@@ -65,6 +65,22 @@ async def test_stats_reports_lag_on_redis7(redis_url: str, prefix: str, producer
     assert figures["lanes"]["high"]["lag"] == 3
 
 
+async def test_stats_says_unknown_for_a_lag_redis_cannot_tell(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a lane whose group read its first entry, and an undelivered entry then deleted (XINFO GROUPS lag nil)
+    lane = keys.lane("high")
+    await redis.xgroup_create(lane, "workers", id="0", mkstream=True)
+    ids = [await redis.xadd(lane, {"agent": "echo", "data": "{}"}) for _ in range(3)]
+    await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    await redis.xdel(lane, ids[1])
+    # When stats runs: the JSON says null, the table "unknown" (a "-" stays for a lane with nothing in it)
+    assert json.loads(cli(redis_url, prefix, "stats", "--json").stdout)["lanes"]["high"]["lag"] is None
+    table = cli(redis_url, prefix, "stats", env={"COLUMNS": "200"}).stdout
+    high = next(line for line in table.splitlines() if " high " in line)
+    assert "unknown" in high, table
+    low = next(line for line in table.splitlines() if " low " in line)
+    assert "unknown" not in low, table
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("submit", "echo", "--data", "[1]"), "must be a JSON object"),
     (("submit", "echo", "--data", "{bad"), "not JSON"),
