@@ -48,3 +48,22 @@ async def test_idle_consumers_without_pending_entries_are_forgotten(redis, keys:
     assert removed == ["gone"]
     names = [c["name"] for c in await redis.xinfo_consumers(keys.lane("normal"), "workers")]
     assert names == ["busy"]
+
+
+async def test_an_unknown_lag_is_left_out_and_the_waiting_entry_still_shows_its_age(redis, redis_url: str, keys: Keys) -> None:
+    # Given a lane whose group read its first entry, and an entry not yet delivered that was then deleted:
+    # Redis cannot count what still waits (XINFO GROUPS lag nil; always so on Redis 6)
+    lane = keys.lane("normal")
+    await redis.xgroup_create(lane, "workers", id="0", mkstream=True)
+    ids = [await redis.xadd(lane, {"id": str(i)}, id=f"{1000 + i}-0") for i in range(3)]
+    await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    await redis.xdel(lane, ids[1])
+    assert next(g for g in await redis.xinfo_groups(lane) if g["name"] == "workers").get("lag") is None
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, cache_s=0))
+    v = _values(registry)
+    labels = (("group", "workers"), ("partition", "0"), ("stream", "normal"))
+    # Then no lag sample stands for it (a 0 would read "nothing waits")
+    assert ("streamcrew_group_lag", labels) not in v
+    # And the waiting entry's age, which the alerts fall back on, is there
+    assert v[("streamcrew_oldest_undelivered_age_seconds", labels)] > 0
