@@ -29,7 +29,7 @@ from streams.workflow import STEP_ID, WORKFLOW_AGENT
 Entries = list[tuple[str, dict[str, str]]]
 StreamOf = Callable[[Keys], str]  # which dead stream of a prefix's (or a partition's) keys
 PAGE = 500
-REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "step_failed")  # step_failed: a workflow a step failed (workflow.lua)
+REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "unencodable", "step_failed")  # step_failed: a workflow a step failed (workflow.lua)
 # A dead letter's name: its entry ID, then ``:<partition>`` in a partitioned prefix.
 DEAD_ENTRY_PATTERN = r"^\d{1,19}-\d{1,19}(?::\d{1,5})?$"
 _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")

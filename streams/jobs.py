@@ -288,11 +288,19 @@ class JobProcessor:
         r = c.request
         finished = now_ms()
         error = None if error is None else bounded_error(error)
-        event = result_fields(
-            c.job_id, r.agent, status, attempts, result=result, error=error, submitted_at=c.submitted_at, started_at=started_at,
-            finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
-            traceparent=r.traceparent, parent=r.parent, step=r.step,
-        )
+        try:
+            event = result_fields(
+                c.job_id, r.agent, status, attempts, result=result, error=error, submitted_at=c.submitted_at, started_at=started_at,
+                finished_at=finished, worker=self.worker, usage=usage, webhook=r.webhook, tenant=r.tenant,
+                traceparent=r.traceparent, parent=r.parent, step=r.step,
+            )
+        except orjson.JSONEncodeError as exc:  # a TypeError: only the agent's output is not the worker's own to encode
+            if status != Status.COMPLETED:
+                raise
+            error = f"the agent's output ({type(result).__name__}) could not be encoded as JSON: {exc}; not retried"
+            self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
+                         dead_reason="unencodable", report=report)  # raised in _run, it was retried: each run paid, each failed alike
+            return
         if status == Status.COMPLETED and (size := too_large(event["result"], self.settings.max_result_bytes)):
             error = f"result is {size} bytes, over the {self.settings.max_result_bytes}-byte limit (STREAMCREW_MAX_RESULT_BYTES)"
             self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,

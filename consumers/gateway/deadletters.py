@@ -23,7 +23,7 @@ from streams.errors import DeadLetterNotFound, StreamcrewError
 
 log = logging.getLogger("streamcrew.gateway")
 router = APIRouter(tags=["operations"])
-Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "too_large", "step_failed"] | None,
+Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "too_large", "unencodable", "step_failed"] | None,
                    Query(description="only dead letters of this reason (default: all)")]
 WebhookEntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
                                      description="webhook dead letter's entry_id: its entry ID, then :<partition> with partitions")]

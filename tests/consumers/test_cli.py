@@ -89,7 +89,7 @@ async def test_stats_says_unknown_for_a_lag_redis_cannot_tell(redis_url: str, pr
     (("dead", "list", "--count", "0"), "'--count'"),
     (("dead", "list", "--count", "-1"), "'--count'"),
     (("webhooks", "dead", "list", "--count", "0"), "'--count'"),
-    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, too_large, step_failed"),
+    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, too_large, unencodable, step_failed"),
     (("dead", "purge", "--yes", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason"),
     (("worker", "--log-level", "verbose"), "invalid setting log_level: 'verbose' is not one of debug, info, warning, error, critical"),
     (("notifier", "--log-level", "loud"), "invalid setting log_level: 'loud'"),
