@@ -84,6 +84,7 @@ class Running:
     used: int
     started_at: int
     usage_before: dict[str, Any] | None = None  # the earlier attempts' (streams.usage)
+    first_start: bool = False  # the job's first start (start.lua wrote started_at now): its queue wait is observed
 
 
 class JobProcessor:
@@ -185,7 +186,9 @@ class JobProcessor:
         for c, (decision, attempts, used, job_id, first_started, before) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
             if decision == "run":
-                run = Running(c, attempts, used, int(first_started or now), parse_usage(before))
+                started = int(first_started or now)
+                # Not attempt 1: a hand-back uncounts its attempt, and the next start would observe the queue wait again.
+                run = Running(c, attempts, used, started, parse_usage(before), first_start=started == now)
                 self._running[(stream, c.entry_id)] = run
                 self.runtime.attach(stream, c.entry_id, asyncio.create_task(self._run(run)))
             elif decision == "dup":
@@ -210,7 +213,7 @@ class JobProcessor:
     async def _run(self, run: Running) -> None:
         c = run.claimed
         agent = c.request.agent
-        if run.attempt == 1:
+        if run.first_start:
             metrics.queue_wait(agent, c.lane).observe(max(0.0, (run.started_at - c.submitted_at) / 1000))
         metrics.in_flight(agent)
         metrics.RUNNING[agent] += 1
