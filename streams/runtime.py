@@ -384,7 +384,9 @@ class GroupRuntime:
     async def drain(self, grace_s: float) -> tuple[int, int]:
         """Stop claiming, let held work finish within ``grace_s``, hand the rest back.
 
-        Returns ``(finished, handed_back)``: the handler's count of what went back, not of what was left.
+        Returns ``(finished, handed_back)``: the handler's count of what went back, not of what was left. Work that
+        ended by itself is finished, also when its settle was still unwritten at the end of the grace (Redis stalled):
+        the hand-back's flush writes it once Redis answers.
         """
         self.stop_accepting()
         before = len(self._slots)
@@ -392,12 +394,13 @@ class GroupRuntime:
             await asyncio.wait_for(self._idle.wait(), grace_s)
         except TimeoutError:
             pass
-        leftover = [slot for slot, task in self._slots.items()]
-        for slot in leftover:
-            task = self._slots.get(slot)
+        tasks = dict(self._slots)
+        leftover = list(tasks)
+        for task in tasks.values():
             if task is not None:
                 task.cancel()
-        await asyncio.gather(*(t for t in self._slots.values() if t is not None), return_exceptions=True)
+        await asyncio.gather(*(t for t in tasks.values() if t is not None), return_exceptions=True)
+        ended = sum(1 for t in tasks.values() if t is not None and not t.cancelled())  # its settle queued, not stopped
         handed_back = 0
         if leftover and self.handler is not None:
             backoff = Backoff(f"{self.group}/{self.consumer} hand back")
@@ -409,4 +412,4 @@ class GroupRuntime:
                     await backoff.failed(exc)
         await self.leases.let_go_of_leftover()
         await self.stop_helpers()
-        return before - len(leftover), handed_back
+        return before - len(leftover) + ended, handed_back

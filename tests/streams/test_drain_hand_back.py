@@ -99,3 +99,32 @@ async def test_a_move_the_drain_stopped_is_let_go_to_the_next_sweep(own_redis: R
         taken = await other.xautoclaim(lane, "workers", "w2", 60_000, "0-0", count=10)
         assert [eid for eid, _ in taken[1]] == [entry]
     await client.aclose()
+
+
+async def test_a_job_that_ended_while_its_settle_meets_a_stall_counts_as_finished(own_redis: RedisServer) -> None:
+    # Given a worker (a 120 s lease, no upkeep) running a job that waits for the gate, its client set to stall Redis
+    # for 2 s at its next script call: the settle of that job
+    keys = Keys("settling")
+    runs: list[str] = []
+    gate = asyncio.Event()
+    client = StallsBeforeScript.to(own_redis, timeout_s=5)  # patient: the call is sent once
+    settings = StreamSettings(redis_url=own_redis.url, prefix=keys.prefix)
+    runtime = GroupRuntime(client, streams=keys.lanes, group="workers", consumer="w1", concurrency=4, lease_s=120,
+                           block_ms=100, tick_s=3600)
+    processor = JobProcessor(client, keys, settings, runtime, Gated("w1", runs, gate))
+    writer = asyncio.create_task(processor.settler.run())
+    reader = asyncio.create_task(runtime.run())
+    async with Redis.from_url(own_redis.url, decode_responses=True) as other:
+        published = await Producer(other, keys).publish("echo", {}, id="ended-in-stall")
+    await wait_until(lambda: runs == ["w1"], timeout=10, what="w1 to run the job")
+    await client.script_load(Scripts(client).settle.script)
+    # When the job ends and its settle meets the stall, and the worker drains (SIGTERM) with a grace shorter than it
+    client.armed_ms = 2000
+    gate.set()
+    await wait_until(lambda: client.stall is not None, timeout=10, what="the settle to meet the stall")
+    finished, handed_back = await drained_through_stall(client, runtime, processor, writer, reader, grace_s=0.5)
+    # Then the job counts as finished (its settle went out once Redis answered), not as neither finished nor handed back
+    ended = await wait_results(client, keys, 1, timeout=5)
+    assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
+    assert (finished, handed_back) == (1, 0)
+    await client.aclose()
