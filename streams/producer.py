@@ -28,12 +28,17 @@ RECORD_EXTRAS = ("tenant", "webhook", "traceparent")
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """What a publish did: ``created`` is False when the id already named a live or finished job."""
+    """What a publish did: ``created`` is False when the id already named a live or finished job.
+
+    ``tenant`` is the tenant of the record the id names: the request's for a created job, else the one the existing
+    record named when its ``status`` was read (in the same script), so a tenant-bound caller can refuse another's.
+    """
 
     job_id: str
     status: str
     created: bool
     lane: str
+    tenant: str | None = None
 
 
 def check_not_generated(request: JobRequest) -> None:
@@ -177,6 +182,10 @@ class Producer:
         args: list[str | int] = [keys.job_prefix, lane_name, orjson.dumps(jobs).decode(), keys.generated_id(""), RECEIPT_TTL_MS]
         receipt = keys.receipt(receipt_token())  # one per call: a copy redis-py sends again shares it
         reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock, receipt, keys.slot_guard], args=args)
-        published = [Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name) for jid, st, created in reply]
+        published = [
+            Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name,
+                      tenant=request.tenant if int(created) else (str(tenant) or None))
+            for (request, _), (jid, st, created, tenant) in zip(chunk, reply, strict=True)
+        ]
         metrics.submitted(lane_name).inc(sum(p.created for p in published))
         return published

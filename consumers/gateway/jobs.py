@@ -130,11 +130,14 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
     if published.created:  # the record names its tenant from the publish on: no further call whose failure would hide it
         return json_response(202, {"job_id": published.job_id, "status": published.status, "lane": published.lane, "links": links},
                              headers={"Location": links["self"]})
+    taken = ApiError(409, "id_conflict", f"job id {published.job_id!r} is already in use")
+    if caller.tenant is not None and published.tenant != caller.tenant:  # whose status publish.lua read, told with it
+        raise taken
     record = await get_job(state.redis, state.keys, published.job_id, partitions=state.settings.partitions)
-    if record is None:  # ended and expired between the publish and this read
+    if record is None:  # ended and expired between the publish and this read: the status of the caller's own job
         return json_response(200, {"job_id": published.job_id, "status": published.status, "links": links})
-    if caller.tenant is not None and record.tenant != caller.tenant:
-        raise ApiError(409, "id_conflict", f"job id {published.job_id!r} is already in use")
+    if caller.tenant is not None and record.tenant != caller.tenant:  # expired, and another tenant's took its place since
+        raise taken
     return json_response(200, job_view(record))
 
 

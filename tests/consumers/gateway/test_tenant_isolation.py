@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 from tests.consumers.gateway.support import GatewayFactory, sse_events
 from tests.support import WorkerFactory, wait_until
@@ -79,3 +81,87 @@ async def test_an_open_event_stream_rechecks_the_tenant(gateways: GatewayFactory
             received = [event async for event in events]
         assert [e["event"] for e in received] == ["error"], received
         assert "globex" not in str(received)
+
+
+class VanishingLink:
+    """A loopback link to the test's Redis that deletes a job's record just before it passes on the script answer
+    naming that job: the record goes (as when it expires) between publish.lua and the gateway's read of it."""
+
+    def __init__(self, redis, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+        self.redis, self._target = redis, urlsplit(redis_url)
+        self.armed: tuple[bytes, str] | None = None
+        self.fired = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.url = ""
+
+    async def __aenter__(self) -> VanishingLink:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = urlunsplit(self._target._replace(netloc=f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    def arm(self, job_id: str, record_key: str) -> None:
+        self.armed, self.fired = (f"\r\n{job_id}\r\n".encode(), record_key), asyncio.Event()
+
+    async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self._handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        server_reader, server_writer = await asyncio.open_connection(self._target.hostname, self._target.port)
+        self._writers |= {client_writer, server_writer}
+        script_sent = False
+
+        async def upstream() -> None:
+            nonlocal script_sent
+            while data := await client_reader.read(65536):
+                script_sent = script_sent or b"\r\nEVALSHA\r\n" in data
+                server_writer.write(data)
+                await server_writer.drain()
+
+        async def downstream() -> None:
+            nonlocal script_sent
+            while data := await server_reader.read(65536):
+                if script_sent and self.armed and self.armed[0] in data:
+                    await self.redis.delete(self.armed[1])  # before the gateway hears publish.lua's answer
+                    self.armed = None
+                    self.fired.set()
+                script_sent = False
+                client_writer.write(data)
+                await client_writer.drain()
+
+        try:
+            await asyncio.gather(upstream(), downstream())
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            client_writer.close()
+            server_writer.close()
+
+
+async def test_a_resubmitted_id_whose_record_vanishes_tells_another_tenant_nothing(  # type: ignore[no-untyped-def]
+        gateways: GatewayFactory, redis, redis_url: str, keys) -> None:
+    async with VanishingLink(redis, redis_url) as link:
+        # (in a thread of its own: the start waits for the gateway without yielding, and the link runs on this loop)
+        gateway = await asyncio.to_thread(asyncio.run, gateways.start(KEYS, redis_url=link.url))
+        async with gateway.client("key-a") as acme, gateway.client("key-b") as globex:
+            # Given acme's queued jobs "shared-id" and "own-id"
+            for job_id in ("shared-id", "own-id"):
+                assert (await acme.post("/jobs", json={"agent": "echo", "data": {}, "id": job_id})).status_code == 202
+            # When globex posts the id "shared-id", and acme's record goes between publish.lua and the gateway's read
+            link.arm("shared-id", keys.job("shared-id"))
+            answer = await globex.post("/jobs", json={"agent": "echo", "data": {}, "id": "shared-id"})
+            assert link.fired.is_set()
+            # Then globex hears the id is taken, not the status of acme's job
+            assert answer.status_code == 409, answer.text
+            assert answer.json()["error"]["code"] == "id_conflict" and "queued" not in answer.text
+            # And acme, resubmitting its own id in the same window, is answered as before: 200 with the status publish.lua saw
+            link.arm("own-id", keys.job("own-id"))
+            again = await acme.post("/jobs", json={"agent": "echo", "data": {}, "id": "own-id"})
+            assert link.fired.is_set()
+            assert again.status_code == 200 and again.json()["status"] == "queued", again.text
