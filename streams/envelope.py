@@ -30,7 +30,11 @@ WORKFLOW_INPUTS_SHARES = 16  # workflow.lua's WF_INPUTS_SHARES: the workflow's s
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
 MAX_EPOCH_MS = 253_402_300_799_999
-MAX_TIMEOUT_S = 86_400  # the longest timeout_s a producer's edge (the gateway, the Kafka bridge) accepts for one attempt
+# The bounds of a request's own attempt budget, held everywhere a request is read (the gateway, the Python API and
+# `submit`, the Kafka bridge, a worker reading a raw XADD): an endless timeout, or attempts without end, would keep a
+# failing job retrying for good.
+MAX_TIMEOUT_S = 86_400  # the longest timeout_s of one attempt; inf and NaN are refused too
+MAX_ATTEMPTS = 1000
 
 
 class Status(StrEnum):
@@ -182,8 +186,8 @@ class JobRequest(BaseModel):
     id: str | None = None
     webhook: str | None = None
     tenant: str | None = None
-    max_attempts: int | None = Field(default=None, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
     deadline: int | None = Field(default=None, ge=0, le=MAX_EPOCH_MS)
     traceparent: str | None = None
     submitted_at: int | None = Field(default=None, ge=0, le=MAX_EPOCH_MS)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from streams.envelope import MAX_ATTEMPTS, MAX_TIMEOUT_S
 from streams.keys import STEP_SEPARATOR
 
 WORKFLOW_AGENT = "workflow"
@@ -37,8 +38,8 @@ class StepSpec(BaseModel):
     agent: str = Field(min_length=1)
     data: dict[str, Any] = Field(default_factory=dict)
     after: list[str] = Field(default_factory=list)
-    max_attempts: int | None = Field(default=None, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)  # a step's entry is a request: its bounds
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
 
 class WorkflowSpec(BaseModel):

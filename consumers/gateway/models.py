@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from consumers.webhook_targets import webhook_url_problem
-from streams.envelope import MAX_EPOCH_MS, MAX_TIMEOUT_S, JobResult, Status, encode_data
+from streams.envelope import MAX_ATTEMPTS, MAX_EPOCH_MS, MAX_TIMEOUT_S, JobResult, Status, encode_data
 from streams.job_ids import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, reserved_id_problem
 from streams.keys import LANES
 
@@ -88,7 +88,7 @@ class JobSubmission(BaseModel):
     id: JobId | None = Field(default=None, description="job id and idempotency key; default: the stream entry ID")
     tenant: Annotated[str, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)] | None = Field(
         default=None, description="tenant id; a tenant-bound API key sets it")
-    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] | None = Field(default=None, description="attempts before the job fails")
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=MAX_ATTEMPTS)] | None = Field(default=None, description="attempts before the job fails")
     timeout_s: Annotated[StrictFloat, Field(gt=0, le=MAX_TIMEOUT_S)] | None = Field(default=None, description="seconds one attempt may run")
     deadline: Annotated[StrictInt, Field(ge=0, le=MAX_EPOCH_MS)] | None = Field(
         default=None, description="epoch ms (at most year 9999); a job not started by then ends expired")

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from streams.envelope import MAX_TIMEOUT_S, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
+from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
@@ -113,8 +113,6 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
     for name in NUMBER_FIELDS:  # the lax validation above reads true as 1: a "deadline": true would end the job expired
         if isinstance(fields.get(name), bool):
             return Invalid(f"field {name!r} must be a number, got {fields[name]!r}", str(job_id), agent)
-    if request.timeout_s is not None and not request.timeout_s <= MAX_TIMEOUT_S:  # "inf" too: as POST /jobs allows
-        return Invalid(f"field 'timeout_s' must be at most {MAX_TIMEOUT_S} seconds, got {fields['timeout_s']!r}", str(job_id), agent)
     try:
         check_not_generated(request)  # else the Producer refuses the whole batch, again at every redelivery
     except InvalidRequest as exc:

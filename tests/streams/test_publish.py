@@ -91,3 +91,22 @@ async def test_an_id_less_publish_writes_each_record_once(own_redis: RedisServer
         assert (calls.get("hset"), calls.get("exists"), calls.get("xadd")) == (50, 50, 50), calls
     finally:
         await redis.aclose()
+
+
+@pytest.mark.parametrize(("options", "field", "words"), [
+    ({"timeout_s": float("inf")}, "timeout_s", "finite"),
+    ({"timeout_s": float("nan")}, "timeout_s", "finite"),
+    ({"timeout_s": 86_401}, "timeout_s", "less than or equal to 86400"),
+    ({"max_attempts": 1001}, "max_attempts", "less than or equal to 1000"),
+    ({"max_attempts": 10**30}, "max_attempts", "less than or equal to 1000"),
+    ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
+])
+async def test_out_of_range_attempt_bounds_are_refused_as_post_jobs_refuses_them(  # type: ignore[no-untyped-def]
+        redis, keys: Keys, producer: Producer, options: dict[str, float], field: str, words: str) -> None:
+    # Given the bounds POST /jobs holds timeout_s and max_attempts to (an endless timeout, attempts without end)
+    # When the Python API is given a value outside them
+    with pytest.raises(ValueError, match=words) as refused:
+        await producer.publish("echo", {}, id="bounded", **options)  # type: ignore[arg-type]
+    # Then it is a ValueError naming the field, and nothing is queued
+    assert field in str(refused.value)
+    assert not await redis.exists(keys.lane("normal")) and not await redis.exists(keys.job("bounded"))

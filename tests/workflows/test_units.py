@@ -30,6 +30,10 @@ def test_builder_produces_the_contract_shape() -> None:
     ({"steps": [{"agent": "echo"}]}, "step #1: field 'id'"),
     ({"steps": [{"id": "a", "agent": "echo"}], "on_failure": "panic"}, "field 'on_failure'"),
     ({"steps": [{"id": "a", "agent": "echo"}], "timeout_s": 0}, "field 'timeout_s'"),
+    # a step's entry is a request: held to a request's bounds here, not rejected only once the step is due
+    ({"steps": [{"id": "a", "agent": "echo", "max_attempts": 1001}]}, "step 'a': field 'max_attempts': Input should be less than or equal to 1000"),
+    ({"steps": [{"id": "a", "agent": "echo", "timeout_s": 86401}]}, "step 'a': field 'timeout_s': Input should be less than or equal to 86400"),
+    ({"steps": [{"id": "a", "agent": "echo", "timeout_s": float("inf")}]}, "step 'a': field 'timeout_s': Input should be a finite number"),
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": 11}, "field 'priority': Input should be less than or equal to 10"),
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": "9"}, "field 'priority': Input should be a valid integer"),
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": True}, "field 'priority'"),

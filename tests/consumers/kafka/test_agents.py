@@ -77,7 +77,9 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     # true is no number (the lax validation read it as 1: a deadline in 1970, the job expired), nor is an endless timeout
     (orjson.dumps({"agent": "echo", "data": {}, "deadline": True}), b"bad-bool-deadline", "must be a number"),
     (orjson.dumps({"agent": "echo", "data": {}, "timeout_s": True}), b"bad-bool-timeout", "must be a number"),
-    (b'{"agent": "echo", "data": {}, "timeout_s": "inf"}', b"bad-inf-timeout", "at most 86400 seconds"),
+    (b'{"agent": "echo", "data": {}, "timeout_s": "inf"}', b"bad-inf-timeout", "timeout_s': Input should be a finite number"),
+    (orjson.dumps({"agent": "echo", "data": {}, "timeout_s": 86401}), b"bad-long-timeout", "less than or equal to 86400"),
+    (orjson.dumps({"agent": "echo", "data": {}, "max_attempts": 1001}), b"bad-many-attempts", "less than or equal to 1000"),
 ])
 async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
