@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import time
 from dataclasses import dataclass
@@ -202,4 +203,6 @@ def describe(exc: aiohttp.ClientError) -> str:
         return f"protocol error: {str(exc.message)[:200]}"
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "ClientPayloadError: the answer's body was cut short or malformed"
+    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:  # a reset: its strerror may be aiohttp's, quoting the URL
+        return f"ClientOSError: {os.strerror(exc.errno)}"
     return type(exc).__name__

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import struct
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,27 @@ async def test_nothing_listening_is_a_connect_error(refusing_port: int) -> None:
         await d.aclose()
     assert attempt.kind is Kind.RETRY and attempt.error.startswith("ConnectError"), attempt
     assert f"127.0.0.1:{port}" in attempt.error and "pw" not in attempt.error and "token" not in attempt.error
+
+
+async def test_a_reset_connection_is_named_in_the_error_without_the_url(serve: Start) -> None:
+    # Given a receiver that reads the request, then resets the connection (RST, no answer)
+    async def reset(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        return False
+
+    p = await serve(reset)
+    d = deliverer()
+    try:
+        # When a delivery to a URL with credentials and a token goes there
+        attempt = await d.deliver(f"http://user:pw@127.0.0.1:{p.port}/x?token=q", "job-r", b"{}")
+    finally:
+        await d.aclose()
+    # Then the attempt failed, and its error (what the dead letter keeps) says the connection was reset,
+    # from the errno alone: never aiohttp's own text, which may quote the URL
+    assert attempt.kind is Kind.RETRY and attempt.status is None, attempt
+    assert attempt.error == "ClientOSError: Connection reset by peer", attempt
+    assert "pw" not in attempt.error and "token" not in attempt.error
 
 
 async def test_an_id_or_url_that_would_break_the_framing_never_injects_a_header(serve: Start) -> None:
