@@ -28,11 +28,16 @@ def readded_fields(raw: Mapping[str, str], job_id: str, submitted_at: int, entry
     return fields
 
 
+def producer_entry(raw: Mapping[str, str], entry_id: str) -> str:
+    """The lane entry the producer wrote: a re-added (retried, handed-back, replayed) entry names it, else it is this one."""
+    first = raw.get(SOURCE_FIELD, "")
+    return first if ENTRY_ID.fullmatch(first) else entry_id
+
+
 def dead_letter_fields(job_id: str, agent: str, reason: str, error: str, stream: str, entry_id: str, attempts: int,
                        raw: Mapping[str, str], dead_at: int) -> dict[str, str]:
     """A job's dead letter (contract §3). source_id names the entry the producer wrote; a retried or handed-back
     job is a later entry (last_source_id)."""
-    first = raw.get(SOURCE_FIELD, "")
     return {"id": job_id, "agent": agent, "reason": reason, "error": error, "source_stream": stream,
-            "source_id": first if ENTRY_ID.fullmatch(first) else entry_id, "last_source_id": entry_id,
+            "source_id": producer_entry(raw, entry_id), "last_source_id": entry_id,
             "attempts": str(attempts), "dead_at": str(dead_at), "request": dumps(dict(raw))}

@@ -25,6 +25,7 @@ from streams import metrics
 from streams.config import StreamSettings
 from streams.entries import Release
 from streams.envelope import JobRequest, dumps, flat
+from streams.job_fields import producer_entry
 from streams.job_ids import JOB_ID_RULE, is_valid_job_id
 from streams.keys import Keys
 from streams.raw import request_bytes
@@ -136,7 +137,7 @@ class WorkflowStarter:
         submitted = r.submitted_at or int(c.entry_id.split("-", 1)[0])
         return [c.entry_id, c.job_id, "1" if r.id else "0", str(submitted), spec.on_failure,
                 "" if spec.timeout_s is None else str(spec.timeout_s), r.webhook or "", r.tenant or "",
-                r.traceparent or "", dumps(c.raw), steps]
+                r.traceparent or "", dumps(c.raw), producer_entry(c.raw, c.entry_id), steps]
 
     async def expire_due(self, keys: Keys) -> int:
         """End every workflow of the partition ``keys`` whose ``timeout_s`` has passed (any worker may; the status

@@ -4,8 +4,8 @@
 -- KEYS: lane stream, results, dead, timeouts, the slot guard (publish.lua says why); ARGV: job_prefix, lane_prefix, lane_name, group, worker, ttl,
 -- max_result_bytes, workflows as one JSON array of
 --   [entry_id, job_id, explicit ('1' when the request named its id), submitted_at, on_failure, timeout_s ('' = none),
---    webhook, tenant, traceparent ('' = none), request JSON, steps: [[id, agent, n_after, after JSON, kids JSON,
---    request fields JSON ([k, v, ...])], ...]]
+--    webhook, tenant, traceparent ('' = none), request JSON, the entry its producer wrote (this one, unless re-added:
+--    a replay's), steps: [[id, agent, n_after, after JSON, kids JSON, request fields JSON ([k, v, ...])], ...]]
 -- An id-less workflow's job id is its generated id ('<entry ID>', ':<p>' after it with partitions); when a record of
 -- it belongs to another entry, '<lane>:' goes in front, as publish.lua names it (so it still names its partition).
 -- Every key is KEYS[1]'s partition's (one slot): job and workflow keys come from the partition's prefixes.
@@ -31,7 +31,7 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
   else
     local h = C.wf_prefix .. jid
     local att = (tonumber(rec[3]) or 0) + 1
-    local steps, published, decision = w[11], 0, 'run'
+    local steps, published, decision = w[12], 0, 'run'
     local done, ok = 0, 0
     if redis.call('EXISTS', h) == 0 then
       local order = {}
@@ -88,7 +88,7 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
       redis.call('PERSIST', h)
     end
     redis.call('HSET', h, 'status', 'running', 'done', done, 'ok', ok, 'attempts', att, 'started_at', now,
-      'source_stream', lane, 'source_id', eid)
+      'source_stream', lane, 'source_id', eid, 'first_source_id', w[11])
     redis.call('HSET', key, 'status', 'running', 'agent', 'workflow', 'attempts', att, 'started_at', now,
       'worker', worker, 'source', me, 'submitted_at', w[4], 'lane', lane_name,
       'steps_total', redis.call('HGET', h, 'total'), 'steps_done', done)

@@ -1,7 +1,8 @@
 -- Workflow fan-out / fan-in (contract §9): a library prepended to settle.lua, wf_start.lua and wf_expire.lua.
 -- One hash per workflow, <prefix>:wf:<id> (wf_prefix is the job prefix's '<prefix>:' + 'wf:'), holding
 --   status (running|completed|failed|expired), lane, on_failure, timeout_s, order (JSON step ids), total, done, ok, inputs_bytes,
---   submitted_at, started_at, attempts, webhook, tenant, traceparent, request, source_stream, source_id, first_error
+--   submitted_at, started_at, attempts, webhook, tenant, traceparent, request, source_stream, source_id (the entry it
+--   last ran from), first_source_id (the entry its producer wrote; absent when an older release started it), first_error
 -- and per step '<step>|st' (pending|queued|completed|failed|rejected|expired|skipped), '|res' (raw JSON result),
 --   '|err', '|use' (usage JSON), '|dead' (its dead letter's entry ID), '|deps' (after-steps not yet completed),
 --   '|after', '|kids' (JSON lists), '|req' (JSON list of the step request's fields), '|agent'.
@@ -98,7 +99,7 @@ end
 local function wf_end(C, h, wid, status, err, worker)
   local now = wf_now()
   local m = redis.call('HMGET', h, 'order', 'total', 'started_at', 'submitted_at', 'webhook', 'tenant', 'traceparent',
-    'attempts', 'request', 'source_stream', 'source_id')
+    'attempts', 'request', 'source_stream', 'source_id', 'first_source_id')
   local order = cjson.decode(m[1])
   local names = {}
   for i, sid in ipairs(order) do
@@ -211,8 +212,8 @@ local function wf_end(C, h, wid, status, err, worker)
   redis.call('EXPIRE', h, C.ttl)
   if status ~= 'completed' then
     redis.call('XADD', C.dead, '*', 'id', wid, 'agent', 'workflow', 'reason', status == 'expired' and 'expired' or 'step_failed',
-      'error', err or status, 'source_stream', m[10] or '', 'source_id', m[11] or '', 'attempts', m[8] or '1',
-      'dead_at', now, 'request', m[9] or '{}')
+      'error', err or status, 'source_stream', m[10] or '', 'source_id', m[12] or m[11] or '', 'last_source_id', m[11] or '',
+      'attempts', m[8] or '1', 'dead_at', now, 'request', m[9] or '{}')  -- the sources as a job's letter names them (contract §3)
   end
   return {1, status, now - (tonumber(m[3]) or now)}
 end
