@@ -90,7 +90,7 @@ class WorkflowStarter:
             try:
                 spec = self.validate(c.request)
                 _check_step_ids(c.job_id, spec)
-                plan = self._plan(c, spec, self.settings.max_request_bytes)
+                plan = self._plan(c, spec, lane, self.settings.max_request_bytes)
             except WorkflowInvalid as exc:
                 self.reject(stream, lane, c.entry_id, c.job_id, c.raw, str(exc))
                 continue
@@ -117,10 +117,13 @@ class WorkflowStarter:
             log.info("workflow=%s entry=%s outcome=%s steps=%d published=%d", job_id, c.entry_id, decision, len(plan[-1]), int(published))
 
     @staticmethod
-    def _plan(c: ClaimedWorkflow, spec: WorkflowSpec, max_request_bytes: int) -> list[Any]:
+    def _plan(c: ClaimedWorkflow, spec: WorkflowSpec, lane: str, max_request_bytes: int) -> list[Any]:
         """What wf_start.lua writes and publishes; raises WorkflowInvalid for a step whose request would pass
-        ``max_request_bytes``: it carries the workflow's id twice (its id, its parent), so it may outgrow the workflow."""
+        ``max_request_bytes``: it carries the workflow's id twice (its id, its parent), so it may outgrow the workflow.
+        The id counted is the longest the workflow can get: wf_start.lua names an id-less one '<lane>:<entry ID>'
+        when its entry ID is another entry's job (the same ID in another lane)."""
         r = c.request
+        longest = c.job_id if r.id else f"{lane}:{c.job_id}"
         kids = spec.dependents()
         steps = []
         for s in spec.steps:
@@ -129,10 +132,11 @@ class WorkflowStarter:
                                 ("max_attempts", s.max_attempts), ("timeout_s", s.timeout_s)):
                 if value is not None:
                     fields[name] = str(value)
-            size = request_bytes({**fields, "id": step_job_id(c.job_id, s.id), "parent": c.job_id, "step": s.id})
+            size = request_bytes({**fields, "id": step_job_id(longest, s.id), "parent": longest, "step": s.id})
             if size > max_request_bytes:
+                named = "" if r.id else f" as {longest!r}, its name should another lane's job hold its entry ID"
                 raise WorkflowInvalid(f"step {s.id!r}: its request would be {size} bytes, over the {max_request_bytes}-byte limit "
-                                      "(STREAMCREW_MAX_REQUEST_BYTES; it holds the step's data, and the workflow's id twice)")
+                                      f"(STREAMCREW_MAX_REQUEST_BYTES; it holds the step's data, and the workflow's id twice{named})")
             steps.append([s.id, s.agent, len(s.after), dumps(s.after), dumps(kids[s.id]), dumps(flat(fields))])
         submitted = r.submitted_at or int(c.entry_id.split("-", 1)[0])
         return [c.entry_id, c.job_id, "1" if r.id else "0", str(submitted), spec.on_failure,
