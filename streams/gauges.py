@@ -8,6 +8,8 @@ cost one round.
 
 Every sample carries a ``partition`` label (contract §10; "0" for an
 unpartitioned prefix): sum over it for a prefix's totals, take the max for ages.
+A value Redis did not answer (an error in place of a reply) has no sample that scrape, never a 0, which would
+read "empty" or "nothing waits" and silence alerts; the other replies still make theirs.
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ class StreamGauges(Collector):
         lookups: list[tuple[int, str]] = []
         for i, (part, name, _key, group) in enumerate(streams):
             xlen, groups, summary, members = replies[4 * i : 4 * i + 4]
-            length.add_metric([name, part], 0 if isinstance(xlen, Exception) else int(xlen))
+            if not isinstance(xlen, Exception):
+                length.add_metric([name, part], int(xlen))
             info = next((g for g in groups if g.get("name") == group), None) if isinstance(groups, list) else None
             if info is None:
                 continue
@@ -146,12 +149,13 @@ class StreamGauges(Collector):
             pending.add_metric(labels, int(info["pending"]))
             if info.get("lag") is not None:
                 lag.add_metric(labels, int(info["lag"]))
-            first = _ms(summary.get("min")) if isinstance(summary, dict) else None
-            oldest_pending.add_metric(labels, max(0.0, (now_ms - first) / 1000) if first else 0.0)
-            member_list = members if isinstance(members, list) else []
-            consumers.add_metric(labels, len(member_list))
-            for c in member_list:
-                idle.add_metric([name, group, c["name"], part], int(c["idle"]) / 1000)
+            if isinstance(summary, dict):
+                first = _ms(summary.get("min"))
+                oldest_pending.add_metric(labels, max(0.0, (now_ms - first) / 1000) if first else 0.0)
+            if isinstance(members, list):
+                consumers.add_metric(labels, len(members))
+                for c in members:
+                    idle.add_metric([name, group, c["name"], part], int(c["idle"]) / 1000)
             lookups.append((i, str(info.get("last-delivered-id") or "0-0")))
 
         pipe = redis.pipeline(transaction=False)
@@ -159,6 +163,8 @@ class StreamGauges(Collector):
             pipe.xrange(streams[i][2], min=_next_id(last), count=1)
         for (i, _), first_waiting in zip(lookups, pipe.execute(raise_on_error=False) if lookups else [], strict=True):
             part, name, _key, group = streams[i]
+            if isinstance(first_waiting, Exception):
+                continue
             first = _ms(first_waiting[0][0]) if isinstance(first_waiting, list) and first_waiting else None
             oldest_waiting.add_metric([name, group, part], max(0.0, (now_ms - first) / 1000) if first else 0.0)
 
@@ -166,7 +172,8 @@ class StreamGauges(Collector):
         for j, k in enumerate(self.partitions):
             part = str(k.partition or 0)
             for name, n in (("dead", tail[2 * j]), ("webhooks_dead", tail[2 * j + 1])):
-                length.add_metric([name, part], 0 if isinstance(n, Exception) else int(n))
+                if not isinstance(n, Exception):
+                    length.add_metric([name, part], int(n))
         return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle]
 
 

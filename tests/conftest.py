@@ -150,13 +150,14 @@ def _user_url(redis_url: str, user: str) -> str:
 
 @pytest.fixture
 def acl_user(redis_url: str) -> Iterator[Callable[[str], str]]:
-    """Makes a least-privilege user of a keys pattern (nothing @dangerous: no INFO) and gives its URL; each user is deleted afterwards."""
+    """Makes a least-privilege user of a keys pattern (nothing @dangerous: no INFO; ``rules`` are further ACL rules)
+    and gives its URL; each user is deleted afterwards."""
     admin = sync_redis.Redis.from_url(redis_url)
     made: list[str] = []
 
-    def make(pattern: str) -> str:
+    def make(pattern: str, *rules: str) -> str:
         user = f"u-{uuid.uuid4().hex[:10]}"
-        admin.execute_command("ACL", "SETUSER", user, "on", f">{ACL_PASSWORD}", f"~{pattern}", "resetchannels", "+@all", "-@dangerous")
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{ACL_PASSWORD}", f"~{pattern}", "resetchannels", "+@all", "-@dangerous", *rules)
         made.append(user)
         return _user_url(redis_url, user)
 

@@ -67,3 +67,53 @@ async def test_an_unknown_lag_is_left_out_and_the_waiting_entry_still_shows_its_
     assert ("streamcrew_group_lag", labels) not in v
     # And the waiting entry's age, which the alerts fall back on, is there
     assert v[("streamcrew_oldest_undelivered_age_seconds", labels)] > 0
+
+
+async def test_a_length_redis_cannot_read_is_left_out_and_other_partitions_still_show(redis, redis_url: str, keys: Keys) -> None:
+    # Given two partitions where partition 0's normal lane and dead stream hold strings (XLEN answers WRONGTYPE)
+    p0, p1 = keys.in_partition(0), keys.in_partition(1)
+    await redis.set(p0.lane("normal"), "not a stream")
+    await redis.set(p0.dead, "not a stream")
+    for i in range(2):
+        await redis.xadd(p1.lane("normal"), {"id": str(i)})
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, partitions=2, cache_s=0))
+    v = _values(registry)
+    # Then no length sample stands for what could not be read (a 0 would read "empty")
+    assert ("streamcrew_stream_length", (("partition", "0"), ("stream", "normal"))) not in v
+    assert ("streamcrew_stream_length", (("partition", "0"), ("stream", "dead"))) not in v
+    # And the streams that could be read still show, an empty one as 0
+    assert v[("streamcrew_stream_length", (("partition", "1"), ("stream", "normal")))] == 2
+    assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "high")))] == 0
+    assert v[("streamcrew_stream_length", (("partition", "1"), ("stream", "dead")))] == 0
+
+
+async def test_ages_and_consumers_redis_refuses_are_left_out_and_other_partitions_still_show(
+    redis, acl_user, keys: Keys, needs_redis7
+) -> None:  # type: ignore[no-untyped-def]
+    # Given two partitions, each lane with one entry delivered to w1 and one waiting,
+    p0, p1 = keys.in_partition(0), keys.in_partition(1)
+    for k in (p0, p1):
+        lane = k.lane("normal")
+        await redis.xgroup_create(lane, "workers", id="0", mkstream=True)
+        for i in range(2):
+            await redis.xadd(lane, {"id": str(i)}, id=f"{1000 + i}-0")
+        await redis.xreadgroup("workers", "w1", {lane: ">"}, count=1)
+    # read by a user that may run XRANGE, XPENDING and XINFO CONSUMERS on partition 1's keys only (NOPERM on 0's)
+    url = acl_user(f"{keys.prefix}:*", "-xrange", "-xpending", "-xinfo|consumers",
+                   f"(~{p1.lane('normal')} +xrange +xpending +xinfo|consumers)")
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(url, keys, partitions=2, cache_s=0))
+    v = _values(registry)
+    lane0 = (("group", "workers"), ("partition", "0"), ("stream", "normal"))
+    lane1 = (("group", "workers"), ("partition", "1"), ("stream", "normal"))
+    # Then what partition 0's refused reads would tell has no sample (a 0 would read "nothing waits", "no workers")
+    for name in ("streamcrew_oldest_undelivered_age_seconds", "streamcrew_oldest_pending_age_seconds", "streamcrew_group_consumers"):
+        assert (name, lane0) not in v, name
+    # And what it could read still shows
+    assert v[("streamcrew_group_pending", lane0)] == 1
+    assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "normal")))] == 2
+    # And partition 1 shows everything
+    assert v[("streamcrew_oldest_undelivered_age_seconds", lane1)] > 0
+    assert v[("streamcrew_oldest_pending_age_seconds", lane1)] > 0
+    assert v[("streamcrew_group_consumers", lane1)] == 1
