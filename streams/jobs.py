@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from streams import metrics
 from streams.config import StreamSettings
 from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, now_ms, result_fields
+from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
@@ -231,8 +232,8 @@ class JobProcessor:
 
         try:
             output, spent = await self.executor.execute(c.request, c.job_id, run.attempt, c.max_attempts)
-            self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output,
-                         usage=add_usage(run.usage_before, spent), report=report)
+            outcome = self._finish(c, Status.COMPLETED, attempts=run.attempt, started_at=run.started_at, result=output,
+                                   usage=add_usage(run.usage_before, spent), report=report).value  # failed: too_large, unencodable
         except asyncio.CancelledError as exc:
             if not _being_cancelled():  # the agent's own (it awaited a task cancelled under it): a failed attempt
                 outcome = self._fail_or_retry(run, f"CancelledError raised by the agent (its job was not cancelled) {exc}".rstrip(), exc, report=report)
@@ -277,7 +278,7 @@ class JobProcessor:
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
         op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far))
-        op.on_written = _count_retry(c.request.agent, report)
+        op.on_written = count_retry(c.request.agent, report)
         self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
 
@@ -287,7 +288,8 @@ class JobProcessor:
         self, c: Claimed, status: Status, *, attempts: int, started_at: int | None,
         result: Any = None, usage: dict[str, Any] | None = None, error: str | None = None, dead_reason: str | None = None,
         report: Callable[[bool], None] | None = None,
-    ) -> None:
+    ) -> Status:
+        """Submit the job's ending; returns the status it ends with (an output too large or not JSON fails it)."""
         r = c.request
         finished = now_ms()
         error = None if error is None else bounded_error(error)
@@ -301,20 +303,19 @@ class JobProcessor:
             if status != Status.COMPLETED:
                 raise
             error = f"the agent's output ({type(result).__name__}) could not be encoded as JSON: {exc}; not retried"
-            self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
-                         dead_reason="unencodable", report=report)  # raised in _run, it was retried: each run paid, each failed alike
-            return
+            return self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
+                                dead_reason="unencodable", report=report)  # raised in _run, it was retried: each run paid, each failed alike
         if status == Status.COMPLETED and (size := too_large(event["result"], self.settings.max_result_bytes)):
             error = f"result is {size} bytes, over the {self.settings.max_result_bytes}-byte limit (STREAMCREW_MAX_RESULT_BYTES)"
-            self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
-                         dead_reason="too_large", report=report)  # not retried: an agent's answer to the same input
-            return
+            return self._finish(c, Status.FAILED, attempts=attempts, started_at=started_at, usage=usage, error=error,
+                                dead_reason="too_large", report=report)  # not retried: an agent's answer to the same input
         dead = None
         if dead_reason:
             dead = dead_letter_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
         op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step)
-        op.on_written = _count(r.agent, str(status), dead_reason, c.job_id, error, workflow=r.agent == WORKFLOW_AGENT, report=report)
+        op.on_written = count_ending(r.agent, str(status), dead_reason, c.job_id, error, workflow=r.agent == WORKFLOW_AGENT, report=report)
         self.settler.submit(op)
+        return status
 
     def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
         finished = now_ms()
@@ -331,7 +332,7 @@ class JobProcessor:
         alt = "" if explicit_id(raw) else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
         op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
                      keep_usage=True)  # a retry refused at claim: its earlier attempts' usage (the record's) still counts
-        op.on_written = _count(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
+        op.on_written = count_ending(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
 
     # -- upkeep and drain ----------------------------------------------------
@@ -377,29 +378,4 @@ def _being_cancelled() -> bool:
     by the code it awaits. Taken for a cancellation, an agent's own left its job held, renewed, with no result."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
-
-
-def _count_retry(agent: str, report: Callable[[bool], None] | None) -> Callable[[bool], None]:
-    """A retry counts once written: settle.lua turns it away when the job ended elsewhere (another worker took it over)."""
-    def written(wrote: bool) -> None:
-        if wrote:
-            metrics.retries(agent).inc()
-        if report is not None:
-            report(wrote)
-    return written
-
-
-def _count(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
-           report: Callable[[bool], None] | None = None) -> Callable[[bool], None]:
-    def written(wrote: bool) -> None:
-        if wrote:
-            metrics.jobs(agent, status).inc()
-            if dead_reason:
-                metrics.dead_letters(dead_reason).inc()
-                log.info("job=%s agent=%s %s, dead-lettered (%s): %s", job_id, agent or "-", status, dead_reason, short(error))
-            if workflow:
-                metrics.workflow_ended(status)
-        if report is not None:
-            report(wrote)
-    return written
 
