@@ -7,9 +7,13 @@ and the slots are the back-pressure on the read. An endpoint gets at most
 may join the queue depends on the endpoint:
 
 - healthy (answers within ``SLOW_S``) and no other healthy endpoint (one that
-  answered at least once) competing: always. Its queue may take every slot;
-  the read then waits for the endpoint instead of reading deliveries only to
-  park them.
+  answered at least once) competing: what it serves in ``LONE_QUEUE_S`` at its
+  measured latency (at least ``per_endpoint``), or every slot if that is more.
+  A fast endpoint's queue may so take every slot, the read then waiting for it
+  instead of reading deliveries only to park them; one answering just under
+  ``SLOW_S`` holds only a few seconds of its work, the rest parked as below, so
+  results for other endpoints behind its backlog are still read (another
+  endpoint only competes once it has answered, which takes a read).
 - healthy while others compete: up to its share of the slots (or what it
   drains in ``queue_wait_s``, if more). Beyond that it is told busy, with the
   time its queue needs to drain, and parked in the delayed set;
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 INITIAL_LATENCY_S = 0.1
 EWMA_WEIGHT = 0.2
 SLOW_S = 1.0  # an endpoint slower than this is parked, not waited for
+LONE_QUEUE_S = 2.0  # a healthy endpoint alone may queue what it serves in this long (every slot if that is more)
 ACTIVE_S = 1.0  # an endpoint counts as active this long after its last arrival
 MAX_TRACKED = 10_000
 UNPROVEN_IN_FLIGHT = 1  # in flight at once to an endpoint that has not answered yet (slow start)
@@ -112,6 +117,18 @@ class EndpointLimiter:
         """Waiting room per active healthy endpoint when several compete for the slots (a slow one needs none)."""
         return self.pool // max(1, len(self._active))
 
+    def room(self, queue: EndpointQueue, now: float) -> int | None:
+        """How many a healthy endpoint may queue beyond its connections; None: no limit (the read waits for it).
+
+        While others compete, its share (or what it drains in ``queue_wait_s``); alone, what it serves in
+        ``LONE_QUEUE_S`` at its answers' latency (a stall is the slow rule's), no limit once that is the slots:
+        else a receiver answering just under ``SLOW_S`` would hold every slot, and results for other endpoints
+        would wait unread behind its whole backlog."""
+        if len(self._active) > 1:
+            return max(self.share(), self.little(queue, now))
+        lone = max(self.per_endpoint, int(self.per_endpoint * LONE_QUEUE_S / max(queue.latency_s, 1e-3)))
+        return None if lone >= self.pool else lone
+
     def enter(self, origin: str, *, returning: bool = False) -> EndpointQueue | Busy:
         """Admit one delivery (it must call :meth:`leave`), or say why not.
 
@@ -137,8 +154,8 @@ class EndpointLimiter:
                 if waiting >= self.little(queue, now):
                     latency = queue.latency(now)
                     return Busy(f"{origin} is slow ({latency:.1f}s) with {queue.held} deliveries under way", latency, growing=True)
-            elif not returning and len(self._active) > 1 and waiting >= max(self.share(), self.little(queue, now)):
-                return Busy(f"{origin} has {queue.held} deliveries queued while other endpoints wait", self._come_back_s(queue, now))
+            elif not returning and (room := self.room(queue, now)) is not None and waiting >= room:
+                return Busy(self._over_room(queue), self._come_back_s(queue, now))
         queue.held += 1
         return queue
 
@@ -224,11 +241,10 @@ class EndpointLimiter:
 
     def tick(self) -> int:
         """Forget endpoints idle past ``ACTIVE_S``; send away the waiters of slow queues, and the newest waiters
-        of a queue over its share while others compete. Returns how many were sent away."""
+        of a queue over its room (its share while others compete). Returns how many were sent away."""
         now = time.monotonic()
         self._active = {o for o in self._active
                         if (queue := self._queues.get(o)) is not None and now - queue.last_arrival < ACTIVE_S and not queue.slow(now)}
-        room = self.share() if len(self._active) > 1 else None
         stalled = sum(q.suspect_in_flight for o in self._suspects if (q := self._queues.get(o)) is not None and q.slow(now))
         self._budget_hung = stalled >= self.suspect_budget // 2
         sent_away = 0
@@ -236,9 +252,11 @@ class EndpointLimiter:
             if not queue.waiters:
                 continue
             parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget and queue.suspect(now)
-            keep = 0 if queue.slow(now) or parked_for_budget else None if room is None else max(room, self.little(queue, now))
-            while keep is not None and len(queue.waiters) > keep:
-                turn = queue.waiters.pop()  # the newest first: the oldest keep their place
+            keep = 0 if queue.slow(now) or parked_for_budget else self.room(queue, now)
+            if keep is None or len(queue.waiters) <= keep:
+                continue
+            newest = [queue.waiters.pop() for _ in range(len(queue.waiters) - keep)]  # the oldest keep their place
+            for turn in reversed(newest):  # told oldest first, so they are parked, and come back, in their order
                 if not turn.done():
                     turn.set_result(False)
                     sent_away += 1
@@ -252,7 +270,12 @@ class EndpointLimiter:
                         "connections allowed them, most of them stalled", SLOW_S, growing=True)
         if queue.slow(now):
             return Busy(f"{queue.origin} turned slow ({queue.latency(now):.1f}s) while this delivery waited", queue.latency(now), growing=True)
-        return Busy(f"{queue.origin} has {queue.held} deliveries queued while other endpoints wait", self._come_back_s(queue, now))
+        return Busy(self._over_room(queue), self._come_back_s(queue, now))
+
+    def _over_room(self, queue: EndpointQueue) -> str:
+        if len(self._active) > 1:
+            return f"{queue.origin} has {queue.held} deliveries queued while other endpoints wait"
+        return f"{queue.origin} has {queue.held} deliveries queued, more than it serves in {LONE_QUEUE_S:g}s"
 
     def _come_back_s(self, queue: EndpointQueue, now: float) -> float:
         """When a delivery parked now should come back: after its queue and every one parked before it, one

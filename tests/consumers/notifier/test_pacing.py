@@ -10,6 +10,7 @@ flight.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 
 import pytest
@@ -145,6 +146,46 @@ async def test_a_receiver_hanging_on_many_origins_holds_half_the_slots_at_most(
         notifier.kill()
     finally:
         await receiver.stop()
+
+
+async def test_a_lone_endpoint_answering_just_under_a_second_does_not_hold_back_the_results_behind_it(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a notifier with 100 slots, an endpoint A answering in 0.6 s with 10 workers (about 17 a second), and another B
+    slow = await PacedReceiver(latency_s=0.6, limit=PER_ENDPOINT).start()
+    other = await PacedReceiver(latency_s=0.005).start()  # another port: another endpoint
+    try:
+        notifier = notifiers.start("--concurrency", "100", "--log-level", "debug")
+        # When 300 results for A (about 18 s of its work) come before one for B
+        order = await add_results(redis, keys, [slow.url()] * 300 + [other.url()])
+        started = time.monotonic()
+        # Then B's result is read and delivered at once, not after the 200 of A's it would wait for with A's queue
+        # holding every slot (about 12 s)
+        try:
+            await other.wait_for(1, timeout=5)
+        except TimeoutError:
+            pytest.fail(f"B's webhook took over 5 s; A had received {len(slow.ids())} of 300")
+        assert time.monotonic() - started < 5
+        # And A still gets every one of its deliveries once, about in order, none dead-lettered, none of its parks
+        # counted as an attempt
+        await slow.wait_for(300, timeout=90)
+        await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=20, what="every entry acked")
+        ids = slow.ids()
+        assert len(ids) == 300 and not slow.duplicates(), slow.duplicates()
+        # (in order but for the in-flight and for parked runs: a run parked as A's latency became known comes back,
+        # in its order, after newer ones parked before it)
+        ranks = [order[i] for i in ids]
+        assert sum(later < earlier for earlier, later in zip(ranks, ranks[1:])) <= 2 * PER_ENDPOINT, ranks
+        assert await redis.xlen(keys.webhooks_dead) == 0
+        log_text = notifier.log_text()
+        assert "outcome=busy" in log_text  # A's backlog beyond about 2 s of its work was parked, and came back
+        delivered = [line for line in log_text.splitlines() if "outcome=delivered" in line]
+        assert len(delivered) == 301 and all(" attempt=1 " in line for line in delivered), [
+            line for line in delivered if " attempt=1 " not in line][:3]
+        notifier.kill()
+    finally:
+        await slow.stop()
+        await other.stop()
 
 
 async def test_a_thousand_endpoints_each_get_theirs(redis: Redis, keys: Keys, notifiers: NotifierFactory) -> None:

@@ -270,6 +270,21 @@ async def test_a_healthy_endpoint_alone_queues_without_limit_and_a_hung_one_is_p
     assert await waiting is False
 
 
+async def test_a_lone_endpoint_answering_in_most_of_a_second_queues_two_seconds_of_its_work() -> None:
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    # Given an endpoint alone that answers in 0.6 s (about 17 a second with its 10 connections)
+    queue = answered_once(limiter, "http://sluggish:80", 0.6)
+    queue.latency_s = 0.6
+    # Then it queues what it serves in 2 s beyond its connections (33), and the next is parked to come back later
+    assert all(isinstance(limiter.enter("http://sluggish:80"), EndpointQueue) for _ in range(10 + 33))
+    busy = limiter.enter("http://sluggish:80")
+    assert isinstance(busy, Busy) and not busy.growing and "more than it serves in 2s" in busy.reason and busy.wait_s > 2
+    # While a fast one alone (20 ms: 1,000 in 2 s, more than the slots) still queues without limit
+    fast = answered_once(limiter, "http://fast:80", 0.02)
+    fast.latency_s = 0.02
+    assert limiter.room(fast, time.monotonic()) is None
+
+
 async def test_an_endpoint_gets_one_connection_until_it_answers() -> None:
     # Given a new endpoint with three deliveries
     limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
