@@ -1,8 +1,9 @@
 """Input models of the support agents; invalid input ends the job ``rejected``.
 
 Each crew takes its own shape, the first design's ``{"customer_id", "request_type", "data"}``
-(contract §13), or that design's fan-out sub-task data ``{"action": "analyze_reviews"}``;
-``*Request`` picks the model by the presence of ``request_type``, then of ``action``.
+(contract §13), that design's fan-out sub-task data ``{"action": "analyze_reviews"}``, or the
+sub-task payload its ``fan_out`` enqueues, ``{"parent_id", "sub_task_id", "input": {"action": ...}}``;
+``*Request`` picks the model by the presence of ``request_type``, then ``sub_task_id``, then ``action``.
 
 Each model's ``examples`` is the request docs/agents.md shows (and runs, on the offline model).
 """
@@ -105,10 +106,22 @@ class DesignAction(_Input):
         return self.action.replace("_", " ").replace("-", " ").strip().capitalize() + "."
 
 
+class DesignSubTask(_Input):
+    """The payload the first design's ``fan_out`` enqueues for one sub-task, ``{"parent_id", "sub_task_id", "input": {"action": ...}}``: the crew does ``input``, given the ``results`` of its ``dependencies`` when they come."""
+
+    parent_id: str = Field(min_length=1, max_length=200, description="the request the sub-task belongs to, returned in the result")
+    sub_task_id: str = Field(min_length=1, max_length=200, description="the sub-task's id, returned in the result (key your fan-in on it)")
+    input: DesignAction = Field(description='what to do, e.g. {"action": "analyze_reviews"}')
+    dependencies: list[str] | None = Field(None, max_length=64, description="ids of the sub-tasks it builds on")
+    results: dict[str, Any] | None = Field(None, max_length=64, description="their results, {sub_task_id: result}: given to the crew as earlier steps' answers")
+    priority: int | None = _priority()
+
+
 def _pick(own: type[BaseModel], value: Any) -> Any:
     # Validating here (not as a union) keeps error locations those of the chosen model: "order_id", not "OrderInput.order_id".
     if isinstance(value, dict):
-        chosen = DesignRequest if "request_type" in value else DesignAction if "action" in value else own
+        chosen = (DesignRequest if "request_type" in value else DesignSubTask if "sub_task_id" in value
+                  else DesignAction if "action" in value else own)
         return chosen.model_validate(value)
     return value
 
@@ -120,17 +133,17 @@ def _picker(own: type[BaseModel]) -> Any:
     return model_validator(mode="before")(classmethod(shape))
 
 
-class OrderRequest(RootModel[DesignRequest | DesignAction | OrderInput]):
+class OrderRequest(RootModel[DesignRequest | DesignSubTask | DesignAction | OrderInput]):
     _shape = _picker(OrderInput)
 
 
-class ReturnsRequest(RootModel[DesignRequest | DesignAction | ReturnsInput]):
+class ReturnsRequest(RootModel[DesignRequest | DesignSubTask | DesignAction | ReturnsInput]):
     _shape = _picker(ReturnsInput)
 
 
-class ProductRequest(RootModel[DesignRequest | DesignAction | ProductInput]):
+class ProductRequest(RootModel[DesignRequest | DesignSubTask | DesignAction | ProductInput]):
     _shape = _picker(ProductInput)
 
 
-class SupportRequest(RootModel[DesignRequest | DesignAction | SupportInput]):
+class SupportRequest(RootModel[DesignRequest | DesignSubTask | DesignAction | SupportInput]):
     _shape = _picker(SupportInput)

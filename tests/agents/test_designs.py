@@ -100,3 +100,38 @@ async def test_a_priority_at_the_top_of_the_designs_payload_is_accepted() -> Non
 async def test_bad_design_payloads_are_rejected_with_the_reason(agent: str, data: dict[str, Any], message: str) -> None:
     with pytest.raises(Reject, match=message.replace(".", r"\.")):
         await run_agent(REGISTRY.get(agent), data, ctx(agent))
+
+
+# The first design's fan_out enqueues each sub-task as {"parent_id", "sub_task_id", "input": {"action": ...}}, a dependent one
+# with "dependencies" and (once they are met) "results" {sub_task_id: result}: the payload its workers dequeue, published as it is
+PARENT = "6f848183-41ed-4296-abe7-6700b5d76036"
+
+
+async def test_the_designs_fan_out_sub_task_payloads_are_done() -> None:
+    first = await run("product_info", {"parent_id": PARENT, "sub_task_id": f"{PARENT}-reviews", "input": {"action": "analyze_reviews"}})
+    assert (first["parent_id"], first["sub_task_id"]) == (PARENT, f"{PARENT}-reviews") and first["answer"]
+    assert "Analyze reviews." in first["crew"]["task"]
+    dependent = await run("returns_processing", {
+        "parent_id": PARENT, "sub_task_id": f"{PARENT}-sentiment", "input": {"action": "sentiment_analysis"},
+        "dependencies": [f"{PARENT}-reviews"], "results": {f"{PARENT}-reviews": first, f"{PARENT}-pricing": "Priced 5% under the market"},
+    })
+    assert dependent["sub_task_id"] == f"{PARENT}-sentiment" and "Sentiment analysis." in dependent["crew"]["task"]
+    task = dependent["crew"]["task"]
+    assert f"- {PARENT}-reviews: {first['answer'][:40]}" in task and f"- {PARENT}-pricing: Priced 5% under the market" in task
+    # A dependent whose results are not given yet (the design's other branch) is done on its own
+    alone = await run("order_processing", {"parent_id": PARENT, "sub_task_id": f"{PARENT}-recommendation", "priority": 5,
+                                           "input": {"action": "generate_recommendation"}, "dependencies": [f"{PARENT}-pricing"]})
+    assert "Generate recommendation." in alone["crew"]["task"] and "earlier steps" not in alone["crew"]["task"]
+    routed = await run("support", {"parent_id": PARENT, "sub_task_id": f"{PARENT}-support", "input": {"action": "check_inventory", "sku": "SKU-001"}})
+    assert routed["sub_task_id"] == f"{PARENT}-support" and routed["answer"]
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"parent_id": PARENT, "sub_task_id": "s1", "input": {}}, "input.action"),
+    ({"parent_id": PARENT, "sub_task_id": "s1", "input": {"action": "x", "extra": 1}}, "input.extra"),
+    ({"sub_task_id": "s1", "input": {"action": "analyze_reviews"}}, "parent_id"),
+    ({"parent_id": PARENT, "sub_task_id": "s1", "input": {"action": "analyze_reviews"}, "results": []}, "results"),
+])
+async def test_bad_sub_task_payloads_are_rejected_with_the_reason(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(Reject, match=message.replace(".", r"\.")):
+        await run_agent(REGISTRY.get("product_info"), data, ctx("product_info"))
