@@ -78,7 +78,8 @@ class BatchWriter(Generic[T]):
             batch, self._queue = self._queue[: self._chunk], self._queue[self._chunk :]
             self._writing = True
             try:
-                written = await self._write(batch)
+                with backoff.trying():
+                    written = await self._write(batch)
             except asyncio.CancelledError:
                 self._queue[:0] = batch  # kept for whoever flushes next (a close writes what is queued)
                 raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from redis.asyncio import Redis
@@ -15,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.errors import ConfigError
-from streams.outage import HELD_BACK_CODES, WritesHeldBack, until_redis_answers
+from streams.outage import HELD_BACK_CODES, WritesHeldBack, call_failing, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
 
@@ -34,6 +35,21 @@ NOT_COVERED = "slots are not covered"
 MIN_REDIS = (6, 2, 0)
 
 
+class NoticingRetry(Retry):
+    """redis-py's Retry, telling the calling loop's :class:`~streams.outage.Backoff` of a call that timed out at once,
+    while it is sent again: else the loop learnt of a hang only after every try (3 × 15 s), and logged nothing at
+    all when the last one was answered."""
+
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        sent_at = time.monotonic()
+
+        async def failed(error: Exception, *more: Any) -> Any:
+            call_failing(error, sent_at)
+            return await fail(error, *more)
+
+        return await super().call_with_retry(do, failed, *args, **kwargs)
+
+
 def _client_options(retries: int = 2, timeout_s: float = SOCKET_TIMEOUT_S) -> dict[str, Any]:
     """What every client gets, single-node or cluster: replies as ``str``, explicit timeouts, retries on connection errors."""
     return {
@@ -45,7 +61,7 @@ def _client_options(retries: int = 2, timeout_s: float = SOCKET_TIMEOUT_S) -> di
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "socket_keepalive": True,
         "health_check_interval": 30,
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=retries),
+        "retry": NoticingRetry(ExponentialBackoff(cap=1.0, base=0.05), retries=retries),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
     }
 

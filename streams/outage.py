@@ -7,10 +7,12 @@ starts, one when it ends) and try again, so an outage or a cluster failover dela
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import redis.exceptions
 from redis.exceptions import ClusterError, OutOfMemoryError, ReadOnlyError, ResponseError, SlotNotCoveredError, TryAgainError
@@ -32,26 +34,51 @@ FLAP_LOGGED_AFTER_S = 2.0
 
 
 class Backoff:
-    """Capped exponential backoff for Redis outages, with one log line when one starts and one when it ends."""
+    """Capped exponential backoff for Redis outages, with one log line when one starts and one when it ends.
+
+    An outage starts when the first call of it was sent: a loop's calls inside :meth:`trying` tell it at their first
+    timeout, while redis-py still sends them again (streams.connection.NoticingRetry). Before, a call that timed out
+    reached the loop only after three tries (45 s at the 15 s socket timeout): no line until then, none at all for
+    a shorter hang, and "back after" timed from that line (a 50 s hang read "back after 4.7s")."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.delay_s = 0.0
         self.since: float | None = None
+        self._pass_at: float | None = None  # when the last pass of calls (trying) began
         self._logged_at = -FLAP_WINDOW_S
         self._told = False  # this outage's start was logged: so will its end be
         self._unlogged = 0  # short outages since the last logged one
 
-    async def failed(self, exc: BaseException) -> None:
+    @contextlib.contextmanager
+    def trying(self) -> Iterator[None]:
+        """Around one pass of the loop's calls to Redis: a call in it that times out tells this backoff at once, while
+        redis-py sends it again (only the running task's calls, not those of tasks the pass starts)."""
+        self._pass_at = time.monotonic()
+        token = _TRYING.set((asyncio.current_task(), self))
+        try:
+            yield
+        finally:
+            _TRYING.reset(token)
+
+    def _begun(self, exc: BaseException, at: float) -> None:
+        """The outage began at ``at`` unless it had begun already; logged once (flaps: see FLAP_WINDOW_S)."""
         now = time.monotonic()
         if self.since is None:
-            self.since = now
+            self.since = at
             self._told = False
         if not self._told and (now - self._logged_at >= FLAP_WINDOW_S or now - self.since >= FLAP_LOGGED_AFTER_S):
             self._told, self._logged_at = True, now
             unlogged, self._unlogged = self._unlogged, 0
             log.warning("%s: Redis unavailable (%s: %s); retrying with backoff%s", self.what, type(exc).__name__, exc,
                         f" ({unlogged} shorter outages since the last such line)" if unlogged else "")
+
+    async def failed(self, exc: BaseException) -> None:
+        # A call that timed out was sent a socket timeout ago at least, in this pass: when no retry told of it (the
+        # cluster client retries in its own loop), the pass's start is nearer the outage's than now is.
+        at = self._pass_at if isinstance(exc, RedisTimeoutError) and self._pass_at is not None else time.monotonic()
+        self._begun(exc, at)
+        self._pass_at = None
         self.delay_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self.delay_s * 2))
         await asyncio.sleep(self.delay_s)
 
@@ -63,6 +90,19 @@ class Backoff:
                 self._unlogged += 1
         self.since = None
         self.delay_s = 0.0
+
+
+_TRYING: ContextVar[tuple[asyncio.Task[Any] | None, Backoff] | None] = ContextVar("streams_outage_trying", default=None)
+
+
+def call_failing(exc: BaseException, sent_at: float) -> None:
+    """A call sent at ``sent_at`` failed, and redis-py may send it again (streams.connection): if it timed out, Redis
+    has not answered for a whole socket timeout, so tell the backoff of the running task's pass, if it is in one
+    (:meth:`Backoff.trying`). A connection lost and at once made again (Redis closed an idle one) is no outage; one
+    refused fails the call within a second, after redis-py's quick tries, and the loop logs it then."""
+    trying = _TRYING.get()
+    if trying is not None and trying[0] is asyncio.current_task() and isinstance(exc, RedisTimeoutError):
+        trying[1]._begun(exc, sent_at)
 
 
 class WritesHeldBack(ResponseError):
@@ -103,7 +143,8 @@ async def until_redis_answers(what: str, call: Callable[[], Awaitable[T]], *, un
     backoff = Backoff(what)
     while True:
         try:
-            answer = await call()
+            with backoff.trying():
+                answer = await call()
         except REDIS_DOWN as exc:
             if isinstance(exc, unless):
                 raise

@@ -160,7 +160,8 @@ class GroupRuntime:
         backoff = Backoff(f"{self.group}/{self.consumer} start")
         while True:
             try:
-                await self.ensure_groups()
+                with backoff.trying():
+                    await self.ensure_groups()
                 break
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
@@ -203,15 +204,16 @@ class GroupRuntime:
                 if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
                     continue
             try:
-                if self.stalled and await self.leases.sweep():  # older than anything unread
-                    backoff.ok()
-                    continue
-                if self.leftover and (await self._read_strict(self.leases.leftover_level()) or await self.leases.take_up_leftover()):
-                    backoff.ok()
-                    continue
-                got = await self._read_strict()
-                if not got and self.free_slots() > 0:
-                    await self._read_blocking()
+                with backoff.trying():
+                    if self.stalled and await self.leases.sweep():  # older than anything unread
+                        backoff.ok()
+                        continue
+                    if self.leftover and (await self._read_strict(self.leases.leftover_level()) or await self.leases.take_up_leftover()):
+                        backoff.ok()
+                        continue
+                    got = await self._read_strict()
+                    if not got and self.free_slots() > 0:
+                        await self._read_blocking()
                 backoff.ok()
             except asyncio.CancelledError:
                 raise
@@ -316,7 +318,8 @@ class GroupRuntime:
         backoff = Backoff(f"{self.group}/{self.consumer} start")
         while True:
             try:
-                await self.handler.on_entries(stream, fresh, reclaimed=reclaimed)
+                with backoff.trying():
+                    await self.handler.on_entries(stream, fresh, reclaimed=reclaimed)
                 break
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
@@ -337,7 +340,8 @@ class GroupRuntime:
             if while_accepting and not self._accepting:
                 continue
             try:
-                await step()
+                with backoff.trying():
+                    await step()
                 backoff.ok()
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
@@ -406,7 +410,9 @@ class GroupRuntime:
             backoff = Backoff(f"{self.group}/{self.consumer} hand back")
             for _ in range(20):
                 try:
-                    handed_back = await self.handler.hand_back(leftover)
+                    with backoff.trying():
+                        handed_back = await self.handler.hand_back(leftover)
+                    backoff.ok()
                     break
                 except REDIS_DOWN as exc:
                     await backoff.failed(exc)

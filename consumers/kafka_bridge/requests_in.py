@@ -80,7 +80,8 @@ class RequestsIn:
         backoff = Backoff("kafka-bridge publish")
         while True:
             try:
-                await self._write(by_lane, invalid, outcome)
+                with backoff.trying():
+                    await self._write(by_lane, invalid, outcome)
                 break
             except REDIS_DOWN as exc:
                 outcome = BatchOutcome()
