@@ -8,8 +8,7 @@
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
 --   ["handback", lane, eid, src, jid, [k, v, ...], usage, worker]   re-add to the lane at once, attempt not counted (fenced);
 --        only while the entry is pending under worker and the record names it: an entry another consumer took over
---        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0). Without
---        worker (the release before's op): the record's worker, and only on an entry delivered once (never taken over)
+--        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
 -- that finds its own write already made, as a copy of this call does, answers 1 all the same).
@@ -103,20 +102,11 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     local jid, worker = op[5], op[8]
     local pel = redis.call('XPENDING', lane, group, eid, eid, 1)
     local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'worker')
-    local unsure = false
-    if not worker or worker == '' then
-      -- the release before names no worker (a rolling upgrade): the one the record names, while the entry is pending
-      -- under it and was delivered once. A takeover (XAUTOCLAIM) counts a delivery; once the taker started the job,
-      -- the PEL and the record both name it, and the sender may be the worker it was taken from. Unsure: refused,
-      -- left to the lease, as before.
-      worker = rec[3]
-      unsure = pel[1] ~= nil and pel[1][4] ~= 1
-    end
-    if not worker or not pel[1] or pel[1][2] ~= worker or (rec[3] and rec[3] ~= worker) or unsure then
+    if not pel[1] or pel[1][2] ~= worker or (rec[3] and rec[3] ~= worker) then
       -- not ours: left unacked to the consumer that holds it. 1 when this very op ran before (a copy of the call):
       -- the entry it acked is no longer pending, and the record, queued on the copy it added, still names this worker.
       ack = false
-      out[#out + 1] = (worker and not pel[1] and rec[1] == 'queued' and rec[2] ~= op[4] and rec[3] == worker) and 1 or 0
+      out[#out + 1] = (not pel[1] and rec[1] == 'queued' and rec[2] ~= op[4] and rec[3] == worker) and 1 or 0
     elseif fenced_by(rec, op[4]) then
       out[#out + 1] = 0
     else

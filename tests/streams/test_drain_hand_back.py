@@ -8,19 +8,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from streams.config import StreamSettings
 from streams.embedded import RedisServer
-from streams.envelope import JobRequest, flat
+from streams.envelope import JobRequest
 from streams.jobs import JobProcessor
 from streams.keys import Keys, lanes_in_priority, partition_keys
 from streams.producer import Producer
 from streams.runtime import GroupRuntime
 from streams.scripts import Scripts
 from tests.streams.test_partition_forward import N, misplaced_id
-from tests.streams.test_resent_calls import Echo, drained_through_stall, started_by_w1
+from tests.streams.test_resent_calls import Echo, drained_through_stall
 from tests.support import StallsBeforeScript, serving, wait_results, wait_until
 
 
@@ -129,43 +128,3 @@ async def test_a_job_that_ended_while_its_settle_meets_a_stall_counts_as_finishe
     assert [(r.id, r.status.value, r.attempts) for r in ended] == [(published.job_id, "completed", 1)]
     assert (finished, handed_back) == (1, 0)
     await client.aclose()
-
-
-def old_hand_back(keys: Keys, lane: str, entry_id: str, job_id: str) -> list[str]:
-    """The settle args of a hand-back as the release before sends it: no worker field (a rolling upgrade)."""
-    fields = flat({"agent": "echo", "data": "{}", "id": job_id, "source_id": entry_id})
-    op = ["handback", lane, entry_id, f"normal/{entry_id}", job_id, fields, ""]
-    return [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]
-
-
-async def test_an_old_workers_hand_back_goes_back_while_the_job_is_still_its_own(redis: Redis, keys: Keys, producer: Producer) -> None:
-    # Given a job w1 read and started, w1 on the release before (its hand-back op names no worker)
-    await producer.publish("echo", {}, id="old-hand-back")
-    lane, entry_id, scripts = await started_by_w1(redis, keys, "old-hand-back")
-    # When w1 drains and hands it back
-    reply = await scripts.settle(keys=[keys.results, keys.dead, keys.delayed, keys.slot_guard], args=old_hand_back(keys, lane, entry_id, "old-hand-back"))
-    # Then it goes back to the lane at once, the attempt not counted, and w1's entry is acked (before: refused,
-    # left pending to wait out the whole lease)
-    assert reply == [1]
-    assert await redis.xlen(lane) == 2
-    assert await redis.hmget(keys.job("old-hand-back"), ["status", "attempts", "worker"]) == ["queued", "0", "w1"]
-    assert (await redis.xpending(lane, "workers"))["pending"] == 0
-
-
-async def test_an_old_workers_hand_back_leaves_a_job_another_worker_took_over(redis: Redis, keys: Keys, producer: Producer) -> None:
-    # Given a job w1 (on the release before) read and started, then taken over by w2 (XAUTOCLAIM: w1's lease looked stalled)
-    await producer.publish("echo", {}, id="old-taken-over")
-    lane, entry_id, scripts = await started_by_w1(redis, keys, "old-taken-over")
-    settle_keys, args = [keys.results, keys.dead, keys.delayed, keys.slot_guard], old_hand_back(keys, lane, entry_id, "old-taken-over")
-    await redis.xautoclaim(lane, "workers", "w2", 0, "0-0", count=1)
-    # When w1's hand-back comes before w2 started the job (the record still names w1), or after (it names w2 too)
-    before_start = await scripts.settle(keys=settle_keys, args=args)
-    entry = [entry_id, "old-taken-over", "echo", "1", "3", "", "1", "", "", ""]
-    await scripts.start(keys=[lane, keys.slot_guard], args=[keys.job_prefix, "normal", 1_700_000_000_456, "w2", orjson.dumps([entry]).decode()])
-    after_start = await scripts.settle(keys=settle_keys, args=args)
-    # Then both are refused: no copy in the lane, the entry still pending under w2, which runs and settles it
-    assert (before_start, after_start) == ([0], [0])
-    assert await redis.xlen(lane) == 1
-    (pending,) = await redis.xpending_range(lane, "workers", min="-", max="+", count=10)
-    assert (pending["message_id"], pending["consumer"]) == (entry_id, "w2")
-    assert await redis.hmget(keys.job("old-taken-over"), ["status", "worker", "source"]) == ["running", "w2", f"normal/{entry_id}"]
