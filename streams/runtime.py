@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from redis.asyncio import Redis
@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from streams.connection import BLOCK_MS
 from streams.entries import Entry, EntryHandler, ReadReply, Slot
 from streams.groups import ensure_group, is_nogroup
+from streams.helper_loops import HelperLoops, survive
 from streams.leases import Leases
 from streams.outage import REDIS_DOWN, REDIS_FAILED, Backoff
 from streams.quiet import QuietStreams, by_slot, slot_of_for
@@ -35,8 +36,6 @@ __all__ = ["Entry", "EntryHandler", "GroupRuntime", "Slot", "is_nogroup"]
 READ_BATCH = 500
 # A blocking read per slot on a cluster waits for its siblings: keep each short so a woken slot is read again soon.
 CLUSTER_BLOCK_MS = 100
-# After an error no loop expects, the loop goes on after this pause (not in a busy loop).
-UNEXPECTED_PAUSE_S = 1.0
 
 
 class GroupRuntime:
@@ -95,7 +94,7 @@ class GroupRuntime:
         self._blocking_groups = list(by_slot(self.streams, slot_of).values())
         self.quiet = QuietStreams(redis, group, slot_of)
         self._reader: asyncio.Task[None] | None = None
-        self._helpers_stopped = False
+        self.helpers = HelperLoops(self)  # renewal, reclaim, upkeep, cleanup: beside the read (streams.helper_loops)
         self.leftover: dict[str, list[tuple[str, float]]] = {}  # pending here, held by no slot: a read's beyond the free slots
         self.unsettled: dict[Slot, float] = {}  # pending here, held by no slot: let go unsettled
         self.stalled = False  # entries stalled elsewhere wait for slots: the read loop sweeps before it reads (Leases.sweep)
@@ -166,24 +165,17 @@ class GroupRuntime:
             except REDIS_DOWN as exc:
                 await backoff.failed(exc)
         backoff.ok()
-        helpers = [asyncio.create_task(loop()) for loop in (self._renew_loop, self._sweep_loop, self._tick_loop, self._forget_loop)]
+        self.helpers.start()
         self._reader = asyncio.create_task(self._read_loop())
         try:
             await self._reader
         except asyncio.CancelledError:
             if self._accepting:
                 raise
-        finally:
-            self._helpers = helpers
 
     async def stop_helpers(self) -> None:
-        """Stop renewal, reclaim, upkeep and cleanup. The flag ends a loop even where a library turned the
-        cancellation into an error the loop rides out (a timeout racing the cancel)."""
-        self._helpers_stopped = True
-        await self.quiet.close()
-        for task in getattr(self, "_helpers", []):
-            task.cancel()
-        await asyncio.gather(*getattr(self, "_helpers", []), return_exceptions=True)
+        """Stop renewal, reclaim, upkeep and cleanup (:meth:`HelperLoops.stop`)."""
+        await self.helpers.stop()
 
     def stop_accepting(self) -> None:
         """Claim nothing more; renewals go on so in-flight work keeps its leases."""
@@ -227,13 +219,7 @@ class GroupRuntime:
                     log.exception("%s: Redis refused a read", self.group)
                     await backoff.failed(exc)
             except Exception:
-                await self._survive("the read loop")
-
-    async def _survive(self, loop: str) -> None:
-        """Called in an ``except`` block for an error no loop expects (a bug, a library's surprise): logged with its
-        traceback, then the loop goes on after a pause, so nothing stops reading, renewing or reclaiming for good."""
-        log.exception("%s/%s: unexpected error in %s; going on in %.0fs", self.group, self.consumer, loop, UNEXPECTED_PAUSE_S)
-        await asyncio.sleep(UNEXPECTED_PAUSE_S)
+                await survive(self, "the read loop")
 
     async def _await_refill(self) -> None:
         """Wait up to ``refill_wait_s`` until ``refill`` slots are free."""
@@ -329,59 +315,6 @@ class GroupRuntime:
                         self.release(stream, eid, settled=False)
                 raise
         backoff.ok()
-
-    async def _every(self, every_s: float, what: str, step: Callable[[], Awaitable[object]], *,
-                     while_accepting: bool = False, quiet_nogroup: bool = False) -> None:
-        """Run ``step`` every ``every_s`` until the helpers stop: Redis down backs off, a refusal is logged, any
-        other error is survived."""
-        backoff = Backoff(f"{self.group}/{self.consumer} {what}")
-        while not self._helpers_stopped:
-            await asyncio.sleep(every_s)
-            if while_accepting and not self._accepting:
-                continue
-            try:
-                with backoff.trying():
-                    await step()
-                backoff.ok()
-            except REDIS_DOWN as exc:
-                await backoff.failed(exc)
-            except ResponseError as exc:
-                if not (quiet_nogroup and is_nogroup(exc)):
-                    log.warning("%s: %s refused: %s", self.group, what, exc)
-            except Exception:
-                await self._survive(what)
-
-    async def _renew_loop(self) -> None:
-        """Reset the idle time of every held entry well inside the lease (XCLAIM ... JUSTID); tell the handler of
-        entries still at work that another consumer took over."""
-        async def step() -> None:
-            lost = await self.leases.renew()
-            if lost and self.handler is not None:
-                await self.handler.taken_over(lost)
-        await self._every(max(0.1, self.lease_s / 4), "lease renewal", step)
-
-    async def _sweep_loop(self) -> None:
-        """XAUTOCLAIM entries idle past the lease (their consumer died or hung), then take up our own orphans."""
-        async def step() -> None:
-            await self.leases.sweep()
-            await self.leases.take_up_orphans()
-        await self._every(min(max(0.5, self.lease_s / 2), 10.0), "the reclaim sweep", step, while_accepting=True, quiet_nogroup=True)
-
-    async def _tick_loop(self) -> None:
-        assert self.handler is not None
-        await self._every(self.tick_s, "upkeep", self.handler.tick)
-
-    async def _forget_loop(self) -> None:
-        """Now and then, drop consumers idle past ``forget_idle_s`` with nothing pending."""
-        every_s = min(60.0, max(1.0, self.forget_idle_s / 10))
-        while not self._helpers_stopped:
-            await asyncio.sleep(every_s)
-            try:
-                await self.leases.forget_idle_consumers()
-            except REDIS_FAILED as exc:  # a cluster's "no node answers" is no RedisError: it ended the loop
-                log.debug("%s: consumer cleanup skipped: %s", self.group, exc)
-            except Exception:
-                await self._survive("consumer cleanup")
 
     # -- drain ---------------------------------------------------------------
 
