@@ -27,6 +27,7 @@ def count_retry(agent: str, report: Callable[[bool], None] | None) -> Callable[[
 
 def count_ending(agent: str, status: str, dead_reason: str | None, job_id: str, error: str | None, *, workflow: bool = False,
                  report: Callable[[bool], None] | None = None) -> Callable[[bool], None]:
+    """A job's ending (and its dead letter, its workflow's ending) counts once written: a fenced op only acked."""
     def written(wrote: bool) -> None:
         if wrote:
             metrics.jobs(agent, status).inc()
