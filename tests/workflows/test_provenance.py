@@ -13,11 +13,11 @@ from tests.workflows.support import start_workers, wait_event
 
 async def test_a_workflows_dead_letter_names_the_entry_it_last_ran_from(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given a workflow whose one step fails every attempt, the entry its producer wrote
-    start_workers(workers, 1, "--concurrency", "4")
     wf = Workflow("wf-source")
     wf.step("doomed", "echo", {"fail_first": 9}, max_attempts=1)
     await producer.publish_workflow(wf)
-    ((written, _),) = await redis.xrange(keys.lane("normal"))
+    ((written, _),) = await redis.xrange(keys.lane("normal"))  # read before a worker starts it: its step joins the lane
+    start_workers(workers, 1, "--concurrency", "4")
     assert (await wait_event(redis, keys, "wf-source")).status == "failed"
     # Then its dead letter names that entry as its source and as the one it last ran from (before: no last_source_id)
     (first,) = [d for d in await list_dead(redis, keys) if d.id == "wf-source"]
