@@ -30,11 +30,9 @@ WORKFLOW_INPUTS_SHARES = 16  # workflow.lua's WF_INPUTS_SHARES: the workflow's s
 
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
 MAX_EPOCH_MS = 253_402_300_799_999
-# The bounds of a request's own attempt budget, held everywhere a request is read (the gateway, the Python API and
-# `submit`, the Kafka bridge, a worker reading a raw XADD): an endless timeout, or attempts without end, would keep a
-# failing job retrying for good.
-MAX_TIMEOUT_S = 86_400  # the longest timeout_s of one attempt; inf and NaN are refused too
-MAX_ATTEMPTS = 1000
+# A request's attempt budget, bounded wherever a request is read (gateway, Python API, Kafka, a raw XADD's worker):
+# an endless timeout, or endless attempts, would keep a failing job retrying for good. inf and NaN are refused too.
+MAX_TIMEOUT_S, MAX_ATTEMPTS = 86_400, 1000
 
 
 class Status(StrEnum):

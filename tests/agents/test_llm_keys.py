@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agents.llm import ChatResult, LLMRequestError, LLMUnavailable
+from agents.llm import ChatResult, LLMClient, LLMRequestError, LLMUnavailable
 from tests.agents.test_llm_hostile import HELLO, client_for, ok
 from tests.hostile import HostilePeer, Start, response, started_peers
 
@@ -46,16 +46,20 @@ async def always(peer: Start, reply: bytes) -> HostilePeer:
     return await peer(answer)
 
 
-async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> None:
-    # Given three keys, and an endpoint that benches key#1 for 60 s (429) and answers the others
-    p = await key1_refused(peer, response(429, b"{}", headers="retry-after: 60\r\n"))
-    client = client_for(p.url, api_keys=",".join(KEYS), max_backoff_s=60.0)
+async def all_fine(client: LLMClient, calls: int) -> None:
+    """Make ``calls`` calls one after another, each answered "fine", then close the client."""
     try:
-        # When seven calls are made one after another
-        for _ in range(7):
+        for _ in range(calls):
             assert (await client.chat(HELLO)).content == "fine"
     finally:
         await client.aclose()
+
+
+async def test_the_key_after_a_cooling_one_gets_no_double_share(peer: Start) -> None:
+    # Given three keys, and an endpoint that benches key#1 for 60 s (429) and answers the others
+    p = await key1_refused(peer, response(429, b"{}", headers="retry-after: 60\r\n"))
+    # When seven calls are made one after another
+    await all_fine(client_for(p.url, api_keys=",".join(KEYS), max_backoff_s=60.0), 7)
     # Then key#1 was tried once, and the two usable keys took turns: neither is handed out twice in a row
     sent = [key_of(head) for head in p.heads]
     assert sent == ["key#1", "key#2", "key#3", "key#2", "key#3", "key#2", "key#3", "key#2"], sent
@@ -150,14 +154,9 @@ async def test_a_call_waiting_for_a_slot_takes_the_first_key_that_frees_one(peer
 async def test_a_key_the_provider_refuses_as_unauthorized_is_benched_and_the_call_goes_on(peer: Start) -> None:
     # Given three keys, and an endpoint that answers 401 to key#1 (revoked) and completes with the others
     p = await key1_refused(peer, UNAUTHORIZED)
-    client = client_for(p.url, api_keys=",".join(KEYS))
-    try:
-        # When six calls are made one after another (before, the first failed outright: 'provider refused', and
-        # every third call after it too, each failing its job's attempt)
-        for _ in range(6):
-            assert (await client.chat(HELLO)).content == "fine"
-    finally:
-        await client.aclose()
+    # When six calls are made one after another (before, the first failed outright: 'provider refused', and
+    # every third call after it too, each failing its job's attempt)
+    await all_fine(client_for(p.url, api_keys=",".join(KEYS)), 6)
     # Then key#1 was sent once, and the calls went on with the two keys left
     sent = [key_of(head) for head in p.heads]
     assert sent.count("key#1") == 1 and len(sent) == 7, sent
