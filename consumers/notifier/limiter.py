@@ -16,7 +16,7 @@ may join the queue depends on the endpoint:
   endpoint only competes once it has answered, which takes a read).
 - healthy while others compete: up to its share of the slots (or what it
   drains in ``queue_wait_s``, if more). Beyond that it is told busy, with the
-  time its queue needs to drain, and parked in the delayed set;
+  time until one of its connections is free for it, and parked in the delayed set;
   :meth:`EndpointLimiter.tick` sends its newest waiters beyond the share away
   the same way, so a bottleneck never keeps every slot from the others.
 - slow or stalled (an answer took longer than ``SLOW_S`` and a few fast ones
@@ -61,6 +61,7 @@ class EndpointQueue:
     waiters: deque[asyncio.Future[bool]] = field(default_factory=deque)
     in_flight: int = 0
     held: int = 0  # admitted and not yet left: waiting or in flight
+    leaving: int = 0  # of held, those sent away by tick that have not yet been told when to come back
     latency_s: float = INITIAL_LATENCY_S
     stalled_since: float = field(default_factory=time.monotonic)
     last_arrival: float = 0.0
@@ -155,7 +156,7 @@ class EndpointLimiter:
                     latency = queue.latency(now)
                     return Busy(f"{origin} is slow ({latency:.1f}s) with {queue.held} deliveries under way", latency, growing=True)
             elif not returning and (room := self.room(queue, now)) is not None and waiting >= room:
-                return Busy(self._over_room(queue), self._come_back_s(queue, now))
+                return Busy(self._over_room(queue), self._come_back_s(queue, now, ahead=queue.held - queue.leaving))
         queue.held += 1
         return queue
 
@@ -170,8 +171,11 @@ class EndpointLimiter:
         try:
             return await turn
         except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled() and turn.result():
-                self.finished(queue, None)  # granted, never used: pass it on
+            if turn.done() and not turn.cancelled():
+                if turn.result():
+                    self.finished(queue, None)  # granted, never used: pass it on
+                else:
+                    queue.leaving -= 1  # sent away, never to ask when to come back
             else:
                 try:
                     queue.waiters.remove(turn)
@@ -259,29 +263,38 @@ class EndpointLimiter:
             for turn in reversed(newest):  # told oldest first, so they are parked, and come back, in their order
                 if not turn.done():
                     turn.set_result(False)
+                    queue.leaving += 1
                     sent_away += 1
         return sent_away
 
     def sent_away(self, queue: EndpointQueue) -> Busy:
         """Why a waiting delivery was sent away, and when to bring it back."""
         now = time.monotonic()
+        queue.leaving -= 1
         if queue.suspect(now) and self._budget_hung:
             return Busy(f"{queue.origin} is not proven healthy and such endpoints hold all {self.suspect_budget} "
                         "connections allowed them, most of them stalled", SLOW_S, growing=True)
         if queue.slow(now):
             return Busy(f"{queue.origin} turned slow ({queue.latency(now):.1f}s) while this delivery waited", queue.latency(now), growing=True)
-        return Busy(self._over_room(queue), self._come_back_s(queue, now))
+        return Busy(self._over_room(queue), self._come_back_s(queue, now, ahead=queue.held - 1 - queue.leaving))
 
     def _over_room(self, queue: EndpointQueue) -> str:
         if len(self._active) > 1:
             return f"{queue.origin} has {queue.held} deliveries queued while other endpoints wait"
         return f"{queue.origin} has {queue.held} deliveries queued, more than it serves in {LONE_QUEUE_S:g}s"
 
-    def _come_back_s(self, queue: EndpointQueue, now: float) -> float:
-        """When a delivery parked now should come back: after its queue and every one parked before it, one
-        turn apart at the endpoint's rate, so they return in order and about when it can take them."""
+    def _come_back_s(self, queue: EndpointQueue, now: float, *, ahead: int) -> float:
+        """When a delivery parked now should come back: when a connection is free for it, after the ``ahead``
+        deliveries still in its queue (in flight or waiting; not those sent away with it) and every one parked
+        before it, one turn apart at the endpoint's rate, so they return in order, each as it can be started.
+
+        Its connections take the first of those ahead at once, so one is free for it once ``ahead - connections
+        + 1`` have finished. Counting every one ahead as a turn (and those sent away with it as ahead) brought each
+        parked delivery back a whole latency late, a run sent away together a turn later still for each of them,
+        the endpoint's connections unused meanwhile."""
         turn_s = queue.latency_s / self.per_endpoint
-        queue.parked_until = max(now + queue.held * turn_s, queue.parked_until) + turn_s
+        free_at = now + max(0, ahead - queue.connections(self.per_endpoint)) * turn_s
+        queue.parked_until = max(free_at, queue.parked_until) + turn_s
         return queue.parked_until - now
 
     def _forget_idle(self) -> None:
