@@ -43,6 +43,7 @@ log = logging.getLogger("streamcrew.notifier")
 
 BUSY_DELAY_S = 0.5  # first wait of a delivery parked because its endpoint is busy; doubled each time in a row
 BUSY_DELAY_MAX_S = 30.0
+CAP_SPREAD = 0.5  # a park that reaches the cap comes back between this fraction of it and the cap, spread at random
 SUMMARY_S = 10.0
 ID_LOGGED = 200  # a raw result's id has no length bound: a log line quotes its start
 
@@ -81,6 +82,17 @@ def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]
     agent, status = raw.get("agent", ""), raw.get("status", "")
     urls += [s.url for s in subscriptions if s.matches(agent, status)]
     return list(dict.fromkeys(urls))
+
+
+def capped(wait_s: float) -> float:
+    """A busy park's wait, at most ``BUSY_DELAY_MAX_S``; one that reaches the cap comes back at a random time in the
+    last half of it. Deliveries parked together (a burst, each parked several times in a row, or a healthy
+    endpoint's run beyond 30 s of its work) all reached the cap at once and came back, and were parked again, as
+    one herd every 30 s, taking up the read while other endpoints' results waited; spread, they come back a few
+    at a time."""
+    if wait_s < BUSY_DELAY_MAX_S:
+        return wait_s
+    return BUSY_DELAY_MAX_S * random.uniform(CAP_SPREAD, 1.0)
 
 
 def loggable(url: str) -> str:
@@ -159,9 +171,9 @@ class NotifierHandler:
             later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1)
             if a.backing_off or a.retry_after_s is None:  # a slow endpoint: spaced out, further each time in a row
                 growing = BUSY_DELAY_S * 2.0 ** min(p.deferred, 10) * random.uniform(0.75, 1.25)
-                wait_s = min(BUSY_DELAY_MAX_S, max(growing, a.retry_after_s or 0.0))
+                wait_s = capped(max(growing, a.retry_after_s or 0.0))
             else:  # a healthy one over its share: back when its turn comes, in order
-                wait_s = min(BUSY_DELAY_MAX_S, a.retry_after_s)
+                wait_s = capped(a.retry_after_s)
             return Decision(delayed=(now_ms() + int(wait_s * 1000), later.member()))
         if a.kind is Kind.REFUSED:
             return Decision(dead=self._dead(p, attempts, status, a.error), outcome=Outcome.REFUSED)

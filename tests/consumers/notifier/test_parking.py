@@ -9,9 +9,15 @@ taken up by them while another endpoint's results wait.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import orjson
 from redis.asyncio import Redis
 
 from bench.receivers import Arrival, PacedReceiver
+from consumers.notifier.handler import BUSY_DELAY_MAX_S
+from streams.envelope import now_ms
 from streams.keys import Keys
 from tests.consumers.notifier.conftest import NotifierFactory, pending
 from tests.consumers.notifier.test_pacing import add_results
@@ -54,5 +60,59 @@ async def test_a_parked_delivery_comes_back_when_its_endpoint_has_a_free_connect
         await receiver.stop()
 
 
+async def fast_lags(redis: Redis, keys: Keys, fast: PacedReceiver, until_ms: int, *, every_s: float = 0.05) -> list[float]:
+    """Send the fast endpoint one result every ``every_s`` until ``until_ms``; each one's delivery latency, sorted."""
+    sent: dict[str, float] = {}
+    while now_ms() < until_ms:
+        sent[f"fast-{len(sent)}-0"] = time.perf_counter()
+        await add_results(redis, keys, [fast.url()], prefix=f"fast-{len(sent) - 1}")
+        await asyncio.sleep(every_s)
+    await fast.wait_for(len(sent), prefix="/hook", timeout=30)
+    at = {a.webhook_id: a.at for a in fast.arrivals}
+    return sorted(at[i] - t for i, t in sent.items())
+
+
+async def test_a_herd_parked_at_the_cap_comes_back_spread_out_and_another_endpoint_keeps_its_pace(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a notifier that knows endpoint S answers in 1.5 s (slow), and a fast endpoint F
+    slow = await PacedReceiver(latency_s=1.5, limit=10).start()
+    fast = await PacedReceiver(latency_s=0.005).start()
+    try:
+        notifier = notifiers.start()
+        await add_results(redis, keys, [slow.url(), fast.url()], prefix="warm")
+        await slow.wait_for(1, timeout=20)
+        await fast.wait_for(1, timeout=20)
+        fast.arrivals.clear()
+        # And 3,000 of S's deliveries, parked many times in a row (so at the 30 s cap), all due now
+        herd = 3000
+        t = now_ms()
+        await redis.zadd(keys.webhooks_delayed, {
+            orjson.dumps({"id": f"herd-{n}", "url": slow.url(), "event": "{}", "attempts": "0", "last_status": "", "error": "",
+                          "deferred": "9", "n": f"{n:012x}"}).decode(): t for n in range(herd)})
+        # When they come back, are told S is busy, and are parked again
+        await wait_until(lambda: _at_least(redis.zcount(keys.webhooks_delayed, t + 1, "+inf"), herd - 100), timeout=30,
+                         what="the herd parked again")
+        scores = [s for _, s in await redis.zrangebyscore(keys.webhooks_delayed, t + 1, "+inf", withscores=True)]
+        spread_s = (max(scores) - min(scores)) / 1000
+        # Then they are due again spread over the cap's last half, not all at one moment
+        print(f"{len(scores)} parked again, due over {spread_s:.1f}s")
+        assert spread_s >= BUSY_DELAY_MAX_S / 4, f"{len(scores)} deliveries parked again to come back within {spread_s:.2f}s"
+        assert max(scores) <= now_ms() + BUSY_DELAY_MAX_S * 1000
+        # And while they come back a second time, F's results (one every 50 ms) keep their pace
+        lags = await fast_lags(redis, keys, fast, int(max(scores)) + 1000)
+        print(f"F's latency while the herd came back: median {lags[len(lags) // 2] * 1000:.0f} ms, "
+              f"99th {lags[len(lags) * 99 // 100] * 1000:.0f} ms, worst {lags[-1] * 1000:.0f} ms of {len(lags)}")
+        assert lags[-1] < 0.15, f"F's webhooks waited up to {lags[-1]:.2f}s behind the herd"
+        notifier.kill()
+    finally:
+        await slow.stop()
+        await fast.stop()
+
+
 async def _eq(awaitable: object, expected: int) -> bool:
     return int(await awaitable) == expected  # type: ignore[misc]
+
+
+async def _at_least(awaitable: object, expected: int) -> bool:
+    return int(await awaitable) >= expected  # type: ignore[misc]
