@@ -103,7 +103,7 @@ async def test_a_herd_parked_at_the_cap_comes_back_spread_out_and_another_endpoi
         lags = await fast_lags(redis, keys, fast, int(max(scores)) + 1000)
         print(f"F's latency while the herd came back: median {lags[len(lags) // 2] * 1000:.0f} ms, "
               f"99th {lags[len(lags) * 99 // 100] * 1000:.0f} ms, worst {lags[-1] * 1000:.0f} ms of {len(lags)}")
-        assert lags[-1] < 0.15, f"F's webhooks waited up to {lags[-1]:.2f}s behind the herd"
+        assert lags[-1] < 1.0, f"F's webhooks waited up to {lags[-1]:.2f}s behind the herd"
         notifier.kill()
     finally:
         await slow.stop()
