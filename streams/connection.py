@@ -152,6 +152,19 @@ class StreamsCluster(RedisCluster):
                     return slots.pop()
         return await super()._determine_slot(command, *args)
 
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        """One try of a call on one node, telling the calling loop's backoff at once when it timed out
+        (:class:`NoticingRetry`'s job on a single Redis): the cluster client retries in a loop of its own, which
+        only reads the retry object's count and backoff, so before, a loop learnt of a hung master after every
+        try (3 × 5 s), or never when the promoted replica answered a later one. (Pipelines read on tasks of their
+        own: their loops still learn of it once the tries are spent.)"""
+        sent_at = time.monotonic()
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        except RedisTimeoutError as exc:
+            call_failing(exc, sent_at)
+            raise
+
 
 def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
     """A Redis Cluster client for ``url`` (any one node, or several: streams.seeds), with the timeouts of :func:`connect`.

@@ -75,7 +75,7 @@ class Backoff:
 
     async def failed(self, exc: BaseException) -> None:
         # A call that timed out was sent a socket timeout ago at least, in this pass: when no retry told of it (the
-        # cluster client retries in its own loop), the pass's start is nearer the outage's than now is.
+        # cluster client's pipelines retry in their own loop), the pass's start is nearer the outage's than now is.
         at = self._pass_at if isinstance(exc, RedisTimeoutError) and self._pass_at is not None else time.monotonic()
         self._begun(exc, at)
         self._pass_at = None
@@ -103,6 +103,22 @@ def call_failing(exc: BaseException, sent_at: float) -> None:
     trying = _TRYING.get()
     if trying is not None and trying[0] is asyncio.current_task() and isinstance(exc, RedisTimeoutError):
         trying[1]._begun(exc, sent_at)
+
+
+def within_pass(call: Awaitable[T]) -> Awaitable[T]:
+    """``call``, to be run on a task of its own (``asyncio.gather``) as part of the running task's pass
+    (:meth:`Backoff.trying`): a call in it that times out tells the pass's backoff, as the pass's own calls do. (A
+    worker on a cluster blocks on every slot's lanes side by side; tasks the call starts in turn, jobs, stay apart.)"""
+    trying = _TRYING.get()
+    if trying is None or trying[0] is not asyncio.current_task():
+        return call
+    backoff = trying[1]
+
+    async def run() -> T:
+        _TRYING.set((asyncio.current_task(), backoff))  # in this task's own copy of the context only
+        return await call
+
+    return run()
 
 
 class WritesHeldBack(ResponseError):

@@ -23,7 +23,7 @@ from streams.entries import Entry, EntryHandler, ReadReply, Slot
 from streams.groups import ensure_group, is_nogroup
 from streams.helper_loops import HelperLoops, survive
 from streams.leases import Leases
-from streams.outage import REDIS_DOWN, REDIS_FAILED, Backoff
+from streams.outage import REDIS_DOWN, REDIS_FAILED, Backoff, within_pass
 from streams.quiet import QuietStreams, by_slot, slot_of_for
 from streams.scripts import Scripts
 
@@ -267,7 +267,7 @@ class GroupRuntime:
             await self._read_blocking_group(self.streams)
         else:
             block_ms = min(self.block_ms, CLUSTER_BLOCK_MS)
-            await asyncio.gather(*(self._read_blocking_group(group, block_ms) for group in self._blocking_groups))
+            await asyncio.gather(*(within_pass(self._read_blocking_group(group, block_ms)) for group in self._blocking_groups))
 
     async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> None:
         reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {s: ">" for s in streams}, count=1,

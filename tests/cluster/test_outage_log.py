@@ -1,0 +1,89 @@
+"""What a worker on a Redis Cluster logs while one master hangs (SIGSTOP: a frozen VM), as tests/consumers/test_outage_log.py
+checks on a single Redis.
+
+The cluster client retries a call in a loop of its own (no redis-py ``Retry.call_with_retry``), so a call that timed
+out reached the worker's loop only after every try: no line for the first socket timeouts, and none at all when the
+replica had taken over by the next try. Now the loop is told at the first timed-out call (streams.connection.StreamsCluster).
+A cluster of its own: the hung node stays a replica afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from streams.connection import connect_detected
+from streams.envelope import JobRequest
+from streams.keys import Keys, partition_keys
+from streams.producer import Producer
+from tests.cluster.conftest import PARTITIONS
+from tests.cluster.test_workers import wait_all_results
+from tests.cluster_support import LocalCluster, placed_cluster
+from tests.consumers.test_outage_log import outage_lines
+from tests.support import WorkerFactory, wait_until
+
+SOCKET_TIMEOUT_S = 2.0  # the worker's, through its URL (5 s by default on a cluster): a shorter test
+STALL_S = 6.0  # past one socket timeout; the replica takes over meanwhile (1 s node timeout)
+# The first line within one socket timeout and a loaded machine's slack: before, it came after the cluster client's
+# tries (3 × the timeout plus refreshes), or never when the promoted replica answered a later try.
+WARNED_WITHIN_S = SOCKET_TIMEOUT_S + 2.5
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    with placed_cluster(PARTITIONS) as local:
+        yield local
+
+
+async def test_a_hung_master_is_logged_at_the_first_timed_out_call_once_and_its_end_once(own_cluster: LocalCluster, tmp_path: Path) -> None:
+    prefix = f"c{uuid.uuid4().hex[:12]}"
+    keys = Keys(prefix)
+    url = own_cluster.listed_url()
+    workers = WorkerFactory(f"{url}?socket_timeout={SOCKET_TIMEOUT_S}", prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    redis = await connect_detected(url)
+    hung = own_cluster.master_of_slot(key_slot(partition_keys(keys, PARTITIONS)[0].results.encode()))
+    process = own_cluster.nodes[hung]
+    resume = threading.Timer(STALL_S, os.kill, (process.pid, signal.SIGCONT))  # a thread: resumed even if the test fails
+    try:
+        # Given a worker of every partition that has run jobs of all of them
+        worker = workers.start("--concurrency", "10")
+        await Producer(redis, keys, partitions=PARTITIONS).publish_many([JobRequest(agent="echo", data={}, id=f"j-{i}") for i in range(30)])
+        await wait_all_results(redis, keys, 30, timeout=30)
+
+        # When one master hangs for a few seconds
+        os.kill(process.pid, signal.SIGSTOP)
+        frozen_at = time.time()
+        resume.start()
+
+        # Then the read loop, which asks every partition in turn, says so at its first timed-out call
+        def read_lines() -> list[tuple[float, str, float | None]]:
+            return next((v for k, v in outage_lines(worker.log_text()).items() if k.endswith(" read")), [])
+
+        await wait_until(lambda: bool(read_lines()), timeout=3 * SOCKET_TIMEOUT_S + 10, what="the read loop's outage line")
+        warned_at = read_lines()[0][0]
+        assert warned_at - frozen_at < WARNED_WITHIN_S, (warned_at - frozen_at, worker.log_text()[-4000:])
+        # And says when it is over, timed from its first unanswered call
+        await wait_until(lambda: len(read_lines()) >= 2, timeout=30, what="the read loop's end line")
+        (_, first, _), (_, second, back_after) = read_lines()[:2]
+        assert (first, second) == ("unavailable", "back") and back_after is not None and back_after >= SOCKET_TIMEOUT_S - 0.3, read_lines()
+        resume.join()
+        # And each loop that met the hang logged one line when it began and one when it ended, none per retry
+        # (jobs still run afterwards: every loop has passed the hang)
+        await Producer(redis, keys, partitions=PARTITIONS).publish_many([JobRequest(agent="echo", data={}, id=f"after-{i}") for i in range(30)])
+        await wait_all_results(redis, keys, 60, timeout=30)
+        log = worker.log_text()
+        lines = outage_lines(log)
+        assert {k: [kind for _, kind, _ in v] for k, v in lines.items()} == {k: ["unavailable", "back"] for k in lines}, log[-4000:]
+        assert worker.alive(), log[-3000:]
+    finally:
+        resume.cancel()
+        os.kill(process.pid, signal.SIGCONT)
+        workers.close()
+        await redis.aclose()
