@@ -29,13 +29,23 @@ def _lag(stream: dict[str, Any]) -> str:
     return _num(stream["lag"]) if stream["lag"] is not None or not stream["length"] else "unknown"
 
 
+def _group(stream: dict[str, Any]) -> str:
+    """The group's name, marked where the stream lacks it (deleted: every entry waits for a worker to make it again)."""
+    if not stream.get("group_missing"):
+        return str(stream["group"])
+    where = stream.get("group_missing_partitions")
+    if not where:
+        return f"{stream['group']} (no group)"
+    return f"{stream['group']} (no group in partition{'s' if len(where) > 1 else ''} {', '.join(map(str, where))})"
+
+
 def stats_table(figures: dict[str, Any]) -> Group:
     streams = Table(title=f"streams (prefix {figures['prefix']})")
     for column in ("stream", "group", "length", "pending", "lag", "oldest pending s", "consumers"):
         streams.add_column(column, justify="right" if column not in ("stream", "group") else "left")
     rows = [(name, s) for name, s in figures["lanes"].items()] + [("results", figures["results"])]
     for name, s in rows:
-        streams.add_row(*as_text(name, s["group"], _num(s["length"]), _num(s["pending"]), _lag(s),
+        streams.add_row(*as_text(name, _group(s), _num(s["length"]), _num(s["pending"]), _lag(s),
                                  _num(s["oldest_pending_age_s"]), str(len(s["consumers"]))))
     consumers = Table(title="consumers")
     for column in ("stream", "consumer", "pending", "idle s"):

@@ -14,7 +14,8 @@ SUMMED = ("length", "pending", "lag")
 
 
 def _merge_stream(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One stream's figures summed over partitions; the oldest age is the oldest of any partition."""
+    """One stream's figures summed over partitions; the oldest age is the oldest of any partition; the partitions whose
+    stream lacks its group (their lag counted as their length) by number."""
     out = dict(parts[0])
     for name in SUMMED:
         values = [p[name] for p in parts]
@@ -22,7 +23,10 @@ def _merge_stream(parts: list[dict[str, Any]]) -> dict[str, Any]:
     ages = [p["oldest_pending_age_s"] for p in parts if p["oldest_pending_age_s"] is not None]
     out["oldest_pending_age_s"] = max(ages) if ages else None
     out["consumers"] = _merge_consumers([c for p in parts for c in p["consumers"]])
-    out["last_delivered_id"] = None
+    out["last_delivered_id"] = None  # each partition's own is under ``partitions``
+    # Told by each partition, not read from the merged last_delivered_id (always unset here)
+    out["group_missing_partitions"] = [n for n, p in enumerate(parts) if p.get("group_missing")]
+    out["group_missing"] = bool(out["group_missing_partitions"])
     out["stream"] = str(parts[0]["stream"]).replace(":{0}:", ":{*}:", 1)
     return out
 

@@ -31,6 +31,9 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
             length, groups, pending, consumers = await pipe.execute(raise_on_error=False)
         except ResponseError:
             length, groups, pending, consumers = 0, [], None, []
+    # XINFO GROUPS answers for a stream that exists (an error for one that does not): one without the group had it
+    # deleted (XGROUP DESTROY). A worker makes it again at ID 0 (streams.groups), so every entry is undelivered.
+    stream_exists = not isinstance(groups, Exception)
     if isinstance(groups, Exception):
         groups = []
     if isinstance(pending, Exception):
@@ -38,7 +41,8 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
     if isinstance(consumers, Exception):
         consumers = []
     info = next((g for g in groups if g.get("name") == group), None)
-    lag = info.get("lag") if info else None
+    group_missing = stream_exists and info is None
+    lag = info.get("lag") if info else (length if group_missing and not isinstance(length, Exception) else None)
     oldest_pending = pending.get("min") if pending else None
     return {
         "stream": stream,
@@ -46,6 +50,7 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
         "length": int(length) if not isinstance(length, Exception) else 0,
         "pending": int(info["pending"]) if info else 0,
         "lag": int(lag) if lag is not None else None,
+        "group_missing": group_missing,
         "last_delivered_id": info.get("last-delivered-id") if info else None,
         "oldest_pending_age_s": _age_s(oldest_pending, now_ms),
         "consumers": [
@@ -56,7 +61,8 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
 
 
 async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_WINDOW) -> dict[str, Any]:
-    """Per lane length, pending, lag (Redis >= 7), oldest pending age and consumers; results; dead letters;
+    """Per lane length, pending, lag (Redis >= 7; the length where ``group_missing``), oldest pending age and consumers;
+    results; dead letters;
     and, unless ``window`` is None, the monitor's figures over the last ``window`` results (``streams.window``)."""
     now_ms = int(time.time() * 1000)
     lanes = {name: await _stream_stats(redis, keys.lane(name), WORKERS_GROUP, now_ms) for name in LANES}

@@ -190,7 +190,10 @@ class StreamStats(BaseModel):
     group: str
     length: int
     pending: int
-    lag: int | None = Field(description="entries not yet delivered to the group (Redis >= 7)")
+    lag: int | None = Field(description="entries not yet delivered to the group (Redis >= 7); the length where group_missing")
+    group_missing: bool = Field(False, description="the stream exists without its group (deleted: XGROUP DESTROY); its lag "
+                                "counts every entry, which a worker delivers once it makes the group again at ID 0")
+    group_missing_partitions: list[int] | None = Field(None, description="summed over partitions: those whose stream lacks the group")
     last_delivered_id: str | None = None
     oldest_pending_age_s: float | None
     consumers: list[ConsumerStats]
