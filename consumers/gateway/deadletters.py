@@ -23,8 +23,10 @@ from streams.errors import DeadLetterNotFound, StreamcrewError
 
 log = logging.getLogger("streamcrew.gateway")
 router = APIRouter(tags=["operations"])
-Reason = Annotated[Literal["invalid", "rejected", "exhausted", "expired", "too_large", "unencodable", "step_failed"] | None,
-                   Query(description="only dead letters of this reason (default: all)")]
+# The one list, streams.dead.REASONS (the CLI's --reason checks it too): a reason added there is taken here and listed
+# in the OpenAPI enum; any other ?reason= is a 422 naming them. (A Literal of a tuple is the Literal of its values.)
+ReasonName = Literal[dead.REASONS]  # type: ignore[valid-type]
+Reason = Annotated[ReasonName | None, Query(description="only dead letters of this reason (default: all)")]
 WebhookEntryId = Annotated[str, Path(pattern=dead.DEAD_ENTRY_PATTERN,
                                      description="webhook dead letter's entry_id: its entry ID, then :<partition> with partitions")]
 
