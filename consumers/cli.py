@@ -31,6 +31,7 @@ def worker(
     grace: Annotated[float | None, typer.Option(help="drain grace seconds \\[env STREAMCREW_GRACE_S, default 30]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error")] = None,
     partitions: Annotated[str | None, typer.Option("--partitions", help="partitions to read, e.g. 0-3,5 \\[env STREAMCREW_SERVE_PARTITIONS, default: all]")] = None,
+    tenant_max_running: Annotated[str | None, typer.Option(help='jobs of one tenant running at once, fleet-wide: N, or JSON {"*": N, "acme": M} \\[env STREAMCREW_TENANT_MAX_RUNNING, default: no cap]')] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the LLM agents \\[env STREAMCREW_LLM_BASE_URL, default: the offline model]")] = None,
     llm_api_keys: Annotated[str | None, typer.Option(help="comma-separated API keys, rotated on 429 (prefer the env variable) \\[env STREAMCREW_LLM_API_KEYS]")] = None,
     llm_model: Annotated[str | None, typer.Option(help="model name sent to the endpoint \\[env STREAMCREW_LLM_MODEL, default deepseek-v3.2]")] = None,
@@ -44,7 +45,7 @@ def worker(
 
     settings = build(WorkerSettings, agents=agents, concurrency=concurrency, app=app_module or None, lease_s=lease,
                      metrics_port=metrics_port, metrics_host=metrics_host, grace_s=grace, log_level=log_level, redis_url=redis_url, prefix=prefix,
-                     serve_partitions=partitions)
+                     serve_partitions=partitions, tenant_max_running=tenant_max_running)
     llm = build(LLMSettings, base_url=llm_base_url, api_keys=llm_api_keys, model=llm_model)
     setup_logging(settings.log_level)
     try:

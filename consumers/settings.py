@@ -10,6 +10,7 @@ from pydantic_settings import NoDecode
 
 from streams.config import StreamSettings
 from streams.keys import parse_partitions
+from streams.tenant_cap import TenantCaps, parse_tenant_caps
 
 DEFAULT_WORKER_METRICS_PORT = 9101
 DEFAULT_NOTIFIER_METRICS_PORT = 9102
@@ -53,6 +54,28 @@ class WorkerSettings(ServesPartitions):
     grace_s: float = Field(default=30.0, ge=0, description="seconds a draining worker lets in-flight jobs finish before handing them back")
     log_level: str = Field(default="info", description="debug, info, warning or error")
     log_summary_s: float = Field(default=10.0, ge=0, description="seconds between INFO summary lines of jobs done (per-job lines are DEBUG); 0 = off")
+    # NoDecode: "20" and '{"*": 20}' both reach _check_tenant_caps as given
+    tenant_max_running: Annotated[str, NoDecode] = Field(
+        default="",
+        description='jobs of one tenant running at once, fleet-wide: N for every tenant, or JSON {"*": N, "acme": M} ("*" the default, '
+                    "0 = no cap); over it a job waits parked, no attempt counted (docs/operations.md); unset = no cap")
+
+    @field_validator("tenant_max_running", mode="before")
+    @classmethod
+    def _check_tenant_caps(cls, value: object) -> object:
+        """Refused at start-up with the reason, not at the first job of a capped tenant."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        if not isinstance(value, str):
+            raise ValueError('an integer or a JSON object such as {"*": 20, "acme": 100}')
+        parse_tenant_caps(value)
+        return value
+
+    @property
+    def tenant_caps(self) -> TenantCaps | None:
+        return parse_tenant_caps(self.tenant_max_running)
 
     @field_validator("agents", "app", mode="before")
     @classmethod

@@ -118,7 +118,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
                            refill=settings.concurrency // REFILL_FRACTION if settings.refill_wait_ms else 1,
                            refill_wait_s=settings.refill_wait_ms / 1000)
     processor = JobProcessor(redis, keys, settings, runtime, AgentExecutor(registry, settings, pool),
-                             summary_every_s=settings.log_summary_s, partitions=partitions)
+                             summary_every_s=settings.log_summary_s, partitions=partitions, caps=settings.tenant_caps)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port, settings.metrics_host)
@@ -130,10 +130,11 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     if needs_crewai := missing_crewai(registry):
         log.warning("agents %s need CrewAI, which is not installed: %s (until then their jobs end rejected)",
                     ",".join(needs_crewai), CREWAI_EXTRA)
-    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s%s", name, ",".join(registry.names()),
+    log.info("worker %s ready: agents=%s concurrency=%d lease=%ss prefix=%s llm=%s%s%s", name, ",".join(registry.names()),
              settings.concurrency, settings.lease_s, settings.prefix,
              f"{llm_settings.model} at {loggable_url(llm_settings.base_url)}" if llm_settings.base_url else "offline model",
-             f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "")
+             f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "",
+             f" tenant_max_running={settings.tenant_max_running}" if settings.tenant_caps else "")
     finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, now_ms, result_fields
+from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, flat, now_ms, result_fields
 from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
@@ -33,6 +33,7 @@ from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.settle import Settler, done_op, drop_op, handback_op, retry_op
 from streams.superseded import runs_ended_elsewhere
+from streams.tenant_cap import TenantCapper, TenantCaps
 from streams.sizes import bounded_error, short, too_large
 from streams.tally import JobTally
 from streams.upkeep import Upkeep
@@ -97,8 +98,9 @@ class JobProcessor:
 
     def __init__(
         self, redis: Redis, keys: Keys, settings: StreamSettings, runtime: GroupRuntime, executor: JobExecutor,
-        *, summary_every_s: float = SUMMARY_EVERY_S, partitions: tuple[Keys, ...] | None = None,
+        *, summary_every_s: float = SUMMARY_EVERY_S, partitions: tuple[Keys, ...] | None = None, caps: TenantCaps | None = None,
     ) -> None:
+        """``caps``: STREAMCREW_TENANT_MAX_RUNNING (streams.tenant_cap); None = no tenant is capped."""
         self.redis = redis
         self.keys = keys
         self.partitions = partitions or (keys,)
@@ -108,6 +110,7 @@ class JobProcessor:
         self.executor = executor
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
+        self.caps = TenantCapper(self._scripts, caps, partitions=settings.partitions, lease_s=runtime.lease_s)
         self.settler = Settler(redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
                                job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
                                hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)
@@ -117,7 +120,7 @@ class JobProcessor:
                                     moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
                                     failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
-        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions)
+        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, self.caps)
         self._tally = JobTally()
         self._summary_every_s = summary_every_s
         runtime.handler = self
@@ -179,10 +182,13 @@ class JobProcessor:
         entries = [
             (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts),
              "" if c.request.deadline is None else str(c.request.deadline), "1" if c.request.id else "0",
-             c.request.tenant or "", c.request.webhook or "", c.request.traceparent or "")
+             c.request.tenant or "", c.request.webhook or "", c.request.traceparent or "",
+             *((str(cap), flat(readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id))) if (cap := self.caps.cap(c.request)) else ()))
             for c in claimed
         ]
         args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
+        if self.caps.caps is not None:
+            args.append(self.caps.hold_ms)
         reply = await self._start_call([stream, self._keys_of[stream].slot_guard], args)
         for c, (decision, attempts, used, job_id, first_started, before) in zip(claimed, reply, strict=True):
             attempts, used, c.job_id = int(attempts), int(used), str(job_id)
@@ -192,6 +198,9 @@ class JobProcessor:
                 run = Running(c, attempts, used, started, parse_usage(before), first_start=started == now)
                 self._running[(stream, c.entry_id)] = run
                 self.runtime.attach(stream, c.entry_id, asyncio.create_task(self._run(run)))
+            elif decision == "parked":  # its tenant's cap is reached: its ending frees a slot (streams.tenant_cap)
+                log.debug("job=%s entry=%s tenant=%s outcome=parked", c.job_id, c.entry_id, c.request.tenant)
+                self.settler.submit(drop_op(stream, c.entry_id))
             elif decision == "dup":
                 log.debug("job=%s entry=%s outcome=duplicate (already owned or ended)", c.job_id, c.entry_id)
                 self.settler.submit(drop_op(stream, c.entry_id))
@@ -277,7 +286,8 @@ class JobProcessor:
         fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
-        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far))
+        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far),
+                      cap=self.caps.op_info(c.request))
         op.on_written = count_retry(c.request.agent, report)
         self.settler.submit(op)
         return f"retry_in_{delay_s:.2f}s"
@@ -312,7 +322,7 @@ class JobProcessor:
         dead = None
         if dead_reason:
             dead = dead_letter_fields(c.job_id, r.agent, dead_reason, error or "", c.stream, c.entry_id, attempts, c.raw, finished)
-        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step)
+        op = done_op(c.stream, c.entry_id, c.source, c.job_id, event, dead, parent=r.parent, step=r.step, cap=self.caps.op_info(r))
         op.on_written = count_ending(r.agent, str(status), dead_reason, c.job_id, error, workflow=r.agent == WORKFLOW_AGENT, report=report)
         self.settler.submit(op)
         return status
@@ -338,9 +348,12 @@ class JobProcessor:
     # -- upkeep and drain ----------------------------------------------------
 
     async def tick(self) -> None:
-        """Log the summary when due; then the partitions' upkeep (streams.upkeep)."""
+        """Log the summary when due; renew the slots of running capped jobs; then the partitions' upkeep (streams.upkeep)."""
         if self._tally.due(self._summary_every_s) and (line := self._tally.summary()):
             log.info("jobs: %s", line)
+        if self.caps.caps is not None:
+            await self.caps.renew([(self._keys_of[r.claimed.stream], r.claimed.request.tenant or "", r.claimed.job_id)
+                                   for r in self._running.values() if self.caps.cap(r.claimed.request)])
         await self._upkeep.run()
 
     async def hand_back(self, slots: list[Slot]) -> int:
@@ -352,7 +365,8 @@ class JobProcessor:
             if (run := self._running.pop(slot, None)) is not None:
                 c = run.claimed
                 fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
-                op = handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before), worker=self.worker)
+                op = handback_op(c.stream, c.entry_id, c.source, c.job_id, fields, stored_usage(run.usage_before), worker=self.worker,
+                                 cap=self.caps.op_info(c.request))
                 op.on_written = wrote.append
                 self.settler.submit(op)
         await self.settler.flush()

@@ -16,10 +16,10 @@ def _source(name: str) -> str:
     return resources.files("streams").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _with_library(library: str, name: str) -> str:
-    """The script with a library of shared functions in front of it: ``workflow.lua`` (the workflow fan-in) or
-    ``groups.lua`` (what a stream's consumer groups still need)."""
-    return _source(library) + "\n" + _source(name)
+def _with_library(*names: str) -> str:
+    """The last script with libraries of shared functions in front of it: ``workflow.lua`` (the workflow fan-in),
+    ``groups.lua`` (what a stream's consumer groups still need), ``tenant_cap.lua`` (per-tenant caps)."""
+    return "\n".join(_source(name) for name in names)
 
 
 # How long a call's receipt (Keys.receipt) answers a copy of the call. redis-py sends copies within its retries
@@ -37,8 +37,8 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
-        self.start: AsyncScript = redis.register_script(_source("start"))
-        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "settle"))
+        self.start: AsyncScript = redis.register_script(_with_library("tenant_cap", "start"))
+        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "tenant_cap", "settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.let_go: AsyncScript = redis.register_script(_source("let_go"))
@@ -49,6 +49,8 @@ class Scripts:
         self.wf_expire: AsyncScript = redis.register_script(_with_library("workflow", "wf_expire"))
         self.trim_results: AsyncScript = redis.register_script(_with_library("groups", "trim_results"))
         self.dead_once: AsyncScript = redis.register_script(_source("dead_once"))
+        self.unpark: AsyncScript = redis.register_script(_with_library("tenant_cap", "unpark"))
+        self.cap_renew: AsyncScript = redis.register_script(_with_library("tenant_cap", "cap_renew"))
 
 
 Reply = Any

@@ -50,20 +50,25 @@ def drop_op(stream: str, entry_id: str) -> SettleOp:
 
 def done_op(
     stream: str, entry_id: str, source: str, job_id: str, result: dict[str, str], dead: dict[str, str] | None,
-    *, alt: str = "", parent: str | None = None, step: str | None = None, keep_usage: bool = False,
+    *, alt: str = "", parent: str | None = None, step: str | None = None, keep_usage: bool = False, cap: list[str] | None = None,
 ) -> SettleOp:
+    """``cap`` (streams.tenant_cap): the job's tenant is capped; its ending frees the slot."""
     op = ["done", stream, entry_id, source, job_id, flat(result), flat(dead) if dead else [], alt, parent if parent and step else "", step if parent and step else "",
           "1" if keep_usage else ""]
-    return SettleOp(stream, entry_id, op)
+    return SettleOp(stream, entry_id, op + [cap] if cap else op)
 
 
-def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str, usage: str = "") -> SettleOp:
-    return SettleOp(stream, entry_id, ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage])
+def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str, usage: str = "",
+             cap: list[str] | None = None) -> SettleOp:
+    op: list[Any] = ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage]
+    return SettleOp(stream, entry_id, op + [cap] if cap else op)
 
 
-def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str], usage: str = "", *, worker: str) -> SettleOp:
+def handback_op(stream: str, entry_id: str, source: str, job_id: str, fields: dict[str, str], usage: str = "", *, worker: str,
+                cap: list[str] | None = None) -> SettleOp:
     """Written only while ``worker`` still holds the entry and the job: not once another consumer took it over."""
-    return SettleOp(stream, entry_id, ["handback", stream, entry_id, source, job_id, flat(fields), usage, worker])
+    op: list[Any] = ["handback", stream, entry_id, source, job_id, flat(fields), usage, worker]
+    return SettleOp(stream, entry_id, op + [cap] if cap else op)
 
 
 def _wrote(reply: Any) -> bool:

@@ -1,7 +1,7 @@
 """The upkeep of a prefix's partitions that any worker may do, each step one atomic script.
 
-Per partition: end workflows whose timeout passed, move due retries back to their lanes, trim acknowledged
-entries. Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
+Per partition: end workflows whose timeout passed, move due retries back to their lanes, move parked jobs that now
+fit under their tenant's cap back to their lanes (streams.tenant_cap; every second), trim acknowledged entries. Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
 no other partition's retries; the first failure is raised once the others are done, for the caller's backoff.
 """
 
@@ -15,6 +15,7 @@ from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.retention import trim_results
 from streams.scripts import Scripts
+from streams.tenant_cap import TenantCapper
 from streams.workflows import WorkflowStarter
 
 PROMOTE_BATCH = 500
@@ -22,8 +23,10 @@ TRIM_EVERY_S = 1.0
 
 
 class Upkeep:
-    def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys]) -> None:
+    def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys],
+                 caps: TenantCapper | None = None) -> None:
         self._scripts = scripts
+        self._caps = caps
         self._workflows = workflows
         self._settings = settings
         self._partitions = partitions
@@ -35,21 +38,24 @@ class Upkeep:
         trim = now - self._trimmed_at >= TRIM_EVERY_S
         if trim:
             self._trimmed_at = now
+        unpark = self._caps is not None and self._caps.unpark_due()
         failed: Exception | None = None
         for keys in self._partitions:
             try:
-                await self._partition(keys, trim=trim)
+                await self._partition(keys, trim=trim, unpark=unpark)
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:
             raise failed
 
-    async def _partition(self, keys: Keys, *, trim: bool) -> None:
+    async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
         if trim:
             for lane in keys.lanes:
                 await self._scripts.trim(keys=[lane])
             await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)
         await self._workflows.expire_due(keys)
+        if unpark and self._caps is not None:
+            await self._caps.unpark(keys)
         while True:
             moved = await self._scripts.promote(
                 keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]

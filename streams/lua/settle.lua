@@ -10,6 +10,8 @@
 --        only while the entry is pending under worker and the record names it: an entry another consumer took over
 --        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0)
 --   ["drop", lane, eid]                                             ack only (duplicates)
+-- A done, retry or handback op of a job whose tenant is capped ends with {tenant, cap, reserve_ms}: once it writes, the
+-- job's slot is freed and parked jobs that now fit go back to their lanes (a hand-back keeps its slot: tenant_cap.lua).
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
 -- that finds its own write already made, as a copy of this call does, answers 1 all the same).
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
@@ -82,6 +84,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       if #dl > 0 then dead_id = redis.call('XADD', dead, '*', unpack(dl)) end
       out[#out + 1] = 1
       if op[9] and op[9] ~= '' then out[#out] = wf_step_settled(C, jid, op[9], op[10], res, dead_id) end
+      tc_release(job_prefix, lane_prefix, op[12], jid, false)
     end
   elseif kind == 'retry' then
     local jid = op[5]
@@ -97,6 +100,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       if op[9] and op[9] ~= '' then w[7], w[8] = 'usage', op[9] end
       redis.call('HSET', job_prefix .. jid, unpack(w))
       out[#out + 1] = 1
+      tc_release(job_prefix, lane_prefix, op[10], jid, false)
     end
   elseif kind == 'handback' then
     local jid, worker = op[5], op[8]
@@ -117,6 +121,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       if op[7] and op[7] ~= '' then w[7], w[8] = 'usage', op[7] end  -- the interrupted attempt's calls, paid too
       redis.call('HSET', key, unpack(w))
       out[#out + 1] = 1
+      tc_release(job_prefix, lane_prefix, op[9], jid, true)
     end
   else
     return redis.error_reply('settle: unknown op ' .. tostring(kind))

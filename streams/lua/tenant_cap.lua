@@ -1,0 +1,68 @@
+-- Per-tenant caps on running jobs (streams/tenant_cap.py), shared by start.lua, settle.lua, unpark.lua and cap_renew.lua.
+-- Keys of a partition, from its '<prefix>:' (the job prefix less 'job:'), so they share its hash slot:
+--   <prefix>:tenant:running:<tenant>  sorted set: job id -> deadline (Redis TIME ms) of a run or of a reservation; a
+--                                     member past its deadline is stale (its worker died) and dropped before counting
+--   <prefix>:tenant:parked:<tenant>   list, oldest first: JSON {lane, id, fields} of jobs over the cap, acked off their lane
+--   <prefix>:tenants-parked           hash: tenant -> how many it has parked (what upkeep walks and stats sums)
+local function tc_base(job_prefix) return string.sub(job_prefix, 1, #job_prefix - 4) end
+local function tc_running(base, tenant) return base .. 'tenant:running:' .. tenant end
+local function tc_parked(base, tenant) return base .. 'tenant:parked:' .. tenant end
+local function tc_tenants(base) return base .. 'tenants-parked' end
+local function tc_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- How many of the tenant's jobs hold a slot, stale members dropped first.
+local function tc_count(running, now)
+  redis.call('ZREMRANGEBYSCORE', running, '-inf', '(' .. now)
+  return redis.call('ZCARD', running)
+end
+-- Park a job over its tenant's cap; returns the record's source that names the parked item (what un-parking checks).
+local function tc_park(base, tenant, lane, jid, fields)
+  for i = 1, #fields, 2 do if fields[i] == 'id' then fields[i + 1] = jid end end  -- a renamed id-less job ('<lane>:<id>')
+  local item = cjson.encode({lane = lane, id = jid, fields = fields})
+  local n = redis.call('RPUSH', tc_parked(base, tenant), item)
+  redis.call('HSET', tc_tenants(base), tenant, n)
+  return 'parked:' .. redis.sha1hex(item)
+end
+-- Move the tenant's oldest parked jobs back to their lanes while they fit under cap (cap 0: no cap any more, at most
+-- limit of them). Each moved job takes a slot at once, a reservation held reserve_ms, so that its start runs it rather
+-- than parking it again. A parked job whose record no longer names its item (another run of that id) is dropped.
+local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, limit)
+  local base = tc_base(job_prefix)
+  local running, parked = tc_running(base, tenant), tc_parked(base, tenant)
+  local n = cap > 0 and tc_count(running, now) or 0
+  local moved = 0
+  while (cap <= 0 or n < cap) and moved < limit do
+    local item = redis.call('LPOP', parked)
+    if not item then break end
+    local ok, p = pcall(cjson.decode, item)
+    if ok and type(p) == 'table' and p.lane and p.id and type(p.fields) == 'table' then
+      local key = job_prefix .. p.id
+      local rec = redis.call('HMGET', key, 'status', 'source')
+      local mine = rec[2] == 'parked:' .. redis.sha1hex(item)
+      if mine or not rec[1] then
+        local eid = redis.call('XADD', lane_prefix .. p.lane, '*', unpack(p.fields))
+        if mine then redis.call('HSET', key, 'source', p.lane .. '/' .. eid) end
+        if cap > 0 then redis.call('ZADD', running, now + reserve_ms, p.id); n = n + 1 end
+        moved = moved + 1
+      end
+    end
+  end
+  local left = redis.call('LLEN', parked)
+  if left > 0 then redis.call('HSET', tc_tenants(base), tenant, left) else redis.call('HDEL', tc_tenants(base), tenant) end
+  return moved
+end
+-- A capped job's run ended (info: {tenant, cap, reserve_ms}): its slot is free, and the oldest parked jobs that now fit
+-- go back to their lanes. keep: a hand-back, whose job goes straight back to its lane: it keeps its slot as a reservation.
+local function tc_release(job_prefix, lane_prefix, info, jid, keep)
+  if type(info) ~= 'table' or not info[1] then return end
+  local running = tc_running(tc_base(job_prefix), info[1])
+  local now = tc_now()
+  if keep then
+    redis.call('ZADD', running, now + tonumber(info[3]), jid)
+  else
+    redis.call('ZREM', running, jid)
+    tc_unpark(job_prefix, lane_prefix, info[1], tonumber(info[2]), now, tonumber(info[3]), tonumber(info[2]))
+  end
+end

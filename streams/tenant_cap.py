@@ -1,0 +1,149 @@
+"""A fleet-wide cap on how many jobs of one tenant run at once (``STREAMCREW_TENANT_MAX_RUNNING``).
+
+A tenant that floods its lanes with slow jobs would otherwise fill every worker slot of the fleet, and every other
+tenant's jobs would wait behind it. With a cap, a worker that claims a job whose tenant already has its share
+running parks it (``tenant_cap.lua``: acked off its lane, kept in the tenant's list, no attempt counted); each
+ending of one of that tenant's runs moves the oldest parked job back to its lane. Slots are members of a sorted set
+whose score is a deadline, renewed with the leases, so a worker that dies holds none for ever; the upkeep frees
+what such a death leaves parked. Unset, nothing here runs: no extra Redis call per job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.scripts import Scripts
+from streams.workflow import WORKFLOW_AGENT
+
+# A run holds its slot this many leases unrenewed (renewed every quarter lease): a Redis stall of a lease or so does
+# not free it under a live run, and a dead worker's slots are free two leases after its last renewal.
+RUN_HOLD_LEASES = 2
+# A job sent back to its lane (un-parked, handed back) holds a slot this many leases until a worker starts it.
+RESERVE_LEASES = 5
+UNPARK_EVERY_S = 1.0
+UNCAPPED_UNPARK_EVERY_S = 10.0  # with no cap set, the upkeep only lets go what a cap set before left parked
+UNPARK_LIMIT = 500  # jobs one upkeep call moves for a tenant whose cap was removed
+DEFAULT_TENANT = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantCaps:
+    """Caps per tenant (0 = none); ``default`` is for tenants not named (``*``)."""
+
+    default: int = 0
+    tenants: Mapping[str, int] = field(default_factory=dict)
+
+    def of(self, tenant: str | None) -> int:
+        """The fleet-wide cap of ``tenant``; 0 = none (a job without a tenant is never capped)."""
+        if not tenant:
+            return 0
+        return self.tenants.get(tenant, self.default)
+
+    def share(self, tenant: str | None, partitions: int) -> int:
+        """What one partition allows: ceil(cap / partitions), each partition counting on its own (one hash slot)."""
+        cap = self.of(tenant)
+        return math.ceil(cap / partitions) if cap else 0
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be an integer >= 0 (0 = no cap), got {str(value)[:40]!r}")
+    return value
+
+
+def parse_tenant_caps(value: str | int | None) -> TenantCaps | None:
+    """``N`` (every tenant) or JSON ``{"*": N, "acme": M}``; None when no tenant is capped (unset, empty, 0)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, int):
+        caps = TenantCaps(default=_count(value, "STREAMCREW_TENANT_MAX_RUNNING"))
+    else:
+        try:
+            spec = json.loads(value)
+        except ValueError:
+            raise ValueError('STREAMCREW_TENANT_MAX_RUNNING must be an integer or a JSON object such as {"*": 20, "acme": 100}') from None
+        if not isinstance(spec, dict):
+            if isinstance(spec, int | float):
+                return parse_tenant_caps(_count(spec, "STREAMCREW_TENANT_MAX_RUNNING"))
+            raise ValueError('STREAMCREW_TENANT_MAX_RUNNING as JSON must be an object of tenant -> cap, such as {"*": 20, "acme": 100}')
+        tenants = {}
+        for name, cap in spec.items():
+            if not name:
+                raise ValueError("STREAMCREW_TENANT_MAX_RUNNING: an empty tenant name (jobs without a tenant are never capped)")
+            tenants[name] = _count(cap, f"STREAMCREW_TENANT_MAX_RUNNING[{name[:40]!r}]")
+        caps = TenantCaps(default=tenants.pop(DEFAULT_TENANT, 0), tenants=tenants)
+    return caps if caps.default or any(caps.tenants.values()) else None
+
+
+class TenantCapper:
+    """The worker's side of the caps: what ``start.lua`` and ``settle.lua`` are told per job, the renewal of this
+    worker's slots, and the partitions' un-park upkeep."""
+
+    def __init__(self, scripts: Scripts, caps: TenantCaps | None, *, partitions: int, lease_s: float) -> None:
+        self._scripts = scripts
+        self.caps = caps
+        self._partitions = partitions
+        self.hold_ms = int(lease_s * 1000 * RUN_HOLD_LEASES)
+        self.reserve_ms = int(lease_s * 1000 * RESERVE_LEASES)
+        self._renew_every_s = lease_s / 4
+        self._renewed_at = 0.0
+        self._unparked_at = 0.0
+
+    def cap(self, request: JobRequest) -> int:
+        """This partition's share of the request's tenant's cap; 0 = not capped (a workflow's own job holds no slot:
+        it starts its steps and lets go; its steps carry its tenant and are capped)."""
+        if self.caps is None or request.agent == WORKFLOW_AGENT:
+            return 0
+        return self.caps.share(request.tenant, self._partitions)
+
+    def op_info(self, request: JobRequest) -> list[str] | None:
+        """What a settle op of the request's job carries so that its ending frees the slot (None: not capped)."""
+        cap = self.cap(request)
+        return [request.tenant or "", str(cap), str(self.reserve_ms)] if cap else None
+
+    async def renew(self, runs: Iterable[tuple[Keys, str, str]]) -> None:
+        """Every quarter lease: push back the deadline of this worker's running capped jobs ``(keys, tenant, job id)``."""
+        if self.caps is None or time.monotonic() - self._renewed_at < self._renew_every_s:
+            return
+        self._renewed_at = time.monotonic()
+        by_partition: dict[Keys, list[str]] = {}
+        for keys, tenant, job_id in runs:
+            by_partition.setdefault(keys, []).extend((tenant, job_id))
+        for keys, pairs in by_partition.items():
+            await self._scripts.cap_renew(keys=[keys.slot_guard], args=[keys.job_prefix, self.hold_ms, *pairs])
+
+    def unpark_due(self) -> bool:
+        if time.monotonic() - self._unparked_at < (UNPARK_EVERY_S if self.caps else UNCAPPED_UNPARK_EVERY_S):
+            return False
+        self._unparked_at = time.monotonic()
+        return True
+
+    async def unpark(self, keys: Keys) -> int:
+        """Move back to their lanes the partition's parked jobs that now fit (also with no cap set: a cap removed
+        leaves none stranded); returns how many moved."""
+        caps = self.caps or TenantCaps()
+        shares = {name: self.caps.share(name, self._partitions) for name in caps.tenants} if self.caps else {}
+        default = math.ceil(caps.default / self._partitions) if caps.default else 0
+        return int(await self._scripts.unpark(keys=[keys.slot_guard], args=[keys.job_prefix, f"{keys.prefix}:requests:", self.reserve_ms,
+                                                                            UNPARK_LIMIT, default, json.dumps(shares)]))
+
+
+def parked_key(keys: Keys, tenant: str) -> str:
+    """The list of ``tenant``'s parked jobs in ``keys``' partition (``LLEN`` tells how many)."""
+    return f"{keys.prefix}:tenant:parked:{tenant}"
+
+
+def running_key(keys: Keys, tenant: str) -> str:
+    """The sorted set of ``tenant``'s running jobs in ``keys``' partition (job id -> deadline, epoch ms)."""
+    return f"{keys.prefix}:tenant:running:{tenant}"
+
+
+def parked_tenants_key(keys: Keys) -> str:
+    """The hash of tenants with parked jobs in ``keys``' partition -> how many."""
+    return f"{keys.prefix}:tenants-parked"

@@ -1,0 +1,175 @@
+"""STREAMCREW_TENANT_MAX_RUNNING: one tenant's flood of slow jobs takes at most its cap of the fleet's slots.
+
+Real workers on a real Redis; what ran when is read from the result events (each job's run is the span between its
+``started_at`` and ``finished_at``, both taken on the one worker's clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+
+import redis as sync_redis
+from redis.asyncio import Redis
+
+from consumers.processes import streamcrew_cmd
+from streams.embedded import RedisServer
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.tenant_cap import parked_key, parked_tenants_key, running_key
+from tests.support import WorkerFactory, wait_results, wait_until
+
+CAP = {"STREAMCREW_TENANT_MAX_RUNNING": "2"}
+
+
+def most_at_once(spans: list[tuple[int, int]]) -> int:
+    """The most spans ``(start, end)`` open at one moment (an end at the same ms as a start closes first)."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda ev: (ev[0], ev[1]))
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def test_a_flooding_tenant_runs_at_most_its_cap_and_another_tenant_goes_ahead(redis, keys: Keys, producer, workers) -> None:
+    # Given one worker of 10 slots, tenant A capped at 2 running jobs
+    workers.start("--concurrency", "10", env=CAP)
+    # When A submits 30 slow jobs, then B submits one
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.3}, id=f"a{i}", tenant="A") for i in range(30)])
+    await wait_until(lambda: _parked(redis, keys, "A", 20), timeout=15, what="A's backlog parked")
+    await producer.publish("echo", {"sleep_s": 0.3}, id="b0", tenant="B")
+    got = await wait_results(redis, keys, 31, timeout=60)
+    # Then B's job completed long before A's backlog, never more than 2 of A's ran at once, and parking cost no attempt
+    by_id = {r.id: r for r in got}
+    assert len(by_id) == 31 and all(r.status == "completed" for r in got), got
+    a = [by_id[f"a{i}"] for i in range(30)]
+    assert most_at_once([(r.started_at, r.finished_at) for r in a]) <= 2
+    assert all(r.attempts == 1 for r in a), [(r.id, r.attempts) for r in a]
+    done_before_b = sum(1 for r in a if r.finished_at <= by_id["b0"].finished_at)
+    assert done_before_b <= 10, f"B's job waited for {done_before_b} of A's 30"
+    # And nothing is left parked or holding a slot
+    assert await redis.llen(parked_key(keys, "A")) == 0
+    assert await redis.zcard(running_key(keys, "A")) == 0
+    assert await redis.hlen(parked_tenants_key(keys)) == 0
+
+
+async def _parked(redis, keys: Keys, tenant: str, n: int) -> bool:
+    return int(await redis.llen(parked_key(keys, tenant))) >= n
+
+
+async def _running(redis, keys: Keys, ids: list[str], n: int) -> bool:
+    statuses = [await redis.hget(keys.job(i), "status") for i in ids]
+    return statuses.count("running") == n
+
+
+async def test_a_sigkilled_worker_leaks_no_slot_and_strands_no_parked_job(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker with a 2 s lease running 2 of tenant A's 10 jobs, the other 8 parked
+    ids = [f"k{i}" for i in range(10)]
+    victim = workers.start("--concurrency", "10", "--lease", "2", env=CAP)
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 3}, id=i, tenant="A") for i in ids])
+    await wait_until(lambda: _parked(redis, keys, "A", 8), timeout=15, what="8 of A's jobs parked")
+    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    # When it is SIGKILLed mid-job and another worker starts
+    victim.kill()
+    workers.start("--concurrency", "10", "--lease", "2", env=CAP)
+    # Then every job completes exactly once, and nothing stays parked or holds a slot
+    got = await wait_results(redis, keys, 10, timeout=90)
+    await asyncio.sleep(0.5)  # a duplicate result would come in the next moments; then the count is checked again
+    got = await wait_results(redis, keys, 10, timeout=1)
+    assert sorted(r.id for r in got) == sorted(ids) and all(r.status == "completed" for r in got), got
+    # (the two cut short ran again, on a second attempt: their started_at is their first start, so only the others' spans tell)
+    assert sum(1 for r in got if r.attempts == 2) <= 2 and all(r.attempts <= 2 for r in got), [(r.id, r.attempts) for r in got]
+    assert most_at_once([(r.started_at, r.finished_at) for r in got if r.attempts == 1]) <= 2
+    assert await redis.llen(parked_key(keys, "A")) == 0
+    assert await redis.hlen(parked_tenants_key(keys)) == 0
+    assert await redis.zcard(running_key(keys, "A")) == 0
+
+
+async def test_slots_whose_runs_vanished_expire_and_the_upkeep_unparks(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker with a 1 s lease running 2 of tenant A's 6 jobs, 4 parked, when it is SIGKILLed and its two
+    # entries are dropped from the group (so no reclaim and no settle ever frees those two slots)
+    ids = [f"u{i}" for i in range(6)]
+    victim = workers.start("--concurrency", "10", "--lease", "1", env=CAP)
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 30}, id=i, tenant="A") for i in ids])
+    await wait_until(lambda: _parked(redis, keys, "A", 4), timeout=15, what="4 of A's jobs parked")
+    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    victim.kill()
+    lost = [i for i in ids if await redis.hget(keys.job(i), "status") == "running"]
+    pending = await redis.xpending_range(keys.lane("normal"), "workers", min="-", max="+", count=100)
+    await redis.xack(keys.lane("normal"), "workers", *[p["message_id"] for p in pending])
+    # When another worker runs (its parked jobs now shorter: the test replaces their data)
+    for i in ids:
+        if i not in lost:
+            await _shorten_parked(redis, keys, i)
+    workers.start("--concurrency", "10", "--lease", "1", env=CAP)
+    # Then the slots expire and the upkeep un-parks the 4, which complete
+    got = await wait_results(redis, keys, 4, timeout=60)
+    assert sorted(r.id for r in got) == sorted(set(ids) - set(lost)), got
+    assert await redis.llen(parked_key(keys, "A")) == 0
+
+
+async def _shorten_parked(redis, keys: Keys, job_id: str) -> None:
+    """Rewrite a parked item's data to a 0.1 s sleep: the upkeep checks the record against the item's hash, so the
+    record's source is rewritten to match."""
+    import hashlib
+
+    import orjson
+
+    items = await redis.lrange(parked_key(keys, "A"), 0, -1)
+    for n, item in enumerate(items):
+        parsed = orjson.loads(item)
+        if parsed["id"] != job_id:
+            continue
+        fields = parsed["fields"]
+        fields[fields.index("data") + 1] = '{"sleep_s": 0.1}'
+        new = orjson.dumps(parsed).decode()
+        await redis.lset(parked_key(keys, "A"), n, new)
+        await redis.hset(keys.job(job_id), "source", "parked:" + hashlib.sha1(new.encode()).hexdigest())
+
+
+async def test_a_workflows_steps_are_capped_and_all_complete(redis, keys: Keys, producer, workers) -> None:
+    # Given one worker of 10 slots, tenant A capped at 2
+    workers.start("--concurrency", "10", env=CAP)
+    # When A's workflow fans out to 6 parallel slow steps
+    steps = [{"id": f"s{i}", "agent": "echo", "data": {"sleep_s": 0.3}} for i in range(6)]
+    await producer.publish("workflow", {"steps": steps}, id="wf", tenant="A")
+    got = await wait_results(redis, keys, 7, timeout=60)
+    # Then every step and the workflow completed, never more than 2 steps at once
+    by_id = {r.id: r for r in got}
+    assert by_id["wf"].status == "completed", by_id["wf"]
+    spans = [(r.started_at, r.finished_at) for r in got if r.id != "wf"]
+    assert len(spans) == 6 and all(r.status == "completed" and r.tenant == "A" for r in got), got
+    assert most_at_once(spans) <= 2
+
+
+async def test_without_a_cap_start_and_settle_call_no_sorted_set(own_redis: RedisServer, tmp_path) -> None:
+    # Given a worker with no cap on a Redis of the test's own, its statistics reset
+    keys = Keys("nocap")
+    factory = WorkerFactory(own_redis.url, keys.prefix, tmp_path)
+    redis = Redis.from_url(own_redis.url, decode_responses=True)
+    try:
+        factory.start("--concurrency", "20")
+        with sync_redis.Redis.from_url(own_redis.url) as admin:
+            admin.config_resetstat()
+        # When it runs 200 no-op jobs of tenants
+        await Producer(redis, keys).publish_many([JobRequest(agent="echo", data={}, tenant=f"t{i % 3}") for i in range(200)])
+        await wait_results(redis, keys, 200, timeout=60)
+        with sync_redis.Redis.from_url(own_redis.url) as admin:
+            stats = admin.info("commandstats")
+    finally:
+        factory.close()
+        await redis.aclose()
+    # Then no script touched a sorted set of slots (ZADD, ZREM, ZCARD: the cap's work), nor called TIME for it
+    assert not {"cmdstat_zrem", "cmdstat_zcard", "cmdstat_zremrangebyscore", "cmdstat_rpush"} & set(stats), sorted(stats)
+    assert "cmdstat_zadd" not in stats, stats.get("cmdstat_zadd")
+
+
+def test_an_invalid_cap_is_refused_at_start_up() -> None:
+    for bad, said in (("-1", "integer >= 0"), ("lots", "integer or a JSON object"), ('{"acme": "x"}', "STREAMCREW_TENANT_MAX_RUNNING['acme']"),
+                      ("[1, 2]", "must be an object")):
+        run = subprocess.run([*streamcrew_cmd("worker"), "--metrics-port", "0", "--redis-url", "redis://127.0.0.1:1/0"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "STREAMCREW_TENANT_MAX_RUNNING": bad})
+        assert run.returncode != 0 and said in run.stderr + run.stdout, (bad, run.stderr[-2000:])
