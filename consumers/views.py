@@ -56,6 +56,7 @@ def stats_table(figures: dict[str, Any]) -> Group:
     totals = Table(show_header=False, box=None)
     totals.add_row("dead letters", _num(figures["dead_letters"]))
     totals.add_row("retrying", _num(figures["retrying"]))
+    totals.add_row("parked (tenant cap)", _num(figures.get("parked", 0)))
     totals.add_row("webhook dead letters", _num(figures["webhooks"]["dead_letters"]))
     recent = Table(title=f"latest {figures['window']['results']:,} results", show_header=False)
     for name, value in report_rows(figures):

@@ -62,6 +62,7 @@ async def partitioned_queue_stats(
         "results": _merge_stream([s["results"] for s in each]),
         "dead_letters": sum(s["dead_letters"] for s in each),
         "retrying": sum(s["retrying"] for s in each),
+        "parked": sum(s["parked"] for s in each),
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }

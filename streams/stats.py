@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from streams.tenant_cap import parked_tenants_key
 from streams.window import DEFAULT_WINDOW, window_figures
 
 
@@ -62,7 +63,7 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
 
 async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_WINDOW) -> dict[str, Any]:
     """Per lane length, pending, lag (Redis >= 7; the length where ``group_missing``), oldest pending age and consumers;
-    results; dead letters;
+    results; dead letters; retries waiting; jobs parked over their tenant's cap;
     and, unless ``window`` is None, the monitor's figures over the last ``window`` results (``streams.window``)."""
     now_ms = int(time.time() * 1000)
     lanes = {name: await _stream_stats(redis, keys.lane(name), WORKERS_GROUP, now_ms) for name in LANES}
@@ -72,13 +73,15 @@ async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.webhooks_dead)
         pipe.zcard(keys.webhooks_delayed)
-        dead, delayed, wh_dead, wh_delayed = await pipe.execute()
+        pipe.hvals(parked_tenants_key(keys))
+        dead, delayed, wh_dead, wh_delayed, parked = await pipe.execute()
     figures: dict[str, Any] = {
         "prefix": keys.prefix,
         "lanes": lanes,
         "results": results,
         "dead_letters": int(dead),
         "retrying": int(delayed),
+        "parked": sum(int(n) for n in parked),  # over their tenant's cap (streams.tenant_cap)
         "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
     }
     if window is not None:
