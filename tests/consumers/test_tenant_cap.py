@@ -175,3 +175,22 @@ def test_an_invalid_cap_is_refused_at_start_up() -> None:
         run = subprocess.run([*streamcrew_cmd("worker"), "--metrics-port", "0", "--redis-url", "redis://127.0.0.1:1/0"],
                              capture_output=True, text=True, timeout=60, env={**os.environ, "STREAMCREW_TENANT_MAX_RUNNING": bad})
         assert run.returncode != 0 and said in run.stderr + run.stdout, (bad, run.stderr[-2000:])
+
+
+async def test_a_drained_worker_hands_back_its_capped_jobs_and_strands_nothing(redis, keys: Keys, producer, workers) -> None:
+    # Given a worker running 2 of tenant A's 6 jobs, 4 parked
+    ids = [f"d{i}" for i in range(6)]
+    first = workers.start("--concurrency", "10", "--grace", "0.5", env=CAP)
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 2}, id=i, tenant="A") for i in ids])
+    await wait_until(lambda: _parked(redis, keys, "A", 4), timeout=15, what="4 of A's jobs parked")
+    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    # When it drains (SIGTERM) and another worker starts
+    first.terminate()
+    assert await asyncio.to_thread(first.wait, 20) == 0
+    assert "2 handed back" in first.log_text(), first.log_text()[-2000:]
+    workers.start("--concurrency", "10", env=CAP)
+    # Then every job completes once, on one counted attempt, and nothing stays parked or holds a slot
+    got = await wait_results(redis, keys, 6, timeout=60)
+    assert sorted(r.id for r in got) == sorted(ids) and all(r.status == "completed" and r.attempts == 1 for r in got), got
+    assert await redis.llen(parked_key(keys, "A")) == 0
+    assert await redis.zcard(running_key(keys, "A")) == 0
