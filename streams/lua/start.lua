@@ -53,8 +53,8 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     out[#out + 1] = {'expired', att, att - base, jid, '', ''}
   elseif not fits(e, jid) then
     local parked = tc_park(cap_base, e[8], lane_name, jid, e[12])
-    if src == me then
-      redis.call('HSET', key, 'source', parked)  -- the status stays (queued, or retrying for a promoted retry)
+    if src == me then  -- queued (or retrying: a promoted retry) stays; a reclaimed run that lost its slot is queued again
+      if st == 'running' then redis.call('HSET', key, 'source', parked, 'status', 'queued') else redis.call('HSET', key, 'source', parked) end
     else  -- a raw XADD: its record starts here, queued
       local w = {'status', 'queued', 'agent', agent, 'source', parked, 'submitted_at', sub, 'lane', lane_name}
       for i, name in ipairs({'tenant', 'webhook', 'traceparent'}) do
