@@ -67,13 +67,19 @@ async def _running(redis, keys: Keys, ids: list[str], n: int) -> bool:
     return statuses.count("running") == n
 
 
+async def _two_running_rest_parked(redis, keys: Keys, producer, workers, ids: list[str], *, lease: str, sleep_s: float):
+    """A worker (cap 2) running 2 of tenant A's jobs ``ids``, the rest parked: the worker's process."""
+    worker = workers.start("--concurrency", "10", "--lease", lease, env=CAP)
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": sleep_s}, id=i, tenant="A") for i in ids])
+    await wait_until(lambda: _parked(redis, keys, "A", len(ids) - 2), timeout=15, what=f"{len(ids) - 2} of A's jobs parked")
+    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    return worker
+
+
 async def test_a_sigkilled_worker_leaks_no_slot_and_strands_no_parked_job(redis, keys: Keys, producer, workers) -> None:
     # Given a worker with a 2 s lease running 2 of tenant A's 10 jobs, the other 8 parked
     ids = [f"k{i}" for i in range(10)]
-    victim = workers.start("--concurrency", "10", "--lease", "2", env=CAP)
-    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 3}, id=i, tenant="A") for i in ids])
-    await wait_until(lambda: _parked(redis, keys, "A", 8), timeout=15, what="8 of A's jobs parked")
-    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    victim = await _two_running_rest_parked(redis, keys, producer, workers, ids, lease="2", sleep_s=3)
     # When it is SIGKILLed mid-job and another worker starts
     victim.kill()
     workers.start("--concurrency", "10", "--lease", "2", env=CAP)
@@ -94,10 +100,7 @@ async def test_slots_whose_runs_vanished_expire_and_the_upkeep_unparks(redis, ke
     # Given a worker with a 1 s lease running 2 of tenant A's 6 jobs, 4 parked, when it is SIGKILLed and its two
     # entries are dropped from the group (so no reclaim and no settle ever frees those two slots)
     ids = [f"u{i}" for i in range(6)]
-    victim = workers.start("--concurrency", "10", "--lease", "1", env=CAP)
-    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 30}, id=i, tenant="A") for i in ids])
-    await wait_until(lambda: _parked(redis, keys, "A", 4), timeout=15, what="4 of A's jobs parked")
-    await wait_until(lambda: _running(redis, keys, ids, 2), timeout=15, what="2 of A's jobs running")
+    victim = await _two_running_rest_parked(redis, keys, producer, workers, ids, lease="1", sleep_s=30)
     victim.kill()
     lost = [i for i in ids if await redis.hget(keys.job(i), "status") == "running"]
     pending = await redis.xpending_range(keys.lane("normal"), "workers", min="-", max="+", count=100)
