@@ -239,6 +239,7 @@ class QueueStats(BaseModel):
     results: StreamStats
     dead_letters: int
     retrying: int
+    parked: int = Field(description="jobs parked over their tenant's STREAMCREW_TENANT_MAX_RUNNING, waiting to go back to their lane")
     webhooks: WebhookStats
     window: Window
     completed: int

@@ -197,3 +197,10 @@ async def test_a_drained_worker_hands_back_its_capped_jobs_and_strands_nothing(r
     assert sorted(r.id for r in got) == sorted(ids) and all(r.status == "completed" and r.attempts == 1 for r in got), got
     assert await redis.llen(parked_key(keys, "A")) == 0
     assert await redis.zcard(running_key(keys, "A")) == 0
+
+
+def test_the_gateways_queue_stats_declare_parked() -> None:
+    # GET /queue/stats passes `parked` on; its OpenAPI schema must say what it is, not leave it to extra fields
+    from consumers.gateway.models import QueueStats
+    assert "parked" in QueueStats.model_json_schema()["properties"]
+    assert "parked" in QueueStats.model_json_schema()["required"]
