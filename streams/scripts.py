@@ -18,7 +18,8 @@ def _source(name: str) -> str:
 
 def _with_library(*names: str) -> str:
     """The last script with libraries of shared functions in front of it: ``workflow.lua`` (the workflow fan-in),
-    ``groups.lua`` (what a stream's consumer groups still need), ``tenant_cap.lua`` (per-tenant caps)."""
+    ``groups.lua`` (stream IDs and what a stream's consumer groups still need), ``tenant_cap.lua`` (per-tenant caps,
+    which needs ``groups.lua``)."""
     return "\n".join(_source(name) for name in names)
 
 
@@ -37,8 +38,8 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         self.publish: AsyncScript = redis.register_script(_source("publish"))
-        self.start: AsyncScript = redis.register_script(_with_library("tenant_cap", "start"))
-        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "tenant_cap", "settle"))
+        self.start: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "start"))
+        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "groups", "tenant_cap", "settle"))
         self.promote: AsyncScript = redis.register_script(_source("promote"))
         self.renew: AsyncScript = redis.register_script(_source("renew"))
         self.let_go: AsyncScript = redis.register_script(_source("let_go"))
@@ -49,8 +50,8 @@ class Scripts:
         self.wf_expire: AsyncScript = redis.register_script(_with_library("workflow", "wf_expire"))
         self.trim_results: AsyncScript = redis.register_script(_with_library("groups", "trim_results"))
         self.dead_once: AsyncScript = redis.register_script(_source("dead_once"))
-        self.unpark: AsyncScript = redis.register_script(_with_library("tenant_cap", "unpark"))
-        self.cap_renew: AsyncScript = redis.register_script(_with_library("tenant_cap", "cap_renew"))
+        self.unpark: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "unpark"))
+        self.cap_renew: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "cap_renew"))
 
 
 Reply = Any

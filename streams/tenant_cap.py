@@ -21,10 +21,12 @@ from streams.keys import Keys
 from streams.scripts import Scripts
 from streams.workflow import WORKFLOW_AGENT
 
-# A run holds its slot this many leases unrenewed (renewed every quarter lease): a Redis stall of a lease or so does
-# not free it under a live run, and a dead worker's slots are free two leases after its last renewal.
+# A run holds its slot this many leases unrenewed (renewed every quarter lease); past that, the slot is looked at before
+# it counts and kept while its job's entry waits or is pending in its lane (tenant_cap.lua: tc_count), so a Redis stall
+# does not free it under a live run, and a dead worker's slots are free once its jobs' entries are gone.
 RUN_HOLD_LEASES = 2
-# A job sent back to its lane (un-parked, handed back) holds a slot this many leases until a worker starts it.
+# A job sent back to its lane (un-parked, handed back) holds a slot this many leases before the slot is first looked
+# at again (kept while the job still waits in its lane, however long the backlog ahead of it).
 RESERVE_LEASES = 5
 UNPARK_EVERY_S = 1.0
 UNCAPPED_UNPARK_EVERY_S = 10.0  # with no cap set, the upkeep only lets go what a cap set before left parked

@@ -19,13 +19,16 @@ local now_n = tonumber(now)
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
 local cap_base, clock = tc_base(job_prefix), nil
+local lane_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #lane_name)
 -- Whether a capped entry's job may run now: it holds a slot already (a re-run: reclaimed, handed back, un-parked),
 -- or its tenant has a free one, which it takes (ZADD of the job id: a second start of it does not count twice).
 local function fits(e, jid)
   if not e[11] or e[11] == '' then return true end
   local running = tc_running(cap_base, e[8])
   clock = clock or tc_now()
-  if not redis.call('ZSCORE', running, jid) and tc_count(running, clock) >= tonumber(e[11]) then return false end
+  if not redis.call('ZSCORE', running, jid) and tc_count(running, clock, job_prefix, lane_prefix, tonumber(ARGV[6])) >= tonumber(e[11]) then
+    return false
+  end
   redis.call('ZADD', running, clock + tonumber(ARGV[6]), jid)
   return true
 end

@@ -12,9 +12,36 @@ local function tc_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- How many of the tenant's jobs hold a slot, stale members dropped first.
-local function tc_count(running, now)
-  redis.call('ZREMRANGEBYSCORE', running, '-inf', '(' .. now)
+-- Whether the job still has its entry in its lane, for the workers group to run: not yet delivered, or pending with a
+-- worker (the record's source names the entry: '<lane>/<entry ID>'). Needs groups.lua (id_older).
+local function tc_waiting(job_prefix, lane_prefix, jid)
+  local lane, eid = string.match(redis.call('HGET', job_prefix .. jid, 'source') or '', '^([%w_-]+)/(%d+%-%d+)$')
+  if not lane then return false end  -- parked, a retry waiting its time, skipped, or no record: no entry to come
+  local stream = lane_prefix .. lane
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, 'workers', eid, eid, 1)
+  if not ok then return false end  -- no lane or no group: nothing will read it
+  if #pending > 0 then return true end
+  if #redis.call('XRANGE', stream, eid, eid) == 0 then return false end
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local info = {}
+    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    if info['name'] == 'workers' then return id_older(info['last-delivered-id'], eid) end
+  end
+  return false
+end
+-- How many of the tenant's jobs hold a slot. A member past its deadline is checked before it counts: while its job
+-- still has its entry in its lane (tc_waiting) it keeps the slot, looked at again recheck_ms later; else it is dropped.
+-- So a job moved back to a lane whose backlog takes longer than its reservation still finds its slot when a worker
+-- reaches it (dropping it would give the slot to the tenant's next parked job, and the late one would be parked again,
+-- for as long as the backlog lasted), and a dead worker's run keeps its slot until it is reclaimed and run again.
+local function tc_count(running, now, job_prefix, lane_prefix, recheck_ms)
+  for _, jid in ipairs(redis.call('ZRANGEBYSCORE', running, '-inf', '(' .. now)) do
+    if tc_waiting(job_prefix, lane_prefix, jid) then
+      redis.call('ZADD', running, now + recheck_ms, jid)
+    else
+      redis.call('ZREM', running, jid)
+    end
+  end
   return redis.call('ZCARD', running)
 end
 -- Park a job over its tenant's cap; returns the record's source that names the parked item (what un-parking checks).
@@ -31,7 +58,7 @@ end
 local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, limit)
   local base = tc_base(job_prefix)
   local running, parked = tc_running(base, tenant), tc_parked(base, tenant)
-  local n = cap > 0 and tc_count(running, now) or 0
+  local n = cap > 0 and tc_count(running, now, job_prefix, lane_prefix, reserve_ms) or 0
   local moved = 0
   while (cap <= 0 or n < cap) and moved < limit do
     local item = redis.call('LPOP', parked)

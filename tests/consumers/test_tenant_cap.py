@@ -116,6 +116,41 @@ async def test_slots_whose_runs_vanished_expire_and_the_upkeep_unparks(redis, ke
     assert await redis.llen(parked_key(keys, "A")) == 0
 
 
+async def test_a_job_moved_back_behind_a_backlog_longer_than_its_reservation_keeps_its_slot(redis, keys, producer, workers) -> None:
+    # Given a worker of 4 slots with a 0.4 s lease (a moved-back job's reservation: 5 leases, 2 s), tenant A capped at 1:
+    # A's 4 quick jobs (the first runs, 3 are parked), then 30 one-second jobs of other tenants (~7 s of backlog)
+    workers.start("--concurrency", "4", "--lease", "0.4", env={"STREAMCREW_TENANT_MAX_RUNNING": "1"})
+    ids = [f"r{i}" for i in range(4)]
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.05}, id=i, tenant="A") for i in ids]
+                                + [JobRequest(agent="echo", data={"sleep_s": 1}, id=f"b{i}") for i in range(30)])
+    # When r0 ends and r1 goes back to the end of the lane, behind the backlog, holding A's slot as a reservation
+    running = running_key(keys, "A")
+    await wait_until(lambda: _holds(redis, running, "r1"), timeout=15, what="r1 moved back, holding A's slot")
+    reserved_until = await redis.zscore(running, "r1")
+    # Then once the reservation ran out (the upkeep looks every second) r1 still holds the slot, since it still waits in
+    # its lane: the upkeep did not give it to r2 (r1, reaching a worker, would have been parked again behind r3)
+    await wait_until(lambda: _looked_at_again(redis, running, "r1", reserved_until), timeout=10,
+                     what="the upkeep to look at r1's slot again once its reservation ran out")
+    assert await redis.hget(keys.job("r1"), "status") == "queued", "the backlog must outlast r1's reservation"
+    assert await redis.zrange(running, 0, -1) == ["r1"]
+    assert await redis.llen(parked_key(keys, "A")) == 2  # r2 and r3
+    # And every job completes once, A's on one attempt each and in the order they were sent
+    got = await wait_results(redis, keys, 34, timeout=90)
+    a = sorted((r for r in got if r.id in ids), key=lambda r: r.started_at)
+    assert [r.id for r in a] == ids and all(r.status == "completed" and r.attempts == 1 for r in a), a
+    assert len({r.id for r in got}) == 34
+
+
+async def _holds(redis, running: str, job_id: str) -> bool:
+    return await redis.zscore(running, job_id) is not None
+
+
+async def _looked_at_again(redis, running: str, job_id: str, deadline: float) -> bool:
+    """The member's deadline was pushed back (checked and kept) or the member is gone (dropped)."""
+    score = await redis.zscore(running, job_id)
+    return score is None or score > deadline
+
+
 async def _shorten_parked(redis, keys: Keys, job_id: str) -> None:
     """Rewrite a parked item's data to a 0.1 s sleep: the upkeep checks the record against the item's hash, so the
     record's source is rewritten to match."""
