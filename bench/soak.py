@@ -1,7 +1,7 @@
 """Soak: a mixed workload for minutes while workers, the notifier and the gateway (and, on a cluster, masters) are SIGKILLed.
 
     .venv/bin/python -m bench.soak [--seconds 600] [--cluster [--replica-acks]] [--stalls] [--restarts] [--drops] [--pauses]
-        [--partitions N] [--seed 1] [--keep-logs]
+        [--tenants] [--partitions N] [--seed 1] [--keep-logs]
 
 Not a speed bench: it checks the invariants over a long, varied run, which the tests check in short ones.
 Three workers (20 slots, 3 s lease), one notifier and one gateway run against a private Redis with 3
@@ -17,6 +17,10 @@ every 15 - 35 s, longer than the workers' leases, as a fork, a swapping host or 
 every 5 - 15 s, as a proxy, a load balancer or a network blip closes them, so calls in flight are sent again.
 ``--pauses``: a random worker is SIGSTOPped for 4 - 8 s every 10 - 20 s, past its lease (a GC pause, a frozen
 container): others take its running jobs over and run them again, and it wakes up still running its copies.
+``--tenants``: 60 % of the jobs and workflows name one of three tenants, and the workers cap them
+(``STREAMCREW_TENANT_MAX_RUNNING``, TENANT_CAPS below), so jobs are parked and moved back all through the chaos;
+twice a second the run checks that no partition holds more live slots of a tenant than its share, and at the end
+that nothing is left parked or holding a slot.
 Then it waits for the run to settle and checks: one result event per job and per workflow step, the
 expected status of each (a job whose every attempt's worker was SIGKILLed is counted apart: crashes count as
 attempts), dead letters exactly for the jobs that exhausted their attempts, every webhook delivered
@@ -52,12 +56,18 @@ from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect_detected
 from streams.embedded import RedisServer, free_port
 from streams.keys import Keys, partition_keys
+from streams.tenant_cap import parse_tenant_caps, parked_key, parked_tenants_key, running_key
 from tests.cluster_support import LocalCluster, cluster_binaries
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 BATCH = 20
 CRASHES_COUNT = "(worker crashes and reclaims count)"  # what an attempt budget spent by crashes says
 SETTLE_TIMEOUT_S = 300.0
+# --tenants: what the workers are told, and the tenants jobs name. t0 (a fifth of the load) runs near its cap and parks
+# most of the time; the others park in bursts. Tighter, t0's backlog outgrows what the run's end waits for.
+TENANT_CAPS = '{"*": 12, "t0": 6}'
+TENANTS = ("t0", "t1", "t2")
+TENANT_SHARE = 0.6  # of the jobs and workflows that name a tenant
 
 
 @dataclass
@@ -164,6 +174,7 @@ class Workload:
 
     rng: random.Random
     hook: str
+    tenants: bool = False  # --tenants: name one of TENANTS on TENANT_SHARE of the jobs and workflows
     expected: dict[str, str] = field(default_factory=dict)  # job id -> terminal status
     webhooked: set[str] = field(default_factory=set)
     refused: Counter[str] = field(default_factory=Counter)  # gateway answers and transport errors that were retried
@@ -194,6 +205,8 @@ class Workload:
             return {"agent": "echo", "id": self.jobs[self.rng.randrange(earlier)], "data": {"repeat": True}}
         if body["agent"] == "echo":
             self.jobs.append(jid)
+        if self.tenants and self.rng.random() < TENANT_SHARE:
+            body["tenant"] = self.rng.choice(TENANTS)  # a workflow's steps carry its tenant
         if self.rng.random() < 0.3:
             body["webhook"] = self.hook
             self.webhooked.add(jid)
@@ -347,6 +360,72 @@ async def drops(redis: Redis, rng: random.Random, until: float) -> Counter[str]:
     return closed
 
 
+def tenant_shares(partitions: int) -> dict[str, int]:
+    """--tenants: what one partition allows each tenant (streams.tenant_cap: ceil(cap / partitions))."""
+    caps = parse_tenant_caps(TENANT_CAPS)
+    assert caps is not None
+    return {tenant: caps.share(tenant, partitions) for tenant in TENANTS}
+
+
+async def slots_held(redis: Redis, parts: Sequence[Keys], until: float) -> Counter[str]:
+    """--tenants: twice a second, each partition's live slots of each tenant (members whose deadline, Redis TIME ms, is
+    ahead); counts the samples, the most seen, and every sample over the partition's share."""
+    shares = tenant_shares(len(parts))
+    seen: Counter[str] = Counter()
+    while time.monotonic() < until:
+        await asyncio.sleep(0.5)  # the sampling rate, not a synchronisation
+        try:
+            for keys in parts:
+                seconds, micros = await redis.time()
+                now_ms = int(seconds) * 1000 + int(micros) // 1000
+                for tenant, share in shares.items():
+                    live = int(await redis.zcount(running_key(keys, tenant), now_ms, "+inf"))
+                    seen[f"most {tenant}"] = max(seen[f"most {tenant}"], live)
+                    if live > share:
+                        seen[f"over the share ({tenant}: {live} > {share})"] += 1
+            seen["samples"] += 1
+        except RedisError as exc:  # Redis stalled, restarting or failing over: the next sample
+            seen[type(exc).__name__] += 1
+    return seen
+
+
+def most_at_once(spans: list[tuple[int, int]]) -> int:
+    """The most spans ``(start, end)`` open at one moment (an end at the same ms as a start closes first)."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def tenant_problems(redis: Redis, parts: Sequence[Keys], results: list[dict[str, str]], strict: bool) -> dict[str, list[str]]:
+    """--tenants, once settled: nothing parked or holding a slot, and (``strict``: Redis' clock ran on, no stall or
+    restart expired live slots at once) the runs of a tenant's jobs that ran once never overlapped past its share in
+    every partition."""
+    shares = tenant_shares(len(parts))
+    left = []
+    for keys in parts:
+        for tenant in TENANTS:
+            for what, n in (("parked", await redis.llen(parked_key(keys, tenant))), ("slots", await redis.zcard(running_key(keys, tenant)))):
+                if n:
+                    left.append(f"{keys.prefix} {tenant}: {n} {what}")
+        if await redis.hlen(parked_tenants_key(keys)):
+            left.append(f"{keys.prefix}: {await redis.hgetall(parked_tenants_key(keys))} in tenants-parked")
+    over = []
+    for tenant, share in shares.items():
+        # a result's started_at is its first attempt's start: only a job run once gives its run's span (a workflow's own
+        # job holds no slot)
+        runs = [(int(r["started_at"]), int(r["finished_at"])) for r in results
+                if r.get("tenant") == tenant and r.get("agent") != "workflow" and r.get("attempts") == "1"
+                and r.get("started_at") and r.get("finished_at")]
+        most = most_at_once(runs)
+        print(f"  tenant {tenant}: {len(runs):,} runs, at most {most} at once (cap {share} per partition, {share * len(parts)} in all)")
+        if strict and most > share * len(parts):
+            over.append(f"{tenant}: {most} at once")
+    return {"left parked or holding a slot": left, "tenant runs over the cap": over}
+
+
 async def entries(redis: Redis, streams: list[str]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for stream in streams:
@@ -382,7 +461,8 @@ def expectations(results: list[dict[str, str]], workload: Workload) -> tuple[set
     return killed, {job: ("failed" if job in killed else want) for job, want in workload.expected.items() if job not in skipped}
 
 
-async def check(redis: Redis, parts: Sequence[Keys], workload: Workload, receiver: FlakyReceiver) -> bool:
+async def check(redis: Redis, parts: Sequence[Keys], workload: Workload, receiver: FlakyReceiver, *, strict_caps: bool | None = None) -> bool:
+    """The run's invariants; ``strict_caps`` (--tenants; None without) also checks the tenant caps (tenant_problems)."""
     results = await entries(redis, [p.results for p in parts])
     counts = Counter(r["id"] for r in results)
     status = {r["id"]: r["status"] for r in results}
@@ -402,6 +482,7 @@ async def check(redis: Redis, parts: Sequence[Keys], workload: Workload, receive
         # far above what the kill rate explains: attempts counted that no crash spent
         "exhausted by kills, over 1 in 1,000": sorted(killed) if len(killed) * 1000 > len(expected) else [],
         "groups not drained": [f"{name}: pending {p}, lag {lag}" for name, (p, lag) in (await undrained(redis, parts)).items()],
+        **(await tenant_problems(redis, parts, results, strict_caps) if strict_caps is not None else {}),
     }
     twice = sum(1 for n in receiver.delivered.values() if n > 1)
     print(f"{len(expected):,} jobs and steps, {len(results):,} result events, {len(dead):,} dead letters, "
@@ -432,12 +513,13 @@ async def soak(
     env = {"STREAMCREW_REDIS_URL": url, "STREAMCREW_PREFIX": prefix, "STREAMCREW_PARTITIONS": str(partitions),
            "STREAMCREW_WEBHOOK_SECRET": SECRET, "STREAMCREW_METRICS_PORT": "0",
            "STREAMCREW_ALLOW_PRIVATE": "true",  # the receiver is on loopback: the gateway refuses such webhooks otherwise
-           **({"STREAMCREW_REPLICA_ACKS": "1"} if args.replica_acks else {})}
+           **({"STREAMCREW_REPLICA_ACKS": "1"} if args.replica_acks else {}),
+           **({"STREAMCREW_TENANT_MAX_RUNNING": TENANT_CAPS} if args.tenants else {})}
     fleet = Fleet(env, logs, free_port())
     gateway_url = f"http://127.0.0.1:{fleet.gateway_port}"
     redis = await connect_detected(url)
     parts = partition_keys(Keys(prefix), partitions)
-    workload = Workload(rng, hook)
+    workload = Workload(rng, hook, tenants=args.tenants)
     fleet.start()
     exited: Counter[str] = Counter()
     supervisor = asyncio.create_task(supervise(fleet, exited))
@@ -458,14 +540,19 @@ async def soak(
                      if server and args.restarts else no_chaos())
         paused = (chaos_schedule("pauses", pause(fleet, random.Random(args.seed + 5)), (10, 20), (4, 8), asyncio.Lock(),
                                  random.Random(args.seed + 6), until) if args.pauses else no_chaos())
+        sampled = slots_held(redis, parts, until) if args.tenants else no_chaos()
         kills, _, *more = await asyncio.gather(
-            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted, paused)
-        others = "".join(f"{name} {dict(c)}; " for name, c in zip(("Redis stalls", "connections closed", "Redis restarts", "worker pauses"), more)
-                         if c)
+            chaos(fleet, cluster, rng, until), submit(workload, gateway_url, until), frozen, closed, restarted, paused, sampled)
+        others = "".join(f"{name} {dict(c)}; " for name, c in zip(
+            ("Redis stalls", "connections closed", "Redis restarts", "worker pauses", "tenant slots sampled"), more) if c)
+        over_share = sum(n for name, n in more[-1].items() if name.startswith("over the share"))
         print(f"{time.monotonic() - started:.0f} s of load: {len(workload.expected):,} jobs and steps; SIGKILLs {dict(kills)}; "
               f"{others}submissions retried after {dict(workload.refused)}")
         await settled(redis, parts, workload, receiver)
-        ok = await check(redis, parts, workload, receiver)
+        ok = await check(redis, parts, workload, receiver, strict_caps=not (args.stalls or args.restarts) if args.tenants else None)
+        if over_share:
+            print(f"  tenant slots over a partition's share: {over_share} samples")
+            ok = False
         print(f"  exited on their own and started again: {sum(exited.values())} {dict(exited) or ''} (a process started while "
               "Redis is down waits for it)")
         return ok and not exited
@@ -486,6 +573,8 @@ def main() -> None:
                         help="SIGKILL the private Redis every 30 - 60 s and start it again on its append-only file")
     parser.add_argument("--drops", action="store_true", help="close every client connection every 5 - 15 s")
     parser.add_argument("--pauses", action="store_true", help="SIGSTOP a worker for 4 - 8 s (past its 3 s lease) every 10 - 20 s")
+    parser.add_argument("--tenants", action="store_true",
+                        help=f"jobs name one of {len(TENANTS)} tenants, capped by STREAMCREW_TENANT_MAX_RUNNING={TENANT_CAPS}")
     parser.add_argument("--partitions", type=int, default=None, help="STREAMCREW_PARTITIONS (default 3; 6 with --cluster)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=None, help="a Redis to use instead of a private redis-server")
