@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from consumers.notifier.dead import WebhookDeadLetter
 
 QUEUE_ROWS = frozenset({"Queue Depth", "Processing", "Retrying", "Dead Letters", "Window"})  # shown in the tables above
+PARKED_TENANTS_IN_TABLE = 5  # the table names the tenants with the most parked jobs; --json has more (streams.stats)
 
 
 def _num(value: Any) -> str:
@@ -57,6 +58,8 @@ def stats_table(figures: dict[str, Any]) -> Group:
     totals.add_row("dead letters", _num(figures["dead_letters"]))
     totals.add_row("retrying", _num(figures["retrying"]))
     totals.add_row("parked (tenant cap)", _num(figures.get("parked", 0)))
+    for tenant, n in list(figures.get("parked_by_tenant", {}).items())[:PARKED_TENANTS_IN_TABLE]:
+        totals.add_row(*as_text(f"  tenant {tenant}", _num(n)))
     totals.add_row("webhook dead letters", _num(figures["webhooks"]["dead_letters"]))
     recent = Table(title=f"latest {figures['window']['results']:,} results", show_header=False)
     for name, value in report_rows(figures):

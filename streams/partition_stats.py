@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from redis.asyncio import Redis
 
 from streams.keys import LANES, Keys, partition_keys
-from streams.stats import queue_stats
+from streams.stats import most_parked, queue_stats
 from streams.window import DEFAULT_WINDOW, window_figures
 
 SUMMED = ("length", "pending", "lag")
@@ -45,6 +47,14 @@ def _merge_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def _sum_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Each partition's most parked tenants, summed (a tenant past a partition's shown ones counts there as 0)."""
+    total: Counter[str] = Counter()
+    for counts in parts:
+        total.update(counts)
+    return dict(total)
+
+
 async def partitioned_queue_stats(
     redis: Redis, keys: Keys, partitions: int, *, window: int | None = DEFAULT_WINDOW,
 ) -> dict[str, Any]:
@@ -63,6 +73,7 @@ async def partitioned_queue_stats(
         "dead_letters": sum(s["dead_letters"] for s in each),
         "retrying": sum(s["retrying"] for s in each),
         "parked": sum(s["parked"] for s in each),
+        "parked_by_tenant": most_parked(_sum_counts(s["parked_by_tenant"] for s in each)),
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }

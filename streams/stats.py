@@ -61,9 +61,18 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
     }
 
 
+PARKED_TENANTS_SHOWN = 20  # stats name the tenants with the most parked jobs: thousands of tenants would swamp it
+
+
+def most_parked(counts: dict[str, int]) -> dict[str, int]:
+    """The ``PARKED_TENANTS_SHOWN`` tenants with the most parked jobs, most first (ties by name)."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return dict(ranked[:PARKED_TENANTS_SHOWN])
+
+
 async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_WINDOW) -> dict[str, Any]:
     """Per lane length, pending, lag (Redis >= 7; the length where ``group_missing``), oldest pending age and consumers;
-    results; dead letters; retries waiting; jobs parked over their tenant's cap;
+    results; dead letters; retries waiting; jobs parked over their tenant's cap, and the tenants with the most;
     and, unless ``window`` is None, the monitor's figures over the last ``window`` results (``streams.window``)."""
     now_ms = int(time.time() * 1000)
     lanes = {name: await _stream_stats(redis, keys.lane(name), WORKERS_GROUP, now_ms) for name in LANES}
@@ -73,15 +82,17 @@ async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.webhooks_dead)
         pipe.zcard(keys.webhooks_delayed)
-        pipe.hvals(parked_tenants_key(keys))
+        pipe.hgetall(parked_tenants_key(keys))
         dead, delayed, wh_dead, wh_delayed, parked = await pipe.execute()
+    parked_by = {str(tenant): int(n) for tenant, n in (parked or {}).items()}
     figures: dict[str, Any] = {
         "prefix": keys.prefix,
         "lanes": lanes,
         "results": results,
         "dead_letters": int(dead),
         "retrying": int(delayed),
-        "parked": sum(int(n) for n in parked),  # over their tenant's cap (streams.tenant_cap)
+        "parked": sum(parked_by.values()),  # over their tenant's cap (streams.tenant_cap)
+        "parked_by_tenant": most_parked(parked_by),
         "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
     }
     if window is not None:

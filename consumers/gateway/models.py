@@ -240,6 +240,8 @@ class QueueStats(BaseModel):
     dead_letters: int
     retrying: int
     parked: int = Field(description="jobs parked over their tenant's STREAMCREW_TENANT_MAX_RUNNING, waiting to go back to their lane")
+    parked_by_tenant: dict[str, int] = Field(
+        description="the 20 tenants with the most parked jobs -> how many, most first (with partitions: each partition's 20, summed)")
     webhooks: WebhookStats
     window: Window
     completed: int
