@@ -27,7 +27,7 @@ from streams.raw import repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
-from streams.keys import Keys
+from streams.keys import Keys, partition_keys
 from streams.outage import until_redis_answers
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -110,7 +110,8 @@ class JobProcessor:
         self.executor = executor
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
-        self.caps = TenantCapper(self._scripts, caps, partitions=settings.partitions, lease_s=runtime.lease_s)
+        self.caps = TenantCapper(self._scripts, caps, partitions=settings.partitions, lease_s=runtime.lease_s,
+                                 worker=self.worker, home=partition_keys(keys, settings.partitions)[0])
         self.settler = Settler(redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
                                job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
                                hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)

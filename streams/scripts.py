@@ -52,6 +52,7 @@ class Scripts:
         self.dead_once: AsyncScript = redis.register_script(_source("dead_once"))
         self.unpark: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "unpark"))
         self.cap_renew: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "cap_renew"))
+        self.cap_agree: AsyncScript = redis.register_script(_source("cap_agree"))
 
 
 Reply = Any

@@ -11,6 +11,7 @@ what such a death leaves parked. Unset, nothing here runs: no extra Redis call p
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -32,6 +33,13 @@ UNPARK_EVERY_S = 1.0
 UNCAPPED_UNPARK_EVERY_S = 10.0  # with no cap set, the upkeep only lets go what a cap set before left parked
 UNPARK_LIMIT = 500  # jobs one upkeep call moves for a tenant whose cap was removed
 DEFAULT_TENANT = "*"
+# Workers compare their caps this often (cap_agree.lua); one not heard from for AGREE_LIVE_S is not compared, and
+# is forgotten after AGREE_FORGET_S.
+AGREE_EVERY_S = 30.0
+AGREE_LIVE_S = 90.0
+AGREE_FORGET_S = 600.0
+
+log = logging.getLogger("streamcrew.jobs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,10 @@ class TenantCaps:
 
     default: int = 0
     tenants: Mapping[str, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The caps as ``STREAMCREW_TENANT_MAX_RUNNING`` would say them, in one canonical form (what workers compare)."""
+        return json.dumps({DEFAULT_TENANT: self.default, **self.tenants}, sort_keys=True, separators=(",", ":"))
 
     def of(self, tenant: str | None) -> int:
         """The fleet-wide cap of ``tenant``; 0 = none (a job without a tenant is never capped)."""
@@ -87,9 +99,15 @@ class TenantCapper:
     """The worker's side of the caps: what ``start.lua`` and ``settle.lua`` are told per job, the renewal of this
     worker's slots, and the partitions' un-park upkeep."""
 
-    def __init__(self, scripts: Scripts, caps: TenantCaps | None, *, partitions: int, lease_s: float) -> None:
+    def __init__(self, scripts: Scripts, caps: TenantCaps | None, *, partitions: int, lease_s: float,
+                 worker: str = "", home: Keys | None = None) -> None:
+        """``worker``, ``home``: this worker's name and the partition (0) where workers compare their caps (:meth:`agree`)."""
         self._scripts = scripts
         self.caps = caps
+        self._worker = worker
+        self._home = home
+        self._agreed_at = -AGREE_EVERY_S
+        self._disagreeing: dict[str, str] = {}
         self._partitions = partitions
         self.hold_ms = int(lease_s * 1000 * RUN_HOLD_LEASES)
         self.reserve_ms = int(lease_s * 1000 * RESERVE_LEASES)
@@ -119,6 +137,27 @@ class TenantCapper:
             by_partition.setdefault(keys, []).extend((tenant, job_id))
         for keys, pairs in by_partition.items():
             await self._scripts.cap_renew(keys=[keys.slot_guard], args=[keys.job_prefix, self.hold_ms, *pairs])
+
+    async def agree(self) -> None:
+        """Every AGREE_EVERY_S: tell the other workers this one's caps, and warn while a live one was given others.
+        Each worker applies its own value to the jobs it claims, so workers that differ (a rolling change, a
+        Deployment without the setting) let a tenant run past the cap that was meant."""
+        if self._home is None or time.monotonic() - self._agreed_at < AGREE_EVERY_S:
+            return
+        self._agreed_at = time.monotonic()
+        mine = self.caps.describe() if self.caps else "none"
+        pairs = await self._scripts.cap_agree(keys=[f"{self._home.prefix}:tenant-caps"],
+                                              args=[self._worker, mine, int(AGREE_LIVE_S * 1000), int(AGREE_FORGET_S * 1000)])
+        others = {str(pairs[i]): str(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        if others == self._disagreeing:
+            return
+        if others:
+            said = "; ".join(f"{name}: {value}" for name, value in sorted(others.items())[:10])
+            log.warning("workers disagree on STREAMCREW_TENANT_MAX_RUNNING: this worker has %s, %d other live worker(s) "
+                        "another value (%s); each applies its own to the jobs it claims: give every worker the same", mine, len(others), said)
+        else:
+            log.info("workers agree again on STREAMCREW_TENANT_MAX_RUNNING: %s", mine)
+        self._disagreeing = others
 
     def unpark_due(self) -> bool:
         if time.monotonic() - self._unparked_at < (UNPARK_EVERY_S if self.caps else UNCAPPED_UNPARK_EVERY_S):

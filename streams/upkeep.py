@@ -1,7 +1,8 @@
 """The upkeep of a prefix's partitions that any worker may do, each step one atomic script.
 
 Per partition: end workflows whose timeout passed, move due retries back to their lanes, move parked jobs that now
-fit under their tenant's cap back to their lanes (streams.tenant_cap; every second), trim acknowledged entries. Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
+fit under their tenant's cap back to their lanes (streams.tenant_cap; every second), trim acknowledged entries. And
+every 30 s the workers compare their tenant caps (TenantCapper.agree). Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
 no other partition's retries; the first failure is raised once the others are done, for the caller's backoff.
 """
 
@@ -40,6 +41,11 @@ class Upkeep:
             self._trimmed_at = now
         unpark = self._caps is not None and self._caps.unpark_due()
         failed: Exception | None = None
+        if self._caps is not None:
+            try:  # in partition 0's slot: its master away holds up no partition's upkeep
+                await self._caps.agree()
+            except Exception as exc:
+                failed = exc
         for keys in self._partitions:
             try:
                 await self._partition(keys, trim=trim, unpark=unpark)

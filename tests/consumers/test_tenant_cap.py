@@ -208,6 +208,31 @@ async def test_without_a_cap_start_and_settle_call_no_sorted_set(own_redis: Redi
     assert "cmdstat_zadd" not in stats, stats.get("cmdstat_zadd")
 
 
+async def test_a_worker_given_another_cap_than_a_live_one_warns_naming_it(redis, keys: Keys, workers) -> None:
+    # Given a worker capping every tenant at 2, registered where workers compare their caps
+    agreed = f"{keys.prefix}:tenant-caps"
+    workers.start(env=CAP)
+    await wait_until(lambda: _heard_from(redis, agreed, 1), timeout=15, what="the first worker's cap registered")
+    # When a second worker starts with another value, and a third with the first's
+    odd = workers.start(env={"STREAMCREW_TENANT_MAX_RUNNING": '{"*": 2, "acme": 50}'})
+    await wait_until(lambda: _heard_from(redis, agreed, 2), timeout=15, what="the second worker's cap registered")
+    same = workers.start(env=CAP)
+    await wait_until(lambda: _heard_from(redis, agreed, 3), timeout=15, what="the third worker's cap registered")
+    # Then the second warns, naming the first and its value; the third warns naming only the second
+    names = {v.split("|", 1)[1]: k for k, v in (await redis.hgetall(agreed)).items()}
+    await wait_until(lambda: "disagree on STREAMCREW_TENANT_MAX_RUNNING" in odd.log_text(), timeout=15, what="the second worker's warning")
+    warned = next(line for line in odd.log_text().splitlines() if "disagree" in line)
+    assert '{"*":2,"acme":50}' in warned and '{"*":2}' in warned, warned
+    await wait_until(lambda: "disagree on STREAMCREW_TENANT_MAX_RUNNING" in same.log_text(), timeout=15, what="the third worker's warning")
+    third = next(line for line in same.log_text().splitlines() if "disagree" in line)
+    assert '{"*":2,"acme":50}' in third and "1 other live worker" in third, same.log_text()[-2000:]
+    assert names['{"*":2,"acme":50}'] in third, (names, third)
+
+
+async def _heard_from(redis, key: str, n: int) -> bool:
+    return int(await redis.hlen(key)) >= n
+
+
 def test_an_invalid_cap_is_refused_at_start_up() -> None:
     for bad, said in (("-1", "integer >= 0"), ("lots", "integer or a JSON object"), ('{"acme": "x"}', "STREAMCREW_TENANT_MAX_RUNNING['acme']"),
                       ("[1, 2]", "must be an object")):
