@@ -16,6 +16,7 @@ from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import get_steps
 
 INTERNAL_FIELDS = frozenset({"source", "base"})
+PARKED_SOURCE = "parked:"  # the source tenant_cap.lua gives a job it parks (the item's hash follows)
 
 
 class JobRecord(BaseModel):
@@ -44,6 +45,7 @@ class JobRecord(BaseModel):
     steps_total: int | None = None
     steps_done: int | None = None
     steps: list[dict[str, Any]] | None = None
+    parked: bool | None = None  # True while it waits over its tenant's cap (streams.tenant_cap); read from its source
 
     @property
     def terminal(self) -> bool:
@@ -51,11 +53,13 @@ class JobRecord(BaseModel):
 
     def as_result(self) -> JobResult:
         """The job's result event, rebuilt from the record (identical fields)."""
-        return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done"}))
+        return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done", "parked"}))
 
 
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
-    values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS}
+    values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS | {"parked"}}
+    if str(raw.get("source", "")).startswith(PARKED_SOURCE) and raw.get("status") in ("queued", "retrying"):
+        values["parked"] = True
     for name in ("result", "usage"):
         if name in values:
             try:

@@ -158,6 +158,8 @@ class JobView(BaseModel):
     steps_total: int | None = Field(default=None, description="a workflow: how many steps it has")
     steps_done: int | None = Field(default=None, description="a workflow: how many steps have settled (ended or skipped)")
     steps: list[WorkflowStepView] | None = Field(default=None, description="a workflow: its steps in order, with their status")
+    parked: bool | None = Field(default=None, description="true while the job (queued or retrying) waits because its tenant has "
+                                "STREAMCREW_TENANT_MAX_RUNNING jobs running; absent otherwise")
     links: Links
 
 

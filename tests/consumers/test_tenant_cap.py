@@ -10,14 +10,17 @@ import asyncio
 import os
 import subprocess
 
+import orjson
 import redis as sync_redis
 from redis.asyncio import Redis
 
+from consumers.gateway.responses import job_view
 from consumers.processes import streamcrew_cmd
 from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
+from streams.records import get_job
 from streams.stats import queue_stats
 from streams.tenant_cap import parked_key, parked_tenants_key, running_key
 from tests.support import WorkerFactory, wait_results, wait_until
@@ -43,6 +46,8 @@ async def test_a_flooding_tenant_runs_at_most_its_cap_and_another_tenant_goes_ah
     await wait_until(lambda: _parked(redis, keys, "A", 20), timeout=15, what="A's backlog parked")
     figures = await queue_stats(redis, keys, window=None)  # what `streamcrew stats` shows
     assert figures["parked"] >= 10 and figures["parked_by_tenant"] == {"A": figures["parked"]}, figures
+    last = orjson.loads(await redis.lindex(parked_key(keys, "A"), -1))["id"]  # the last parked: still parked now
+    assert job_view(await get_job(redis, keys, last))["parked"] is True  # what GET /jobs/{id} shows
     await producer.publish("echo", {"sleep_s": 0.3}, id="b0", tenant="B")
     got = await wait_results(redis, keys, 31, timeout=60)
     # Then B's job completed long before A's backlog, never more than 2 of A's ran at once, and parking cost no attempt
@@ -54,6 +59,7 @@ async def test_a_flooding_tenant_runs_at_most_its_cap_and_another_tenant_goes_ah
     done_before_b = sum(1 for r in a if r.finished_at <= by_id["b0"].finished_at)
     assert done_before_b <= 10, f"B's job waited for {done_before_b} of A's 30"
     # And nothing is left parked or holding a slot
+    assert "parked" not in job_view(await get_job(redis, keys, last))
     assert await redis.llen(parked_key(keys, "A")) == 0
     assert await redis.zcard(running_key(keys, "A")) == 0
     assert await redis.hlen(parked_tenants_key(keys)) == 0
@@ -156,8 +162,6 @@ async def _shorten_parked(redis, keys: Keys, job_id: str) -> None:
     """Rewrite a parked item's data to a 0.1 s sleep: the upkeep checks the record against the item's hash, so the
     record's source is rewritten to match."""
     import hashlib
-
-    import orjson
 
     items = await redis.lrange(parked_key(keys, "A"), 0, -1)
     for n, item in enumerate(items):
@@ -262,6 +266,7 @@ async def test_a_drained_worker_hands_back_its_capped_jobs_and_strands_nothing(r
 
 def test_the_gateways_queue_stats_declare_parked() -> None:
     # GET /queue/stats passes `parked` on; its OpenAPI schema must say what it is, not leave it to extra fields
-    from consumers.gateway.models import QueueStats
+    from consumers.gateway.models import JobView, QueueStats
+    assert "parked" in JobView.model_json_schema()["properties"]
     assert "parked" in QueueStats.model_json_schema()["properties"]
     assert "parked" in QueueStats.model_json_schema()["required"]
