@@ -28,6 +28,7 @@ from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 from streams.connection import hello_facts, says_cluster
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 from streams.seeds import seed_urls
+from streams.tenant_cap import parked_tenants_key
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ def _next_id(entry_id: str) -> str:
 
 
 class StreamGauges(Collector):
-    """``streamcrew_stream_length`` (lanes, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends."""
+    """``streamcrew_stream_length`` (lanes, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends, and
+    ``streamcrew_jobs_parked`` (jobs over their tenant's cap; no tenant label: tenants are many, and the submitters')."""
 
     def __init__(self, redis_url: str, keys: Keys, *, partitions: int = 1, cache_s: float = 1.0) -> None:
         self.keys = keys
@@ -100,7 +102,7 @@ class StreamGauges(Collector):
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The names, without touching Redis (prometheus-client calls this at registration)."""
         for name in ("stream_length", "group_pending", "group_lag", "oldest_pending_age_seconds",
-                     "oldest_undelivered_age_seconds", "group_consumers", "consumer_idle_seconds"):
+                     "oldest_undelivered_age_seconds", "group_consumers", "consumer_idle_seconds", "jobs_parked"):
             yield GaugeMetricFamily(f"streamcrew_{name}", "")
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -127,6 +129,7 @@ class StreamGauges(Collector):
         for k in self.partitions:
             pipe.xlen(k.dead)
             pipe.xlen(k.webhooks_dead)
+            pipe.hvals(parked_tenants_key(k))
         replies: list[Any] = pipe.execute(raise_on_error=False)
 
         length = GaugeMetricFamily("streamcrew_stream_length", "Entries in the stream", labels=["stream", "partition"])
@@ -136,6 +139,7 @@ class StreamGauges(Collector):
         oldest_waiting = GaugeMetricFamily("streamcrew_oldest_undelivered_age_seconds", "Age of the oldest entry not yet delivered", labels=["stream", "group", "partition"])
         consumers = GaugeMetricFamily("streamcrew_group_consumers", "Consumers in the group", labels=["stream", "group", "partition"])
         idle = GaugeMetricFamily("streamcrew_consumer_idle_seconds", "Seconds since the consumer last read", labels=["stream", "group", "consumer", "partition"])
+        parked = GaugeMetricFamily("streamcrew_jobs_parked", "Jobs waiting over their tenant's STREAMCREW_TENANT_MAX_RUNNING", labels=["partition"])
 
         lookups: list[tuple[int, str]] = []
         for i, (part, name, _key, group) in enumerate(streams):
@@ -171,10 +175,12 @@ class StreamGauges(Collector):
         tail = replies[4 * len(streams):]
         for j, k in enumerate(self.partitions):
             part = str(k.partition or 0)
-            for name, n in (("dead", tail[2 * j]), ("webhooks_dead", tail[2 * j + 1])):
+            for name, n in (("dead", tail[3 * j]), ("webhooks_dead", tail[3 * j + 1])):
                 if not isinstance(n, Exception):
                     length.add_metric([name, part], int(n))
-        return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle]
+            if isinstance(counts := tail[3 * j + 2], list):
+                parked.add_metric([part], sum(int(n) for n in counts))
+        return [length, pending, lag, oldest_pending, oldest_waiting, consumers, idle, parked]
 
 
 _registered: set[tuple[str, str]] = set()

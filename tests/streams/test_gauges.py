@@ -4,8 +4,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.gauges import StreamGauges
-from streams.keys import Keys
+from streams.keys import Keys, partition_keys
 from streams.runtime import GroupRuntime
+from streams.tenant_cap import parked_tenants_key
 
 
 def _values(registry: CollectorRegistry) -> dict:
@@ -117,3 +118,15 @@ async def test_ages_and_consumers_redis_refuses_are_left_out_and_other_partition
     assert v[("streamcrew_oldest_undelivered_age_seconds", lane1)] > 0
     assert v[("streamcrew_oldest_pending_age_seconds", lane1)] > 0
     assert v[("streamcrew_group_consumers", lane1)] == 1
+
+
+async def test_jobs_parked_over_their_tenants_cap_are_a_gauge_per_partition(redis, redis_url: str, keys: Keys) -> None:
+    # Given 3 partitions, two with tenants' jobs parked (the hash tenant_cap.lua keeps: tenant -> how many)
+    every = partition_keys(keys, 3)
+    await redis.hset(parked_tenants_key(every[0]), mapping={"acme": 4, "beta": 1})
+    await redis.hset(parked_tenants_key(every[2]), mapping={"acme": 2})
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, partitions=3, cache_s=0))
+    # When scraped, Then each partition says how many it holds parked, 0 where none (no tenant label)
+    v = _values(registry)
+    assert [v[("streamcrew_jobs_parked", (("partition", str(p)),))] for p in range(3)] == [5, 0, 2]
