@@ -17,12 +17,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from streams.keys import Keys
-from streams.tenant_cap import (
-    parked_key,
-    parked_tenants_key,
-    parse_tenant_caps,
-    running_key,
-)
+from streams.tenant_cap import parked_key, parked_tenants_key, parse_tenant_caps, running_key
+from tests.support import most_at_once
 
 # --tenants: what the workers are told, and the tenants jobs name. t0 (a fifth of the load) runs near its cap and parks
 # most of the time; the others park in bursts. Tighter, t0's backlog outgrows what the run's end waits for.
@@ -58,16 +54,6 @@ async def slots_held(redis: Redis, parts: Sequence[Keys], until: float) -> Count
         except RedisError as exc:  # Redis stalled, restarting or failing over: the next sample
             seen[type(exc).__name__] += 1
     return seen
-
-
-def most_at_once(spans: list[tuple[int, int]]) -> int:
-    """The most spans ``(start, end)`` open at one moment (an end at the same ms as a start closes first)."""
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    now = most = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
-    return most
 
 
 async def tenant_problems(redis: Redis, parts: Sequence[Keys], results: list[dict[str, str]], strict: bool) -> dict[str, list[str]]:

@@ -57,9 +57,8 @@ class JobRecord(BaseModel):
 
 
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
-    values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS | {"parked"}}
-    if str(raw.get("source", "")).startswith(PARKED_SOURCE) and raw.get("status") in ("queued", "retrying"):
-        values["parked"] = True
+    values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS}
+    values["parked"] = True if str(raw.get("source", "")).startswith(PARKED_SOURCE) and raw.get("status") in ("queued", "retrying") else None
     for name in ("result", "usage"):
         if name in values:
             try:

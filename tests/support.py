@@ -30,6 +30,16 @@ PORT_ATTEMPTS = 3
 PORT_TAKEN = "address already in use"  # what the OS error says, in any process's log
 
 
+def most_at_once(spans: list[tuple[int, int]]) -> int:
+    """The most spans ``(start, end)`` open at one moment (an end at the same ms as a start closes first)."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda ev: (ev[0], ev[1]))
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
 async def wait_until(check: Callable[[], bool | Awaitable[bool]], *, timeout: float, what: str, every: float = 0.05) -> None:
     """Poll ``check`` (a plain or an async predicate) until it is true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

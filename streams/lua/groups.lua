@@ -1,7 +1,13 @@
--- Shared by trim.lua and trim_results.lua: stream IDs, and what a stream's consumer groups still need.
+-- Shared by trim.lua, trim_results.lua and tenant_cap.lua: stream IDs, and what a stream's consumer groups still need.
 -- An ID's two parts are unsigned 64-bit numbers (a raw XADD may name '1-9007199254740993'); Lua's numbers are doubles,
 -- exact only to 2^53, so the parts stay decimal strings: compared by length, then digit by digit.
 local ID_PART_MAX = '18446744073709551615'  -- 2^64 - 1
+-- A flat name, value, ... reply (XINFO's) as a table.
+local function as_table(flat)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
 local function parse_id(id)
   local ms, seq = string.match(id, '^0*(%d-)-0*(%d-)$')
   if ms == '' then ms = '0' end
@@ -34,9 +40,7 @@ end
 -- `stats` and the lag alerts read as a backlog. A group whose last delivered ID is the stream's last generated
 -- ID has read every entry ever added, so its counter is set to that (same ID: nothing is delivered again).
 local function repair_read_counters(key, groups)
-  local reply = redis.call('XINFO', 'STREAM', key)
-  local stream = {}
-  for i = 1, #reply, 2 do stream[reply[i]] = reply[i + 1] end
+  local stream = as_table(redis.call('XINFO', 'STREAM', key))
   local last, added = stream['last-generated-id'], tonumber(stream['entries-added'])
   if not added then return end
   for _, g in ipairs(groups) do
@@ -52,8 +56,7 @@ local function stream_groups(key)
   if not ok then return {} end
   local groups, behind = {}, false
   for _, g in ipairs(reply) do
-    local info = {}
-    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    local info = as_table(g)
     groups[#groups + 1] = info
     if (tonumber(info['lag']) or 0) > 0 then behind = true end
   end

@@ -13,7 +13,7 @@ local function tc_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- Whether the job still has its entry in its lane, for the workers group to run: not yet delivered, or pending with a
--- worker (the record's source names the entry: '<lane>/<entry ID>'). Needs groups.lua (id_older).
+-- worker (the record's source names the entry: '<lane>/<entry ID>'). Needs groups.lua (as_table, id_older).
 local function tc_waiting(job_prefix, lane_prefix, jid)
   local lane, eid = string.match(redis.call('HGET', job_prefix .. jid, 'source') or '', '^([%w_-]+)/(%d+%-%d+)$')
   if not lane then return false end  -- parked, a retry waiting its time, skipped, or no record: no entry to come
@@ -23,8 +23,7 @@ local function tc_waiting(job_prefix, lane_prefix, jid)
   if #pending > 0 then return true end
   if #redis.call('XRANGE', stream, eid, eid) == 0 then return false end
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local info = {}
-    for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+    local info = as_table(g)
     if info['name'] == 'workers' then return id_older(info['last-delivered-id'], eid) end
   end
   return false

@@ -13,7 +13,7 @@ from streams.producer import Producer
 from streams.tenant_cap import parked_tenants_key
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
-from tests.consumers.test_tenant_cap import most_at_once
+from tests.support import most_at_once
 
 
 async def test_each_partition_runs_its_share_of_a_tenants_cap(cluster_redis: Redis, cluster_prefix: str, cluster_workers) -> None:

@@ -23,19 +23,9 @@ from streams.producer import Producer
 from streams.records import get_job
 from streams.stats import queue_stats
 from streams.tenant_cap import parked_key, parked_tenants_key, running_key
-from tests.support import WorkerFactory, wait_results, wait_until
+from tests.support import WorkerFactory, most_at_once, wait_results, wait_until
 
 CAP = {"STREAMCREW_TENANT_MAX_RUNNING": "2"}
-
-
-def most_at_once(spans: list[tuple[int, int]]) -> int:
-    """The most spans ``(start, end)`` open at one moment (an end at the same ms as a start closes first)."""
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda ev: (ev[0], ev[1]))
-    now = most = 0
-    for _, step in events:
-        now += step
-        most = max(most, now)
-    return most
 
 
 async def test_a_flooding_tenant_runs_at_most_its_cap_and_another_tenant_goes_ahead(redis, keys: Keys, producer, workers) -> None:
