@@ -366,7 +366,7 @@ async def undrained(redis: Redis, parts: Sequence[Keys]) -> dict[str, tuple[int,
     """Groups with entries pending or not yet delivered: (pending, lag)."""
     out: dict[str, tuple[int, int | None]] = {}
     for keys in parts:
-        for stream in (*keys.lanes, keys.results):
+        for stream in (*keys.work_streams, keys.results):
             if await redis.exists(stream):
                 for group in await redis.xinfo_groups(stream):
                     if group["pending"] or group.get("lag"):

@@ -60,6 +60,7 @@ def stats_table(figures: dict[str, Any]) -> Group:
     totals.add_row("parked (tenant cap)", _num(figures.get("parked", 0)))
     for tenant, n in list(figures.get("parked_by_tenant", {}).items())[:PARKED_TENANTS_IN_TABLE]:
         totals.add_row(*as_text(f"  tenant {tenant}", _num(n)))
+    totals.add_row("resumed (ahead of their lane)", _num(figures.get("resumed", 0)))
     totals.add_row("webhook dead letters", _num(figures["webhooks"]["dead_letters"]))
     recent = Table(title=f"latest {figures['window']['results']:,} results", show_header=False)
     for name, value in report_rows(figures):

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from streams.envelope import DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
-from streams.keys import LANES, STEP_SEPARATOR, Keys, partition_keys
+from streams.keys import LANES, STEP_SEPARATOR, Keys, lane_of, partition_keys
 from streams.outage import REDIS_DOWN
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.workflow import STEP_ID, WORKFLOW_AGENT
@@ -148,8 +148,9 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if not entries:
         raise DeadLetterNotFound(f"no dead letter {entry_id}")
     letter = DeadLetter.from_entry(*entries[0])
-    lane = keys.lane_name(letter.source_stream)
-    if letter.source_stream != f"{keys.prefix}:requests:{lane}" or lane not in LANES:
+    origin = keys.lane_name(letter.source_stream)  # a lane, or its resumed stream (replayed into the lane)
+    lane = lane_of(origin)
+    if letter.source_stream != f"{keys.prefix}:requests:{origin}" or lane not in LANES:
         raise StreamcrewError(f"dead letter {entry_id} came from {letter.source_stream!r}, not a lane; cannot replay")
     fields = dict(letter.request)
     fields["id"] = letter.id
@@ -159,7 +160,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if ENTRY_ID.fullmatch(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
     args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS,
-                             f"{lane}/{letter.last_source_id or letter.source_id}", len(fields)]
+                             f"{origin}/{letter.last_source_id or letter.source_id}", len(fields)]
     for k, v in fields.items():
         args += [k, v]
     receipt = keys.receipt(receipt_token())  # a copy redis-py sends again answers from it, not "vanished"

@@ -26,7 +26,7 @@ from redis.exceptions import RedisClusterException, ResponseError
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from streams.connection import hello_facts, says_cluster
-from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
+from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 from streams.seeds import seed_urls
 from streams.tenant_cap import parked_tenants_key
 
@@ -55,7 +55,7 @@ def _next_id(entry_id: str) -> str:
 
 
 class StreamGauges(Collector):
-    """``streamcrew_stream_length`` (lanes, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends, and
+    """``streamcrew_stream_length`` (lanes, their resumed streams, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends, and
     ``streamcrew_jobs_parked`` (jobs over their tenant's cap; no tenant label: tenants are many, and the submitters')."""
 
     def __init__(self, redis_url: str, keys: Keys, *, partitions: int = 1, cache_s: float = 1.0) -> None:
@@ -73,7 +73,7 @@ class StreamGauges(Collector):
         return [
             (str(k.partition or 0), name, key, group)
             for k in self.partitions
-            for name, key, group in [*((n, k.lane(n), WORKERS_GROUP) for n in LANES), ("results", k.results, NOTIFIER_GROUP)]
+            for name, key, group in [*((k.lane_name(s), s, WORKERS_GROUP) for s in k.work_streams), ("results", k.results, NOTIFIER_GROUP)]
         ]
 
     def _client(self) -> sync_redis.Redis | sync_redis.RedisCluster:

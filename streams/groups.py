@@ -34,5 +34,5 @@ async def ensure_groups(redis: Redis, pairs: Iterable[tuple[str, str]]) -> None:
 
 
 def standard_groups(keys: Keys) -> list[tuple[str, str]]:
-    """Every lane with ``workers``, and the results stream with ``notifier``."""
-    return [(lane, WORKERS_GROUP) for lane in keys.lanes] + [(keys.results, NOTIFIER_GROUP)]
+    """Every lane and resumed stream with ``workers``, and the results stream with ``notifier``."""
+    return [(stream, WORKERS_GROUP) for stream in keys.work_streams] + [(keys.results, NOTIFIER_GROUP)]

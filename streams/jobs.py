@@ -27,7 +27,7 @@ from streams.raw import repaired_fields
 from streams.errors import DecodeError, Reject, RetryLater
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
-from streams.keys import Keys, partition_keys
+from streams.keys import Keys, lane_of, partition_keys
 from streams.outage import until_redis_answers
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -73,10 +73,11 @@ class Claimed:
     raw: dict[str, str]
     max_attempts: int
     submitted_at: int
+    origin: str  # the stream's name in the record's source: the lane's, or its resumed stream's (streams.keys.RESUMED)
 
     @property
     def source(self) -> str:
-        return f"{self.lane}/{self.entry_id}"
+        return f"{self.origin}/{self.entry_id}"
 
 
 @dataclass(slots=True)
@@ -104,7 +105,7 @@ class JobProcessor:
         self.redis = redis
         self.keys = keys
         self.partitions = partitions or (keys,)
-        self._keys_of = {lane: k for k in self.partitions for lane in k.lanes}
+        self._keys_of = {stream: k for k in self.partitions for stream in k.work_streams}
         self.settings = settings
         self.runtime = runtime
         self.executor = executor
@@ -129,7 +130,8 @@ class JobProcessor:
     # -- entries in ----------------------------------------------------------
 
     async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
-        lane = self.keys.lane_name(stream)
+        origin = self.keys.lane_name(stream)  # what the record's source names; the lane it is for, below
+        lane = lane_of(origin)
         if reclaimed:
             metrics.reclaimed(lane).inc(len(entries))
             ids = [explicit_id(raw) or self._keys_of[stream].generated_id(eid) for eid, raw in entries if raw is not None]
@@ -149,28 +151,28 @@ class JobProcessor:
                     self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
                 if request.agent == WORKFLOW_AGENT:
-                    if request.deadline is None or request.deadline > now_ms() or await self._started_in_time(keys, lane, entry_id, job_id):
+                    if request.deadline is None or request.deadline > now_ms() or await self._started_in_time(keys, origin, entry_id, job_id):
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
                     # past its deadline, never started: start.lua (with _start's later now) ends it expired (contract §2)
                 elif problem := self.executor.check(request):
                     raise DecodeError(problem, raw)
             except DecodeError as exc:
-                self._reject_invalid(stream, lane, entry_id, job_id, raw, exc.reason)
+                self._reject_invalid(stream, origin, entry_id, job_id, raw, exc.reason)
                 continue
             submitted = request.submitted_at or entry_ms(entry_id)
             attempts = 1 if request.agent == WORKFLOW_AGENT else self.executor.max_attempts(request)  # one that only expires
-            claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, attempts, submitted))
+            claimed.append(Claimed(stream, lane, entry_id, job_id, request, raw, attempts, submitted, origin))
         if workflows:
-            await self.workflows.start(keys, stream, lane, workflows)
+            await self.workflows.start(keys, stream, origin, workflows)
         if claimed:
-            await self._start(stream, lane, claimed)
+            await self._start(stream, origin, claimed)
 
-    async def _started_in_time(self, keys: Keys, lane: str, entry_id: str, job_id: str) -> bool:
+    async def _started_in_time(self, keys: Keys, origin: str, entry_id: str, job_id: str) -> bool:
         """Whether this entry is a replay of a workflow that started before its deadline: it resumes, as a job that
         started in time runs again (start.lua); taken for an unstarted one, it was run as an agent named 'workflow'."""
         started_at, source = await self.redis.hmget(keys.job(job_id), ["started_at", "source"])
-        return started_at is not None and source == f"{lane}/{entry_id}"
+        return started_at is not None and source == f"{origin}/{entry_id}"
 
     def _move(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], request: JobRequest) -> None:
         """An entry XADDed into a partition its id does not belong to: published again in its own (streams.forward)."""
@@ -178,7 +180,7 @@ class JobProcessor:
                                      submitted_at=request.submitted_at or entry_ms(entry_id), found_in=self._keys_of[stream].partition or 0)
         self.runtime.attach(stream, entry_id, move)
 
-    async def _start(self, stream: str, lane: str, claimed: list[Claimed]) -> None:
+    async def _start(self, stream: str, origin: str, claimed: list[Claimed]) -> None:
         now = now_ms()
         entries = [
             (c.entry_id, c.job_id, c.request.agent, str(c.submitted_at), str(c.max_attempts),
@@ -187,7 +189,7 @@ class JobProcessor:
              *((str(cap), flat(readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id))) if (cap := self.caps.cap(c.request)) else ()))
             for c in claimed
         ]
-        args: list[str | int] = [self._keys_of[stream].job_prefix, lane, now, self.worker, orjson.dumps(entries).decode()]
+        args: list[str | int] = [self._keys_of[stream].job_prefix, origin, now, self.worker, orjson.dumps(entries).decode()]
         if self.caps.caps is not None:
             args.append(self.caps.hold_ms)
         reply = await self._start_call([stream, self._keys_of[stream].slot_guard], args)
@@ -328,7 +330,7 @@ class JobProcessor:
         self.settler.submit(op)
         return status
 
-    def _reject_invalid(self, stream: str, lane: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
+    def _reject_invalid(self, stream: str, origin: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
         finished = now_ms()
         raw = repaired_fields(raw)  # bytes that were not UTF-8 become U+FFFD: the dead letter keeps the rest as sent
         agent = raw.get("agent", "")
@@ -340,8 +342,8 @@ class JobProcessor:
             if raw.get(name):
                 fields[name] = raw[name]
         dead = dead_letter_fields(job_id, agent, "invalid", reason, stream, entry_id, 0, raw, finished)
-        alt = "" if explicit_id(raw) else f"{lane}:{job_id}"  # job_id names its partition, so the renamed id does too
-        op = done_op(stream, entry_id, f"{lane}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
+        alt = "" if explicit_id(raw) else f"{origin}:{job_id}"  # job_id names its partition, so the renamed id does too
+        op = done_op(stream, entry_id, f"{origin}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
                      keep_usage=True)  # a retry refused at claim: its earlier attempts' usage (the record's) still counts
         op.on_written = count_ending(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)

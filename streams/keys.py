@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from streams.config import StreamSettings
 
 LANES: tuple[str, ...] = ("high", "normal", "low")
+# A lane's resumed stream, ``<prefix>:requests:resumed-<lane>``: jobs let go from their tenant's parked list (streams.tenant_cap)
+# wait there, read just before their lane, rather than behind the lane's whole backlog a second time.
+RESUMED = "resumed-"
 WORKERS_GROUP = "workers"
 NOTIFIER_GROUP = "notifier"
 
@@ -93,8 +96,19 @@ class Keys:
         """Lane stream keys in strict priority order, high first."""
         return tuple(self.lane(n) for n in LANES)
 
+    def resumed(self, name: str) -> str:
+        """The stream where ``name``'s jobs let go from a parked list wait; read before the lane (see RESUMED)."""
+        return f"{self.lane(name)[: -len(name)]}{RESUMED}{name}"
+
+    @property
+    def work_streams(self) -> tuple[str, ...]:
+        """Every stream the ``workers`` group claims from: the three lanes and their resumed streams."""
+        return self.lanes + tuple(self.resumed(n) for n in LANES)
+
     def lane_name(self, key: str) -> str:
+        """What names the stream in a record's ``source`` (``<name>/<entry ID>``): ``normal``, or ``resumed-normal``."""
         return key.rsplit(":", 1)[-1]
+
 
     @property
     def results(self) -> str:
@@ -173,6 +187,11 @@ class Keys:
         return f"{self.prefix}:*"
 
 
+def lane_of(name: str) -> str:
+    """The lane (priority) of a stream named by :meth:`Keys.lane_name`: ``resumed-normal`` is ``normal``'s."""
+    return name.removeprefix(RESUMED)
+
+
 def partition_keys(keys: Keys, partitions: int) -> tuple[Keys, ...]:
     """Every partition's keys; N = 1 keeps the unpartitioned keys of contract §1."""
     if partitions <= 1:
@@ -186,9 +205,10 @@ def keys_for_job(keys: Keys, partitions: int, job_id: str) -> Keys:
 
 
 def lanes_in_priority(partitions: tuple[Keys, ...]) -> list[str]:
-    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``
-    (levels of ``len(partitions)`` streams, which a worker's reads take in turn: see ``GroupRuntime``)."""
-    return [keys.lane(lane) for lane in LANES for keys in partitions]
+    """Every partition's lanes, strict priority across partitions: all ``high`` lanes, then ``normal``, then ``low``,
+    each lane's resumed streams just before it (levels of ``len(partitions)`` streams, which a worker's reads take in
+    turn: see ``GroupRuntime``)."""
+    return [stream for lane in LANES for stream in ([k.resumed(lane) for k in partitions] + [k.lane(lane) for k in partitions])]
 
 
 def serving_partitions(keys: Keys, settings: StreamSettings, chosen: tuple[int, ...] | None = None) -> tuple[Keys, ...]:

@@ -74,6 +74,7 @@ async def partitioned_queue_stats(
         "retrying": sum(s["retrying"] for s in each),
         "parked": sum(s["parked"] for s in each),
         "parked_by_tenant": most_parked(_sum_counts(s["parked_by_tenant"] for s in each)),
+        "resumed": sum(s["resumed"] for s in each),
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }

@@ -93,7 +93,7 @@ class Settler:
         self._scripts = Scripts(redis)
         # One call of settle.lua per partition in a batch: its keys share the partition's hash slot.
         partitions = [keys] if isinstance(keys, Keys) else list(keys)
-        self._partition_of = {lane: i for i, k in enumerate(partitions) for lane in k.lanes}
+        self._partition_of = {stream: i for i, k in enumerate(partitions) for stream in k.work_streams}
         self._heads: list[list[str | int]] = [
             [k.job_prefix, group, max_result_bytes, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]

@@ -61,6 +61,12 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
     }
 
 
+def _lag(groups: object, group: str) -> int:
+    """``group``'s lag in an XINFO GROUPS reply (0 for an error: no such stream yet, or no group)."""
+    info = next((g for g in groups if g.get("name") == group), None) if isinstance(groups, list) else None
+    return int(info.get("lag") or 0) if info else 0
+
+
 PARKED_TENANTS_SHOWN = 20  # stats name the tenants with the most parked jobs: thousands of tenants would swamp it
 
 
@@ -83,7 +89,12 @@ async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_
         pipe.xlen(keys.webhooks_dead)
         pipe.zcard(keys.webhooks_delayed)
         pipe.hgetall(parked_tenants_key(keys))
-        dead, delayed, wh_dead, wh_delayed, parked = await pipe.execute()
+        for lane in LANES:
+            pipe.xinfo_groups(keys.resumed(lane))
+        replies = await pipe.execute(raise_on_error=False)  # a resumed stream not made yet answers an error: 0
+    if failed := next((r for r in replies[:5] if isinstance(r, Exception)), None):
+        raise failed
+    dead, delayed, wh_dead, wh_delayed, parked, *resumed = replies
     parked_by = {str(tenant): int(n) for tenant, n in (parked or {}).items()}
     figures: dict[str, Any] = {
         "prefix": keys.prefix,
@@ -93,6 +104,7 @@ async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_
         "retrying": int(delayed),
         "parked": sum(parked_by.values()),  # over their tenant's cap (streams.tenant_cap)
         "parked_by_tenant": most_parked(parked_by),
+        "resumed": sum(_lag(groups, WORKERS_GROUP) for groups in resumed),  # let go from parked, read before their lane
         "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
     }
     if window is not None:

@@ -3,7 +3,9 @@
 A tenant that floods its lanes with slow jobs would otherwise fill every worker slot of the fleet, and every other
 tenant's jobs would wait behind it. With a cap, a worker that claims a job whose tenant already has its share
 running parks it (``tenant_cap.lua``: acked off its lane, kept in the tenant's list, no attempt counted); each
-ending of one of that tenant's runs moves the oldest parked job back to its lane. Slots are members of a sorted set
+ending of one of that tenant's runs lets the oldest parked job go, to its lane's resumed stream, which workers read
+just before the lane (it waited its turn in the lane once; a second wait behind the lane's backlog would hold the
+tenant's slot idle for as long). Slots are members of a sorted set
 whose score is a deadline, renewed with the leases, so a worker that dies holds none for ever; the upkeep frees
 what such a death leaves parked. Unset, nothing here runs: no extra Redis call per job.
 """
@@ -26,8 +28,8 @@ from streams.workflow import WORKFLOW_AGENT
 # it counts and kept while its job's entry waits or is pending in its lane (tenant_cap.lua: tc_count), so a Redis stall
 # does not free it under a live run, and a dead worker's slots are free once its jobs' entries are gone.
 RUN_HOLD_LEASES = 2
-# A job sent back to its lane (un-parked, handed back) holds a slot this many leases before the slot is first looked
-# at again (kept while the job still waits in its lane, however long the backlog ahead of it).
+# A job let go from the parked list, or handed back, holds a slot this many leases before the slot is first looked at
+# again (kept while the job still waits to be read, however long the backlog ahead of it).
 RESERVE_LEASES = 5
 UNPARK_EVERY_S = 1.0
 UNCAPPED_UNPARK_EVERY_S = 10.0  # with no cap set, the upkeep only lets go what a cap set before left parked
@@ -166,8 +168,8 @@ class TenantCapper:
         return True
 
     async def unpark(self, keys: Keys) -> int:
-        """Move back to their lanes the partition's parked jobs that now fit (also with no cap set: a cap removed
-        leaves none stranded); returns how many moved."""
+        """Let go the partition's parked jobs that now fit, to their lanes' resumed streams (also with no cap set: a cap
+        removed leaves none stranded); returns how many moved."""
         caps = self.caps or TenantCaps()
         shares = {name: self.caps.share(name, self._partitions) for name in caps.tenants} if self.caps else {}
         default = math.ceil(caps.default / self._partitions) if caps.default else 0

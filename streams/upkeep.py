@@ -1,7 +1,7 @@
 """The upkeep of a prefix's partitions that any worker may do, each step one atomic script.
 
-Per partition: end workflows whose timeout passed, move due retries back to their lanes, move parked jobs that now
-fit under their tenant's cap back to their lanes (streams.tenant_cap; every second), trim acknowledged entries. And
+Per partition: end workflows whose timeout passed, move due retries back to their lanes, let go parked jobs that now
+fit under their tenant's cap (to their lanes' resumed streams: streams.tenant_cap; every second), trim acknowledged entries. And
 every 30 s the workers compare their tenant caps (TenantCapper.agree). Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
 no other partition's retries; the first failure is raised once the others are done, for the caller's backoff.
 """
@@ -56,8 +56,8 @@ class Upkeep:
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
         if trim:
-            for lane in keys.lanes:
-                await self._scripts.trim(keys=[lane])
+            for stream in keys.work_streams:
+                await self._scripts.trim(keys=[stream])
             await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)
         await self._workflows.expire_due(keys)
         if unpark and self._caps is not None:

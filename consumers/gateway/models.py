@@ -241,9 +241,10 @@ class QueueStats(BaseModel):
     results: StreamStats
     dead_letters: int
     retrying: int
-    parked: int = Field(description="jobs parked over their tenant's STREAMCREW_TENANT_MAX_RUNNING, waiting to go back to their lane")
+    parked: int = Field(description="jobs parked over their tenant's STREAMCREW_TENANT_MAX_RUNNING, waiting for a free slot")
     parked_by_tenant: dict[str, int] = Field(
         description="the 20 tenants with the most parked jobs -> how many, most first (with partitions: each partition's 20, summed)")
+    resumed: int = Field(description="jobs let go from a tenant's parked list, waiting for a worker in the streams read just before their lane")
     webhooks: WebhookStats
     window: Window
     completed: int

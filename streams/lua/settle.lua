@@ -11,7 +11,7 @@
 --        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0)
 --   ["drop", lane, eid]                                             ack only (duplicates)
 -- A done, retry or handback op of a job whose tenant is capped ends with {tenant, cap, reserve_ms}: once it writes, the
--- job's slot is freed and parked jobs that now fit go back to their lanes (a hand-back keeps its slot: tenant_cap.lua).
+-- job's slot is freed and parked jobs that now fit are let go (a hand-back keeps its slot: tenant_cap.lua).
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
 -- that finds its own write already made, as a copy of this call does, answers 1 all the same).
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.

@@ -51,8 +51,9 @@ local function tc_park(base, tenant, lane, jid, fields)
   redis.call('HSET', tc_tenants(base), tenant, n)
   return 'parked:' .. redis.sha1hex(item)
 end
--- Move the tenant's oldest parked jobs back to their lanes while they fit under cap (cap 0: no cap any more, at most
--- limit of them). Each moved job takes a slot at once, a reservation held reserve_ms, so that its start runs it rather
+-- Move the tenant's oldest parked jobs back while they fit under cap (cap 0: no cap any more, at most limit of them),
+-- each to its lane's resumed stream ('<prefix>:requests:resumed-<lane>', which workers read just before the lane: it
+-- already waited its turn in the lane once). Each moved job takes a slot at once, a reservation held reserve_ms, so that its start runs it rather
 -- than parking it again. A parked job whose record no longer names its item (another run of that id) is dropped.
 local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, limit)
   local base = tc_base(job_prefix)
@@ -68,8 +69,9 @@ local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, 
       local rec = redis.call('HMGET', key, 'status', 'source')
       local mine = rec[2] == 'parked:' .. redis.sha1hex(item)
       if mine or not rec[1] then
-        local eid = redis.call('XADD', lane_prefix .. p.lane, '*', unpack(p.fields))
-        if mine then redis.call('HSET', key, 'source', p.lane .. '/' .. eid) end
+        local resumed = 'resumed-' .. (string.gsub(p.lane, '^resumed%-', ''))  -- read before its lane: no second wait behind it
+        local eid = redis.call('XADD', lane_prefix .. resumed, '*', unpack(p.fields))
+        if mine then redis.call('HSET', key, 'source', resumed .. '/' .. eid) end
         if cap > 0 then redis.call('ZADD', running, now + reserve_ms, p.id); n = n + 1 end
         moved = moved + 1
       end
@@ -80,7 +82,7 @@ local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, 
   return moved
 end
 -- A capped job's run ended (info: {tenant, cap, reserve_ms}): its slot is free, and the oldest parked jobs that now fit
--- go back to their lanes. keep: a hand-back, whose job goes straight back to its lane: it keeps its slot as a reservation.
+-- are let go (tc_unpark). keep: a hand-back, whose job goes straight back to its lane: it keeps its slot as a reservation.
 local function tc_release(job_prefix, lane_prefix, info, jid, keep)
   if type(info) ~= 'table' or not info[1] then return end
   local running = tc_running(tc_base(job_prefix), info[1])

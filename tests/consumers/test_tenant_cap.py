@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from consumers.gateway.responses import job_view
 from consumers.processes import streamcrew_cmd
+from streams.dead import replay
 from streams.embedded import RedisServer
 from streams.envelope import JobRequest
 from streams.keys import Keys
@@ -113,22 +114,60 @@ async def test_slots_whose_runs_vanished_expire_and_the_upkeep_unparks(redis, ke
     assert await redis.llen(parked_key(keys, "A")) == 0
 
 
-async def test_a_job_moved_back_behind_a_backlog_longer_than_its_reservation_keeps_its_slot(redis, keys, producer, workers) -> None:
-    # Given a worker of 4 slots with a 0.4 s lease (a moved-back job's reservation: 5 leases, 2 s), tenant A capped at 1:
-    # A's 4 quick jobs (the first runs, 3 are parked), then 30 one-second jobs of other tenants (~7 s of backlog)
+async def test_a_parked_job_let_go_runs_ahead_of_the_backlog_in_its_lane(redis, keys: Keys, producer, workers) -> None:
+    # Given one worker of 4 slots, tenant A capped at 1: A's two jobs (the second is parked), then 40 half-second jobs of
+    # other tenants in the same lane (~5 s of backlog)
+    workers.start("--concurrency", "4", env={"STREAMCREW_TENANT_MAX_RUNNING": "1"})
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.3}, id="a0", tenant="A"),
+                                 JobRequest(agent="echo", data={"sleep_s": 0.05}, id="a1", tenant="A")]
+                                + [JobRequest(agent="echo", data={"sleep_s": 0.5}, id=f"b{i}") for i in range(40)])
+    # When a0 ends and a1 is let go from A's parked list
+    got = await wait_results(redis, keys, 42, timeout=60)
+    by_id = {r.id: r for r in got}
+    # Then a1 ran next, ahead of the 40 behind it in the lane (which it had waited for once), on its one attempt: A's slot
+    # was not held idle for it while a whole backlog went by (A ran 1 job per backlog, not 1 at a time)
+    assert len(by_id) == 42 and all(r.status == "completed" for r in got), got
+    ahead = sum(1 for i in range(40) if by_id[f"b{i}"].started_at < by_id["a1"].started_at)
+    assert ahead <= 12, f"a1 started after {ahead} of the 40 jobs sent after it"
+    assert by_id["a1"].attempts == 1 and by_id["a1"].started_at >= by_id["a0"].finished_at
+    assert await redis.zcard(running_key(keys, "A")) == 0
+
+
+async def test_a_job_let_go_that_dies_is_replayed_into_its_lane(redis, keys: Keys, producer, workers) -> None:
+    # Given tenant A capped at 1, and A's second job (parked, then let go) failing its one attempt: a dead letter
+    workers.start("--concurrency", "4", env={"STREAMCREW_TENANT_MAX_RUNNING": "1"})
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.3}, id="d0", tenant="A"),
+                                 JobRequest(agent="echo", data={"fail_first": 1}, id="d1", tenant="A", max_attempts=1)])
+    got = await wait_results(redis, keys, 2, timeout=30)
+    assert {r.id: r.status for r in got} == {"d0": "completed", "d1": "failed"}, got
+    ((entry, letter),) = await redis.xrange(keys.dead)
+    assert letter["source_stream"] == keys.resumed("normal")
+    # When it is replayed, Then it runs again, from its lane, and completes
+    assert await replay(redis, keys, entry) == "d1"
+    got = await wait_results(redis, keys, 3, timeout=30)
+    assert [r.status for r in got if r.id == "d1"] == ["failed", "completed"], got
+    assert await redis.xlen(keys.dead) == 0
+
+
+async def test_a_job_let_go_behind_a_backlog_longer_than_its_reservation_keeps_its_slot(redis, keys, producer, workers) -> None:
+    # Given a worker of 4 slots with a 0.4 s lease (a let-go job's reservation: 5 leases, 2 s), tenant A capped at 1:
+    # A's 4 jobs in the normal lane (the first, of 1 s, runs; 3 are parked)
     workers.start("--concurrency", "4", "--lease", "0.4", env={"STREAMCREW_TENANT_MAX_RUNNING": "1"})
     ids = [f"r{i}" for i in range(4)]
-    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 0.05}, id=i, tenant="A") for i in ids]
-                                + [JobRequest(agent="echo", data={"sleep_s": 1}, id=f"b{i}") for i in range(30)])
-    # When r0 ends and r1 goes back to the end of the lane, behind the backlog, holding A's slot as a reservation
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 1 if i == "r0" else 0.05}, id=i, tenant="A") for i in ids])
+    await wait_until(lambda: _parked(redis, keys, "A", 3), timeout=15, what="r1, r2 and r3 parked")
+    # When 30 one-second jobs of other tenants fill the high lane (~7 s of backlog), r0 ends and r1 is let go: it waits
+    # behind the high lane, holding A's slot as a reservation
+    await producer.publish_many([JobRequest(agent="echo", data={"sleep_s": 1}, id=f"b{i}") for i in range(30)], priority="high")
     running = running_key(keys, "A")
-    await wait_until(lambda: _holds(redis, running, "r1"), timeout=15, what="r1 moved back, holding A's slot")
+    await wait_until(lambda: _holds(redis, running, "r1"), timeout=15, what="r1 let go, holding A's slot")
     reserved_until = await redis.zscore(running, "r1")
-    # Then once the reservation ran out (the upkeep looks every second) r1 still holds the slot, since it still waits in
-    # its lane: the upkeep did not give it to r2 (r1, reaching a worker, would have been parked again behind r3)
+    assert (await queue_stats(redis, keys, window=None))["resumed"] == 1  # what `streamcrew stats` shows
+    # Then once the reservation ran out (the upkeep looks every second) r1 still holds the slot, since it still waits to
+    # be read: the upkeep did not give it to r2 (r1, reaching a worker, would have been parked again behind r3)
     await wait_until(lambda: _looked_at_again(redis, running, "r1", reserved_until), timeout=10,
                      what="the upkeep to look at r1's slot again once its reservation ran out")
-    assert await redis.hget(keys.job("r1"), "status") == "queued", "the backlog must outlast r1's reservation"
+    assert await redis.hget(keys.job("r1"), "status") == "queued", "the high lane's backlog must outlast r1's reservation"
     assert await redis.zrange(running, 0, -1) == ["r1"]
     assert await redis.llen(parked_key(keys, "A")) == 2  # r2 and r3
     # And every job completes once, A's on one attempt each and in the order they were sent

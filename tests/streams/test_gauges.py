@@ -130,3 +130,16 @@ async def test_jobs_parked_over_their_tenants_cap_are_a_gauge_per_partition(redi
     # When scraped, Then each partition says how many it holds parked, 0 where none (no tenant label)
     v = _values(registry)
     assert [v[("streamcrew_jobs_parked", (("partition", str(p)),))] for p in range(3)] == [5, 0, 2]
+
+
+async def test_jobs_let_go_from_a_parked_list_show_as_their_lanes_resumed_stream(redis, redis_url: str, keys: Keys, producer) -> None:
+    # Given the groups made (a producer makes them), and two jobs let go into the normal lane's resumed stream
+    await producer.publish("echo", {})
+    for i in range(2):
+        await redis.xadd(keys.resumed("normal"), {"agent": "echo", "data": "{}", "id": f"r{i}"})
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, cache_s=0))
+    # When scraped, Then they are its group's lag, labelled resumed-normal (a stuck one alerts as a lane does)
+    v = _values(registry)
+    assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "resumed-normal")))] == 2
+    assert v[("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "resumed-normal")))] == 0
