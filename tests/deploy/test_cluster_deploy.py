@@ -310,12 +310,12 @@ def test_keda_partitions_file_is_current() -> None:
     assert only(path, "ScaledObject") == scaled_object(prefix, partitions, concurrency)
 
 
-def test_keda_triggers_cover_every_partition_lane() -> None:
+def test_keda_triggers_cover_every_partition_lane_and_resumed_stream() -> None:
     prefix, partitions, concurrency = cluster_overlay_settings()
     triggers = only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]
     assert {t["type"] for t in triggers} == {"redis-cluster-streams"}
-    streams = {keys.lane(lane) for keys in partition_keys(Keys(prefix), partitions) for lane in LANES}
-    assert len(streams) == partitions * len(LANES) and all(re.fullmatch(rf"{prefix}:\{{\d+\}}:requests:\w+", s) for s in streams)
+    streams = {stream for keys in partition_keys(Keys(prefix), partitions) for stream in keys.work_streams}
+    assert len(streams) == 2 * partitions * len(LANES) and all(re.fullmatch(rf"{prefix}:\{{\d+\}}:requests:[\w-]+", s) for s in streams)
     lag, pending = thresholds(partitions, concurrency)
     base = {t["metadata"]["stream"]: t["metadata"] for t in only(K8S / "keda.yaml", "ScaledObject")["spec"]["triggers"]
             if "lagCount" in t["metadata"]}
