@@ -42,10 +42,12 @@ def _usd(value: float | None) -> str:
 def report_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     """(name, value) pairs, in the design's order, then what streamcrew adds."""
     lanes = depth(figures)
+    resumed, resumed_running = figures.get("resumed", 0), figures.get("resumed_running", 0)  # let go or handed back
+    shown = {**lanes, **({"resumed": resumed} if resumed else {})}
     window = figures["window"]
     rows = [
-        ("Queue Depth", f"{sum(lanes.values()):,} ({', '.join(f'{k} {v:,}' for k, v in lanes.items())})"),
-        ("Processing", f"{sum(int(lane['pending']) for lane in figures['lanes'].values()):,}"),
+        ("Queue Depth", f"{sum(shown.values()):,} ({', '.join(f'{k} {v:,}' for k, v in shown.items())})"),
+        ("Processing", f"{sum(int(lane['pending']) for lane in figures['lanes'].values()) + resumed_running:,}"),
         ("Retrying", f"{figures['retrying']:,}"),
         ("Completed", f"{figures['completed']:,}"),
         ("Failed", f"{figures['failed']:,}"),

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     from streams.config import StreamSettings
 
 LANES: tuple[str, ...] = ("high", "normal", "low")
-# A lane's resumed stream, ``<prefix>:requests:resumed-<lane>``: jobs let go from their tenant's parked list (streams.tenant_cap)
-# wait there, read just before their lane, rather than behind the lane's whole backlog a second time.
+# A lane's resumed stream, ``<prefix>:requests:resumed-<lane>``: jobs that waited their turn in the lane once (let go from
+# their tenant's parked list: streams.tenant_cap; handed back by a draining worker) wait there, read just before their
+# lane, rather than behind the lane's whole backlog a second time.
 RESUMED = "resumed-"
 WORKERS_GROUP = "workers"
 NOTIFIER_GROUP = "notifier"
@@ -97,7 +98,7 @@ class Keys:
         return tuple(self.lane(n) for n in LANES)
 
     def resumed(self, name: str) -> str:
-        """The stream where ``name``'s jobs let go from a parked list wait; read before the lane (see RESUMED)."""
+        """The stream where ``name``'s jobs let go from a parked list or handed back wait; read before the lane (see RESUMED)."""
         return f"{self.lane(name)[: -len(name)]}{RESUMED}{name}"
 
     @property

@@ -75,6 +75,7 @@ async def partitioned_queue_stats(
         "parked": sum(s["parked"] for s in each),
         "parked_by_tenant": most_parked(_sum_counts(s["parked_by_tenant"] for s in each)),
         "resumed": sum(s["resumed"] for s in each),
+        "resumed_running": sum(s["resumed_running"] for s in each),
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }

@@ -61,10 +61,10 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
     }
 
 
-def _lag(groups: object, group: str) -> int:
-    """``group``'s lag in an XINFO GROUPS reply (0 for an error: no such stream yet, or no group)."""
+def _group_figure(groups: object, group: str, name: str) -> int:
+    """``group``'s ``lag`` or ``pending`` in an XINFO GROUPS reply (0 for an error: no such stream yet, or no group)."""
     info = next((g for g in groups if g.get("name") == group), None) if isinstance(groups, list) else None
-    return int(info.get("lag") or 0) if info else 0
+    return int(info.get(name) or 0) if info else 0
 
 
 PARKED_TENANTS_SHOWN = 20  # stats name the tenants with the most parked jobs: thousands of tenants would swamp it
@@ -104,7 +104,9 @@ async def queue_stats(redis: Redis, keys: Keys, *, window: int | None = DEFAULT_
         "retrying": int(delayed),
         "parked": sum(parked_by.values()),  # over their tenant's cap (streams.tenant_cap)
         "parked_by_tenant": most_parked(parked_by),
-        "resumed": sum(_lag(groups, WORKERS_GROUP) for groups in resumed),  # let go from parked, read before their lane
+        # let go or handed back, read before their lane: waiting, and running (what the monitor adds to depth and processing)
+        "resumed": sum(_group_figure(groups, WORKERS_GROUP, "lag") for groups in resumed),
+        "resumed_running": sum(_group_figure(groups, WORKERS_GROUP, "pending") for groups in resumed),
         "webhooks": {"dead_letters": int(wh_dead), "retrying": int(wh_delayed)},
     }
     if window is not None:

@@ -244,7 +244,9 @@ class QueueStats(BaseModel):
     parked: int = Field(description="jobs parked over their tenant's STREAMCREW_TENANT_MAX_RUNNING, waiting for a free slot")
     parked_by_tenant: dict[str, int] = Field(
         description="the 20 tenants with the most parked jobs -> how many, most first (with partitions: each partition's 20, summed)")
-    resumed: int = Field(description="jobs let go from a tenant's parked list, waiting for a worker in the streams read just before their lane")
+    resumed: int = Field(description="jobs let go from a tenant's parked list or handed back by a draining worker, not yet read "
+                               "(their lane's resumed stream, read just before the lane)")
+    resumed_running: int = Field(description="jobs running that were read from a resumed stream")
     webhooks: WebhookStats
     window: Window
     completed: int

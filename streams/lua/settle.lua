@@ -6,7 +6,8 @@
 --        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
 --   ["retry", lane, eid, src, jid, due, member, error, usage]       back to the delayed set (fenced); usage ('' = none):
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
---   ["handback", lane, eid, src, jid, [k, v, ...], usage, worker]   re-add to the lane at once, attempt not counted (fenced);
+--   ["handback", lane, eid, src, jid, [k, v, ...], usage, worker]   re-add at once, to the lane's resumed stream (read just
+--        before the lane: it waited its turn once), attempt not counted (fenced);
 --        only while the entry is pending under worker and the record names it: an entry another consumer took over
 --        (XAUTOCLAIM) is that consumer's to run and settle, so it is neither re-added nor acked (answers 0)
 --   ["drop", lane, eid]                                             ack only (duplicates)
@@ -114,10 +115,11 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     elseif fenced_by(rec, op[4]) then
       out[#out + 1] = 0
     else
-      local new = redis.call('XADD', lane, '*', unpack(op[6]))
+      local resumed = resumed_of(string.sub(lane, #lane_prefix + 1))
+      local new = redis.call('XADD', lane_prefix .. resumed, '*', unpack(op[6]))
       local key = job_prefix .. jid
       local att = tonumber(redis.call('HGET', key, 'attempts')) or 1
-      local w = {'status', 'queued', 'attempts', math.max(att - 1, 0), 'source', string.sub(lane, #lane_prefix + 1) .. '/' .. new}
+      local w = {'status', 'queued', 'attempts', math.max(att - 1, 0), 'source', resumed .. '/' .. new}
       if op[7] and op[7] ~= '' then w[7], w[8] = 'usage', op[7] end  -- the interrupted attempt's calls, paid too
       redis.call('HSET', key, unpack(w))
       out[#out + 1] = 1

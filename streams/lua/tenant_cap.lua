@@ -8,6 +8,9 @@ local function tc_base(job_prefix) return string.sub(job_prefix, 1, #job_prefix 
 local function tc_running(base, tenant) return base .. 'tenant:running:' .. tenant end
 local function tc_parked(base, tenant) return base .. 'tenant:parked:' .. tenant end
 local function tc_tenants(base) return base .. 'tenants-parked' end
+-- The resumed stream's name ('resumed-<lane>', streams.keys.RESUMED) for a job that waited its turn in a lane once: let go
+-- from a parked list, or handed back by a draining worker. Workers read it just before the lane.
+local function resumed_of(name) return 'resumed-' .. (string.gsub(name, '^resumed%-', '')) end
 local function tc_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -69,7 +72,7 @@ local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, 
       local rec = redis.call('HMGET', key, 'status', 'source')
       local mine = rec[2] == 'parked:' .. redis.sha1hex(item)
       if mine or not rec[1] then
-        local resumed = 'resumed-' .. (string.gsub(p.lane, '^resumed%-', ''))  -- read before its lane: no second wait behind it
+        local resumed = resumed_of(p.lane)  -- read before its lane: no second wait behind the lane's backlog
         local eid = redis.call('XADD', lane_prefix .. resumed, '*', unpack(p.fields))
         if mine then redis.call('HSET', key, 'source', resumed .. '/' .. eid) end
         if cap > 0 then redis.call('ZADD', running, now + reserve_ms, p.id); n = n + 1 end
@@ -82,7 +85,8 @@ local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, 
   return moved
 end
 -- A capped job's run ended (info: {tenant, cap, reserve_ms}): its slot is free, and the oldest parked jobs that now fit
--- are let go (tc_unpark). keep: a hand-back, whose job goes straight back to its lane: it keeps its slot as a reservation.
+-- are let go (tc_unpark). keep: a hand-back, whose job goes straight back (to its resumed stream): it keeps its slot as a
+-- reservation.
 local function tc_release(job_prefix, lane_prefix, info, jid, keep)
   if type(info) ~= 'table' or not info[1] then return end
   local running = tc_running(tc_base(job_prefix), info[1])

@@ -83,7 +83,7 @@ async def test_sigterm_drains_within_grace_and_loses_nothing(redis, keys: Keys, 
     assert "5 in-flight jobs finished, 5 handed back" in worker.log_text()
     got = await results(redis, keys)
     assert sorted(r.id for r in got) == sorted(f"short-{i}" for i in range(5))
-    assert len(await undelivered(redis, keys.lane("normal"))) == 5
+    assert len(await undelivered(redis, keys.resumed("normal"))) == 5  # read before the lane: no second wait behind it
     assert await _pending(redis, keys) == 0
     # And another worker completes the handed-back jobs without waiting for a lease
     assert all([await redis.hget(keys.job(f"long-{i}"), "status") == "queued" for i in range(5)])

@@ -15,6 +15,7 @@ import redis as sync_redis
 from redis.asyncio import Redis
 
 from consumers.gateway.responses import job_view
+from consumers.monitor import report_rows
 from consumers.processes import streamcrew_cmd
 from streams.dead import replay
 from streams.embedded import RedisServer
@@ -162,7 +163,8 @@ async def test_a_job_let_go_behind_a_backlog_longer_than_its_reservation_keeps_i
     running = running_key(keys, "A")
     await wait_until(lambda: _holds(redis, running, "r1"), timeout=15, what="r1 let go, holding A's slot")
     reserved_until = await redis.zscore(running, "r1")
-    assert (await queue_stats(redis, keys, window=None))["resumed"] == 1  # what `streamcrew stats` shows
+    figures = await queue_stats(redis, keys)  # what `streamcrew stats` and `streamcrew monitor` show
+    assert figures["resumed"] == 1 and "resumed 1" in dict(report_rows(figures))["Queue Depth"], figures
     # Then once the reservation ran out (the upkeep looks every second) r1 still holds the slot, since it still waits to
     # be read: the upkeep did not give it to r2 (r1, reaching a worker, would have been parked again behind r3)
     await wait_until(lambda: _looked_at_again(redis, running, "r1", reserved_until), timeout=10,

@@ -61,6 +61,7 @@ async def test_a_drain_leaves_a_job_another_worker_took_over_with_that_worker(re
         assert runs == ["w1", "w2"], f"the job ran again after w2's run: {runs}"
         assert (ended.id, ended.status.value, ended.worker, ended.attempts) == ("taken-over", "completed", "w2", 2)
         assert await redis.xlen(keys.lane("normal")) == 1, "w1's hand-back XADDed a copy of the job w2 was running"
+        assert await redis.xlen(keys.resumed("normal")) == 0, "w1's hand-back XADDed a copy of the job w2 was running"
         assert (finished, handed_back) == (0, 0)
         await wait_until(lambda: _none_pending(redis, keys), timeout=5, what="w2 to ack its entry")
     await p2.settler.close(writer2)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from streams.config import StreamSettings
 from streams.envelope import JobRequest
 from streams.jobs import JobProcessor
-from streams.keys import Keys
+from streams.keys import Keys, lanes_in_priority
 from streams.producer import Producer
 from streams.runtime import GroupRuntime
 from tests.streams.test_resent_calls import Echo
@@ -57,7 +57,7 @@ async def test_queue_wait_is_observed_once_per_job_across_a_hand_back_and_a_retr
     # And worker w2 runs it to its end, beside a job whose first attempt fails and is retried
     gate = asyncio.Event()
     gate.set()
-    rt2 = GroupRuntime(redis, streams=keys.lanes, group="workers", consumer="w2", concurrency=2, lease_s=60, block_ms=100)
+    rt2 = GroupRuntime(redis, streams=lanes_in_priority((keys,)), group="workers", consumer="w2", concurrency=2, lease_s=60, block_ms=100)
     p2 = JobProcessor(redis, keys, settings, rt2, Noted("w2", runs, gate))
     writer2 = asyncio.create_task(p2.settler.run())
     async with serving(rt2):

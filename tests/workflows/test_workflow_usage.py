@@ -168,15 +168,16 @@ async def test_a_step_that_failed_after_its_workflow_ended_is_counted_by_the_rep
 async def test_a_step_handed_back_then_skipped_in_its_lane_is_counted_by_the_workflows_event(
     redis, keys: Keys, producer: Producer, workers: WorkerFactory,
 ) -> None:
-    # Given one worker with one slot running step 'slow' (one call of 7 prompt tokens, then asleep), 'boom' waiting in the lane
-    first = workers.start("--concurrency", "1", "--grace", "0.5", "--app", APP, "--app", "tests.agents.attempt_app")
+    # Given one worker with two slots running steps 'boom' (asleep, then failing its one attempt) and 'slow' (one call of
+    # 7 prompt tokens, then asleep)
+    first = workers.start("--concurrency", "2", "--grace", "0.5", "--app", APP, "--app", "tests.agents.attempt_app")
     wf = Workflow("wf-handed-back")
+    wf.step("boom", "echo", {"sleep_s": 3, "fail_first": 1}, max_attempts=1)
     wf.step("slow", "slow_call", {"prompt": 7, "sleep_s": 30})
-    wf.step("boom", "echo", {"fail_first": 1}, max_attempts=1)
     await producer.publish_workflow(wf)
     wait_for_log(first, "slow_call: attempt 1 called its model", timeout=READY_TIMEOUT_S)
-    # When that worker stops (its drain hands 'slow' back to the lane, behind 'boom') and the next one runs 'boom',
-    # whose failure ends the workflow and skips 'slow' where it waits
+    # When that worker stops (its drain hands both back, in the order they started: 'boom', then 'slow') and the next
+    # one, of one slot, runs 'boom', whose failure ends the workflow and skips 'slow' where it waits
     first.terminate()
     assert first.wait(30) is not None, "the first worker did not stop"
     workers.start("--concurrency", "1", "--app", APP, "--app", "tests.agents.attempt_app")
