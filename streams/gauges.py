@@ -55,8 +55,8 @@ def _next_id(entry_id: str) -> str:
 
 
 class StreamGauges(Collector):
-    """``streamcrew_stream_length`` (lanes, their resumed streams, results, dead, webhooks_dead), ``_group_pending``, ``_group_lag`` and friends, and
-    ``streamcrew_jobs_parked`` (jobs over their tenant's cap; no tenant label: tenants are many, and the submitters')."""
+    """``streamcrew_stream_length`` (lanes, their resumed streams, results, dead, webhooks_dead), ``_group_pending``,
+    ``_group_lag`` and friends, and ``streamcrew_jobs_parked`` (jobs over their tenant's cap; no tenant label: tenants are many, and the submitters')."""
 
     def __init__(self, redis_url: str, keys: Keys, *, partitions: int = 1, cache_s: float = 1.0) -> None:
         self.keys = keys

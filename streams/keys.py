@@ -110,7 +110,6 @@ class Keys:
         """What names the stream in a record's ``source`` (``<name>/<entry ID>``): ``normal``, or ``resumed-normal``."""
         return key.rsplit(":", 1)[-1]
 
-
     @property
     def results(self) -> str:
         return f"{self.prefix}:results"

@@ -54,10 +54,10 @@ local function tc_park(base, tenant, lane, jid, fields)
   redis.call('HSET', tc_tenants(base), tenant, n)
   return 'parked:' .. redis.sha1hex(item)
 end
--- Move the tenant's oldest parked jobs back while they fit under cap (cap 0: no cap any more, at most limit of them),
--- each to its lane's resumed stream ('<prefix>:requests:resumed-<lane>', which workers read just before the lane: it
--- already waited its turn in the lane once). Each moved job takes a slot at once, a reservation held reserve_ms, so that its start runs it rather
--- than parking it again. A parked job whose record no longer names its item (another run of that id) is dropped.
+-- Let go the tenant's oldest parked jobs while they fit under cap (cap 0: no cap any more, at most limit of them), each
+-- to its lane's resumed stream ('<prefix>:requests:resumed-<lane>', which workers read just before the lane: it already
+-- waited its turn in the lane once). Each takes a slot at once, a reservation held reserve_ms, so that its start runs it
+-- rather than parking it again. A parked job whose record no longer names its item (another run of that id) is dropped.
 local function tc_unpark(job_prefix, lane_prefix, tenant, cap, now, reserve_ms, limit)
   local base = tc_base(job_prefix)
   local running, parked = tc_running(base, tenant), tc_parked(base, tenant)
