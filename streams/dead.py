@@ -150,7 +150,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     letter = DeadLetter.from_entry(*entries[0])
     origin = keys.lane_name(letter.source_stream)  # a lane, or its resumed stream (replayed into the lane)
     lane = lane_of(origin)
-    if letter.source_stream != f"{keys.prefix}:requests:{origin}" or lane not in LANES:
+    if letter.source_stream != f"{keys.lane_prefix}{origin}" or lane not in LANES:
         raise StreamcrewError(f"dead letter {entry_id} came from {letter.source_stream!r}, not a lane; cannot replay")
     fields = dict(letter.request)
     fields["id"] = letter.id
@@ -159,7 +159,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     fields.setdefault("submitted_at", str(entry_ms(letter.source_id)))
     if ENTRY_ID.fullmatch(letter.source_id):  # the entry the producer wrote stays named through the replay
         fields[SOURCE_FIELD] = letter.source_id
-    args: list[str | int] = [entry_id, keys.job_prefix, f"{keys.prefix}:requests:", letter.id, lane, RECEIPT_TTL_MS,
+    args: list[str | int] = [entry_id, keys.job_prefix, keys.lane_prefix, letter.id, lane, RECEIPT_TTL_MS,
                              f"{origin}/{letter.last_source_id or letter.source_id}", len(fields)]
     for k, v in fields.items():
         args += [k, v]

@@ -88,9 +88,12 @@ class Keys:
         return entry_id if self.partition is None else f"{entry_id}:{self.partition}"
 
     def lane(self, name: str) -> str:
-        if name not in LANES:
-            raise ValueError(f"unknown lane {name!r}; lanes are {', '.join(LANES)}")
-        return f"{self.prefix}:requests:{name}"
+        return f"{self.lane_prefix}{_known_lane(name)}"
+
+    @property
+    def lane_prefix(self) -> str:
+        """``<prefix>:requests:``: a lane's key, or its resumed stream's, less its name (what the scripts are given)."""
+        return f"{self.prefix}:requests:"
 
     @property
     def lanes(self) -> tuple[str, ...]:
@@ -99,7 +102,7 @@ class Keys:
 
     def resumed(self, name: str) -> str:
         """The stream where ``name``'s jobs let go from a parked list or handed back wait; read before the lane (see RESUMED)."""
-        return f"{self.lane(name)[: -len(name)]}{RESUMED}{name}"
+        return f"{self.lane_prefix}{RESUMED}{_known_lane(name)}"
 
     @property
     def work_streams(self) -> tuple[str, ...]:
@@ -185,6 +188,12 @@ class Keys:
     @property
     def pattern(self) -> str:
         return f"{self.prefix}:*"
+
+
+def _known_lane(name: str) -> str:
+    if name not in LANES:
+        raise ValueError(f"unknown lane {name!r}; lanes are {', '.join(LANES)}")
+    return name
 
 
 def lane_of(name: str) -> str:

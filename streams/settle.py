@@ -95,7 +95,7 @@ class Settler:
         partitions = [keys] if isinstance(keys, Keys) else list(keys)
         self._partition_of = {stream: i for i, k in enumerate(partitions) for stream in k.work_streams}
         self._heads: list[list[str | int]] = [
-            [k.job_prefix, group, max_result_bytes, job_ttl_s, f"{k.prefix}:requests:"] for k in partitions]
+            [k.job_prefix, group, max_result_bytes, job_ttl_s, k.lane_prefix] for k in partitions]
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
         self._numbers = [k.partition or 0 for k in partitions]  # what the log calls them (a worker may serve some only)
         self._release = release

@@ -148,7 +148,7 @@ class TenantCapper:
             return
         self._agreed_at = time.monotonic()
         mine = self.caps.describe() if self.caps else "none"
-        pairs = await self._scripts.cap_agree(keys=[f"{self._home.prefix}:tenant-caps"],
+        pairs = await self._scripts.cap_agree(keys=[caps_key(self._home)],
                                               args=[self._worker, mine, int(AGREE_LIVE_S * 1000), int(AGREE_FORGET_S * 1000)])
         others = {str(pairs[i]): str(pairs[i + 1]) for i in range(0, len(pairs), 2)}
         if others == self._disagreeing:
@@ -173,7 +173,7 @@ class TenantCapper:
         caps = self.caps or TenantCaps()
         shares = {name: self.caps.share(name, self._partitions) for name in caps.tenants} if self.caps else {}
         default = math.ceil(caps.default / self._partitions) if caps.default else 0
-        return int(await self._scripts.unpark(keys=[keys.slot_guard], args=[keys.job_prefix, f"{keys.prefix}:requests:", self.reserve_ms,
+        return int(await self._scripts.unpark(keys=[keys.slot_guard], args=[keys.job_prefix, keys.lane_prefix, self.reserve_ms,
                                                                             UNPARK_LIMIT, default, json.dumps(shares)]))
 
 
@@ -190,3 +190,8 @@ def running_key(keys: Keys, tenant: str) -> str:
 def parked_tenants_key(keys: Keys) -> str:
     """The hash of tenants with parked jobs in ``keys``' partition -> how many."""
     return f"{keys.prefix}:tenants-parked"
+
+
+def caps_key(keys: Keys) -> str:
+    """The hash where workers compare their caps (in partition 0's slot): worker -> ``<Redis ms>|<value>``."""
+    return f"{keys.prefix}:tenant-caps"

@@ -64,7 +64,7 @@ class Upkeep:
             await self._caps.unpark(keys)
         while True:
             moved = await self._scripts.promote(
-                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, f"{keys.prefix}:requests:"]
+                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, keys.lane_prefix]
             )
             if int(moved) < PROMOTE_BATCH:
                 break

@@ -107,7 +107,7 @@ class WorkflowStarter:
             start = end
 
     async def _start_chunk(self, keys: Keys, stream: str, lane: str, batch: list[ClaimedWorkflow], plans: list[list[Any]]) -> None:
-        args: list[str | int] = [keys.job_prefix, f"{keys.prefix}:requests:", lane, self.group, self.worker,
+        args: list[str | int] = [keys.job_prefix, keys.lane_prefix, lane, self.group, self.worker,
                                  self.settings.job_ttl_s, self.settings.max_result_bytes, orjson.dumps(plans).decode()]
         reply = await self._scripts.wf_start(keys=[stream, keys.results, keys.dead, keys.workflow_timeouts, keys.slot_guard], args=args)
         for c, plan, (decision, job_id, published) in zip(batch, plans, reply, strict=True):
@@ -148,7 +148,7 @@ class WorkflowStarter:
         fences repeats)."""
         reply = await self._scripts.wf_expire(
             keys=[keys.workflow_timeouts, keys.results, keys.dead, keys.slot_guard],
-            args=[keys.job_prefix, f"{keys.prefix}:requests:", self.settings.max_result_bytes,
+            args=[keys.job_prefix, keys.lane_prefix, self.settings.max_result_bytes,
                   self.settings.job_ttl_s, EXPIRE_BATCH, self.worker],
         )
         for job_id, status, duration_ms in cast(list[list[Any]], reply):

@@ -24,7 +24,7 @@ from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
 from streams.stats import queue_stats
-from streams.tenant_cap import parked_key, parked_tenants_key, running_key
+from streams.tenant_cap import caps_key, parked_key, parked_tenants_key, running_key
 from tests.support import WorkerFactory, most_at_once, wait_results, wait_until
 
 CAP = {"STREAMCREW_TENANT_MAX_RUNNING": "2"}
@@ -245,7 +245,7 @@ async def test_without_a_cap_start_and_settle_call_no_sorted_set(own_redis: Redi
 
 async def test_a_worker_given_another_cap_than_a_live_one_warns_naming_it(redis, keys: Keys, workers) -> None:
     # Given a worker capping every tenant at 2, registered where workers compare their caps
-    agreed = f"{keys.prefix}:tenant-caps"
+    agreed = caps_key(keys)
     workers.start(env=CAP)
     await wait_until(lambda: _heard_from(redis, agreed, 1), timeout=15, what="the first worker's cap registered")
     # When a second worker starts with another value, and a third with the first's
