@@ -8,7 +8,9 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 
 @cache
@@ -33,26 +35,45 @@ def receipt_token() -> str:
     return secrets.token_hex(8)
 
 
+class NodeScript(AsyncScript):
+    """On Redis Cluster, a NOSCRIPT loads the script on the master of the call's keys only. redis-py loads it on every
+    master, so a master that hangs would hold up a call on another (a failover's fresh master, a new shard: the first
+    call of each script there) until the socket timeout (streams.slow_slots)."""
+
+    async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        client = client or self.registered_client
+        if not isinstance(client, RedisCluster) or not keys:
+            return await super().__call__(keys, args, client)
+        call = (*keys, *(args or ()))
+        for _ in range(2):  # a second NOSCRIPT: the keys' master changed in between (a failover); loaded there too
+            try:
+                return await client.evalsha(self.sha, len(keys), *call)
+            except NoScriptError:
+                node = client.get_node_from_key(str(keys[0]))
+                await client.execute_command("SCRIPT LOAD", self.script, target_nodes=node)
+        return await client.evalsha(self.sha, len(keys), *call)
+
+
 class Scripts:
     """The Lua scripts (see ``streams/lua/``), bound to one client."""
 
     def __init__(self, redis: Redis) -> None:
-        self.publish: AsyncScript = redis.register_script(_source("publish"))
-        self.start: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "start"))
-        self.settle: AsyncScript = redis.register_script(_with_library("workflow", "groups", "tenant_cap", "settle"))
-        self.promote: AsyncScript = redis.register_script(_source("promote"))
-        self.renew: AsyncScript = redis.register_script(_source("renew"))
-        self.let_go: AsyncScript = redis.register_script(_source("let_go"))
-        self.replay: AsyncScript = redis.register_script(_source("replay"))
-        self.forget: AsyncScript = redis.register_script(_source("forget"))
-        self.trim: AsyncScript = redis.register_script(_with_library("groups", "trim"))
-        self.wf_start: AsyncScript = redis.register_script(_with_library("workflow", "wf_start"))
-        self.wf_expire: AsyncScript = redis.register_script(_with_library("workflow", "wf_expire"))
-        self.trim_results: AsyncScript = redis.register_script(_with_library("groups", "trim_results"))
-        self.dead_once: AsyncScript = redis.register_script(_source("dead_once"))
-        self.unpark: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "unpark"))
-        self.cap_renew: AsyncScript = redis.register_script(_with_library("groups", "tenant_cap", "cap_renew"))
-        self.cap_agree: AsyncScript = redis.register_script(_source("cap_agree"))
+        self.publish: AsyncScript = NodeScript(redis, _source("publish"))
+        self.start: AsyncScript = NodeScript(redis, _with_library("groups", "tenant_cap", "start"))
+        self.settle: AsyncScript = NodeScript(redis, _with_library("workflow", "groups", "tenant_cap", "settle"))
+        self.promote: AsyncScript = NodeScript(redis, _source("promote"))
+        self.renew: AsyncScript = NodeScript(redis, _source("renew"))
+        self.let_go: AsyncScript = NodeScript(redis, _source("let_go"))
+        self.replay: AsyncScript = NodeScript(redis, _source("replay"))
+        self.forget: AsyncScript = NodeScript(redis, _source("forget"))
+        self.trim: AsyncScript = NodeScript(redis, _with_library("groups", "trim"))
+        self.wf_start: AsyncScript = NodeScript(redis, _with_library("workflow", "wf_start"))
+        self.wf_expire: AsyncScript = NodeScript(redis, _with_library("workflow", "wf_expire"))
+        self.trim_results: AsyncScript = NodeScript(redis, _with_library("groups", "trim_results"))
+        self.dead_once: AsyncScript = NodeScript(redis, _source("dead_once"))
+        self.unpark: AsyncScript = NodeScript(redis, _with_library("groups", "tenant_cap", "unpark"))
+        self.cap_renew: AsyncScript = NodeScript(redis, _with_library("groups", "tenant_cap", "cap_renew"))
+        self.cap_agree: AsyncScript = NodeScript(redis, _source("cap_agree"))
 
 
 Reply = Any
