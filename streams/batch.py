@@ -17,11 +17,13 @@ from redis.exceptions import ResponseError
 
 from streams.groups import is_nogroup
 from streams.outage import REDIS_DOWN, Backoff
+from streams.slow_slots import SlotSlow
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CHUNK = 500
+SLOW_RETRY_S = 0.1  # items waiting for a slow master (streams.slow_slots), nothing else to write: looked at again after this
 
 
 class PartlyWritten(Exception):
@@ -91,7 +93,13 @@ class BatchWriter(Generic[T]):
                 for item, wrote in zip(batch, partly.written, strict=True):
                     if wrote is not None:
                         self._done(item, wrote)
-                self._queue[:0] = [item for item, wrote in zip(batch, partly.written, strict=True) if wrote is None]
+                rest = [item for item, wrote in zip(batch, partly.written, strict=True) if wrote is None]
+                if isinstance(partly.cause, SlotSlow):  # a master hangs: its items wait behind the others, no backoff
+                    self._queue.extend(rest)
+                    if len(rest) == len(batch) and len(self._queue) == len(rest):
+                        await asyncio.sleep(SLOW_RETRY_S)
+                    continue
+                self._queue[:0] = rest
                 await backoff.failed(partly.cause)
                 continue
             except ResponseError as exc:

@@ -6,12 +6,14 @@ consumers idle with nothing pending."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from streams.entries import Entry, Slot
 from streams.outage import REDIS_FAILED
+from streams.slow_slots import SlotSlow
 
 if TYPE_CHECKING:
     from streams.runtime import GroupRuntime
@@ -44,9 +46,14 @@ class Leases:
             by_stream.setdefault(stream, []).append(eid)
         gone: list[Slot] = []
         for stream, ids in by_stream.items():
+            if rt.slot_slow(stream):  # its master hangs: renewed once it answers (the others' leases go on meanwhile)
+                continue
             for start in range(0, len(ids), 1000):
                 chunk = ids[start : start + 1000]
-                gone += [(stream, eid) for eid in await rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk])]
+                try:
+                    gone += [(stream, eid) for eid in await rt.on_slot(stream, rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk]))]
+                except SlotSlow:
+                    break
         working = rt.working() if gone else set()
         lost = [slot for slot in gone if slot in working]
         if news := [slot for slot in lost if slot not in self._reported]:
@@ -77,17 +84,32 @@ class Leases:
                     continue
                 if not rt.accepting:
                     break
-                reply = await rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free)
-                cursor, entries = str(reply[0]), cast(list[Entry], reply[1])
-                self._cursors[stream] = cursor
+                if rt.slot_slow(stream):  # its master hangs: swept once it answers
+                    continue
+                try:
+                    reply = await rt.on_slot(stream, rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free),
+                                             on_late=functools.partial(self._late_reclaimed, stream))
+                except SlotSlow:
+                    continue
+                entries = await self._reclaimed(stream, reply)
+                total += len(entries)
                 stalled = stalled or len(entries) >= free
-                if entries:
-                    total += len(entries)
-                    await rt.deliver(stream, entries, reclaimed=True)
+            unswept = [stream for stream in unswept if not rt.slot_slow(stream)]
             if unswept and not stalled and rt.accepting:
                 stalled = await self._any_stalled(unswept, min_idle_ms)
             rt.stalled = stalled
             return total
+
+    async def _reclaimed(self, stream: str, reply: Any) -> list[Entry]:
+        """Hand on what an XAUTOCLAIM took (also one answered late: streams.slow_slots)."""
+        self._cursors[stream] = str(reply[0])
+        entries = cast(list[Entry], reply[1])
+        if entries:
+            await self.runtime.deliver(stream, entries, reclaimed=True)
+        return entries
+
+    async def _late_reclaimed(self, stream: str, reply: Any) -> None:
+        await self._reclaimed(stream, reply)
 
     async def _any_stalled(self, streams: list[str], min_idle_ms: int) -> bool:
         """Whether any of ``streams`` has an entry idle past the lease, in one pipelined round (a worker may read
@@ -119,8 +141,13 @@ class Leases:
                 free = min(rt.free_slots(), RECLAIM_BATCH)
                 if free <= 0 or not rt.accepting:
                     break
-                pending = await rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
-                                                        consumername=rt.consumer, idle=min_idle_ms)
+                if rt.slot_slow(stream):
+                    continue
+                try:
+                    pending = await rt.on_slot(stream, rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
+                                                                               consumername=rt.consumer, idle=min_idle_ms))
+                except SlotSlow:
+                    continue
                 known = {*rt.held(), *rt.unsettled, *((stream, eid) for eid, _ in rt.leftover.get(stream, []))}
                 ids = [eid for eid in (str(p["message_id"]) for p in pending) if (stream, eid) not in known][:free]
                 if ids:
@@ -145,7 +172,7 @@ class Leases:
         async with self._taking_up:
             rt = self.runtime
             total = 0
-            for stream in [s for s in rt.streams if s in rt.leftover]:  # highest priority first
+            for stream in [s for s in rt.streams if s in rt.leftover and not rt.slot_slow(s)]:  # highest priority first
                 now = time.monotonic()
                 items = [(eid, read_at) for eid, read_at in rt.leftover.pop(stream) if now - read_at < rt.lease_s / 2]
                 free = max(0, rt.free_slots()) if rt.accepting else 0

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -26,8 +26,11 @@ from streams.leases import Leases
 from streams.outage import REDIS_DOWN, REDIS_FAILED, Backoff, within_pass
 from streams.quiet import QuietStreams, by_slot, slot_of_for
 from streams.scripts import Scripts
+from streams.slow_slots import SlotSlow, slow_slots_of
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["Entry", "EntryHandler", "GroupRuntime", "Slot", "is_nogroup"]
 
@@ -91,7 +94,10 @@ class GroupRuntime:
         self._turns = [0] * len(self._levels)  # per level: the stream its next read tries first
         self._above = [[s for above in self._levels[:i] for s in above] for i in range(len(self._levels))]  # what a hit watches
         slot_of = slot_of_for(redis)  # on Redis Cluster: block on each slot's streams at once
+        self._slot_of = slot_of
         self._blocking_groups = list(by_slot(self.streams, slot_of).values())
+        # several slots (partitions on a cluster): reads skip a slot whose master hangs (streams.slow_slots)
+        self.slow = slow_slots_of(redis) if len(self._blocking_groups) > 1 else None
         self.quiet = QuietStreams(redis, group, slot_of)
         self._reader: asyncio.Task[None] | None = None
         self.helpers = HelperLoops(self)  # renewal, reclaim, upkeep, cleanup: beside the read (streams.helper_loops)
@@ -249,9 +255,9 @@ class GroupRuntime:
                     return False
                 at = (first + step) % len(streams)
                 stream = streams[at]
-                if self.quiet.quiet(stream):
+                if self.quiet.quiet(stream) or self.slot_slow(stream):
                     continue
-                reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {stream: ">"}, count=min(free, READ_BATCH)))
+                reply = await self._read(self._slot_of(stream), {stream: ">"}, count=min(free, READ_BATCH))
                 if reply:
                     self._turns[level] = (at + 1) % len(streams)
                     self.quiet.watch(self._above[level])  # all read empty, or quiet
@@ -265,13 +271,42 @@ class GroupRuntime:
         block side by side; each delivers what it got as it returns, and the next read waits for all (at most ``block_ms``)."""
         if len(self._blocking_groups) == 1:
             await self._read_blocking_group(self.streams)
-        else:
-            block_ms = min(self.block_ms, CLUSTER_BLOCK_MS)
-            await asyncio.gather(*(within_pass(self._read_blocking_group(group, block_ms)) for group in self._blocking_groups))
+            return
+        block_ms = min(self.block_ms, CLUSTER_BLOCK_MS)
+        groups = [g for g in self._blocking_groups if self.slow is None or not self.slow.slow(self._slot_of(g[0]))]
+        if not groups:  # every slot's master hangs: look again after a block's time
+            await asyncio.sleep(block_ms / 1000)
+            return
+        await asyncio.gather(*(within_pass(self._read_blocking_group(group, block_ms)) for group in groups))
 
     async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> None:
-        reply = cast(ReadReply, await self.redis.xreadgroup(self.group, self.consumer, {s: ">" for s in streams}, count=1,
-                                                           block=block_ms or self.block_ms))
+        block = block_ms or self.block_ms
+        reply = await self._read(self._slot_of(streams[0]), {s: ">" for s in streams}, count=1, block=block)
+        await self._deliver_reply(reply)
+
+    async def _read(self, slot: int, streams: dict[Any, Any], *, count: int, block: int | None = None) -> ReadReply:
+        """One XREADGROUP; on a cluster, one whose master does not answer in time (a pause, a hang) is left to answer
+        late, what it reads then handed on, and the read counts as empty meanwhile (streams.slow_slots)."""
+        call = self.redis.xreadgroup(self.group, self.consumer, streams, count=count, block=block)
+        if self.slow is None:
+            return cast(ReadReply, await call)
+        after_s = self.slow.after_s + (block or 0) / 1000
+        try:
+            return cast(ReadReply, await self.slow.call(slot, call, after_s=after_s, on_late=self._deliver_reply))
+        except SlotSlow:
+            return []
+
+    def slot_slow(self, stream: str) -> bool:
+        """On a cluster: whether ``stream``'s master hangs (streams.slow_slots); the loops skip it meanwhile."""
+        return self.slow is not None and self.slow.slow(self._slot_of(stream))
+
+    async def on_slot(self, stream: str, call: Awaitable[T], on_late: Callable[[T], Awaitable[None]] | None = None) -> T:
+        """``call`` on ``stream``'s master; :class:`SlotSlow` when that master hangs (the call runs on: streams.slow_slots)."""
+        if self.slow is None:
+            return await call
+        return await self.slow.call(self._slot_of(stream), call, on_late=on_late)
+
+    async def _deliver_reply(self, reply: ReadReply | None) -> None:
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):
             await self.deliver(stream, entries, reclaimed=False)
 

@@ -27,6 +27,7 @@ from streams.keys import Keys
 from streams.outage import REDIS_DOWN
 from streams.replicated import Rerouted, Shortfalls, call_and_wait
 from streams.scripts import Scripts
+from streams.slow_slots import SlotSlow, slot_of, slow_slots_of
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class Settler:
             [k.job_prefix, group, max_result_bytes, job_ttl_s, k.lane_prefix] for k in partitions]
         self._script_keys = [[k.results, k.dead, k.delayed, k.slot_guard] for k in partitions]
         self._numbers = [k.partition or 0 for k in partitions]  # what the log calls them (a worker may serve some only)
+        # several partitions on a cluster: a batch's partition whose master hangs waits, the others are written
+        self._slow = slow_slots_of(redis) if len(partitions) > 1 else None
+        self._slots = [slot_of(k.results) for k in partitions]
         self._release = release
         self._writer: BatchWriter[SettleOp] = BatchWriter("settle", self._write, self._done)
         self._held: HeldBack[SettleOp] = HeldBack(self._writer.submit, hold=hold, hold_s=hold_s)
@@ -126,9 +130,15 @@ class Settler:
             by_partition.setdefault(self._partition_of[op.stream], []).append(i)
         wrote: list[bool | None] = [False] * len(batch)
         outage: BaseException | None = None
+        slow: SlotSlow | None = None
         for p, indexes in by_partition.items():
             try:
-                written = await self._write_partition(p, [batch[i] for i in indexes])
+                written = await self._write_slow_aware(p, [batch[i] for i in indexes])
+            except SlotSlow as exc:  # its master hangs: these ops wait for it (written again: settle.lua answers a copy)
+                slow = slow or exc
+                for i in indexes:
+                    wrote[i] = None
+                continue
             except REDIS_DOWN as exc:  # this partition's master is away: the others' ops are written all the same
                 outage = outage or exc
                 for i in indexes:
@@ -143,7 +153,21 @@ class Settler:
             if all(one is None for one in wrote):
                 raise outage
             raise PartlyWritten(wrote, outage)
+        if slow is not None:
+            raise PartlyWritten(wrote, slow)
         return [bool(one) for one in wrote]
+
+    async def _write_slow_aware(self, p: int, batch: list[SettleOp]) -> list[bool]:
+        """Not sent while the partition's slot is slow; a call that goes unanswered past its time ends in the background."""
+        if self._slow is None:
+            return await self._write_partition(p, batch)
+        slot = self._slots[p]
+        if self._slow.slow(slot):
+            raise SlotSlow(slot)
+        # under STREAMCREW_REPLICA_ACKS a healthy master may wait WAIT_TIMEOUT_MS for its replicas, twice when it had to
+        # load the script first (the settle and its WAIT are sent again): not slow for that
+        after_s = self._slow.after_s + (2 * WAIT_TIMEOUT_MS / 1000 if self._replica_acks else 0.0)
+        return await self._slow.call(slot, self._write_partition(p, batch), after_s=after_s)
 
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()

@@ -1,0 +1,109 @@
+"""A master paused for a few seconds (a frozen VM, a long fork, a stopped process) and no failover, as in production,
+where the node timeout (15 s) outlasts such a pause: one worker reading every partition keeps running the other
+masters' partitions meanwhile, and loses nothing of the paused one's (streams.slow_slots). A cluster of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, connect_detected
+from streams.envelope import JobRequest
+from streams.keys import Keys, partition_keys, partition_of
+from streams.producer import Producer
+from tests.cluster.conftest import PARTITIONS
+from tests.cluster.test_workers import wait_all_results
+from tests.cluster_support import LocalCluster, placed_cluster
+from tests.support import WorkerFactory, wait_until
+
+PRODUCTION_NODE_TIMEOUT_MS = 15_000  # Redis' default: a pause shorter than this is no failover
+
+
+@pytest.fixture
+def paused_cluster() -> Iterator[LocalCluster]:
+    with placed_cluster(PARTITIONS) as local:
+        for port in local.alive_ports():
+            with local.client(port) as node:
+                node.config_set("cluster-node-timeout", PRODUCTION_NODE_TIMEOUT_MS)
+                node.config_set("cluster-require-full-coverage", "no")  # the others serve while one is away (deploy/)
+        yield local
+
+
+async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: LocalCluster, tmp_path: Path) -> None:
+    prefix = f"c{uuid.uuid4().hex[:12]}"
+    keys = Keys(prefix)
+    parts = partition_keys(keys, PARTITIONS)
+    workers = WorkerFactory(paused_cluster.listed_url(), prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    redis = await connect_detected(paused_cluster.url)
+    producer = Producer(redis, keys, partitions=PARTITIONS)
+    paused = paused_cluster.master_of_slot(key_slot(parts[0].results.encode()))
+    owners = {p: paused_cluster.master_of_slot(key_slot(parts[p].results.encode())) for p in range(PARTITIONS)}
+    healthy = {p: port for p, port in owners.items() if port != paused}
+    assert len(healthy) == PARTITIONS * 2 // 3, owners
+    process = paused_cluster.nodes[paused]
+    ids = [j for j in (f"during-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:60]
+    later = [j for j in (f"later-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:30]
+
+    def healthy_results() -> int:  # read on the healthy masters directly: a client of the paused one would wait too
+        total = 0
+        for p, port in healthy.items():
+            with paused_cluster.client(port) as node:
+                total += int(node.xlen(parts[p].results))
+        return total
+
+    try:
+        # Given one worker of every partition, running jobs of all of them (the paused master's end while it is
+        # paused, so their settles wait for it)
+        worker = workers.start("--concurrency", "60")
+        running = [JobRequest(agent="echo", data={"sleep_s": 1.5}, id=f"running-{i}") for i in range(24)]
+        await producer.publish_many(running)
+
+        async def all_running() -> bool:
+            records = [await redis.hget(parts[partition_of(r.id or "", PARTITIONS)].job(r.id or ""), "status") for r in running]
+            return all(status == "running" for status in records)
+
+        await wait_until(all_running, timeout=30, what="the 24 jobs running")
+        assert {partition_of(r.id or "", PARTITIONS) for r in running} >= set(owners) - set(healthy)
+        before = await asyncio.to_thread(healthy_results)
+        # When one master is paused, and jobs come to the other masters' partitions
+        os.kill(process.pid, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=j) for j in ids])
+        expected = before + len(ids) + sum(1 for r in running if partition_of(r.id or "", PARTITIONS) in healthy)
+
+        async def ran() -> bool:
+            return await asyncio.to_thread(healthy_results) >= expected
+
+        # Then they are run while it is paused, sooner than a call on it could time out
+        await wait_until(ran, timeout=CLUSTER_SOCKET_TIMEOUT_S,
+                         what=f"the {len(ids)} jobs of the healthy partitions while a master is paused")
+        print(f"healthy partitions' jobs done {time.monotonic() - paused_at:.1f} s into the pause")
+        # And so are those that come once the calls left waiting on it have timed out (the client then refreshes its map)
+        await asyncio.sleep(max(0.0, paused_at + CLUSTER_SOCKET_TIMEOUT_S + 1 - time.monotonic()))  # the pause's length
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=j) for j in later])
+        expected += len(later)
+        waves_at = time.monotonic()
+        await wait_until(ran, timeout=CLUSTER_SOCKET_TIMEOUT_S, what=f"the {len(later)} jobs sent {waves_at - paused_at:.1f} s into the pause")
+        print(f"and those sent {waves_at - paused_at:.1f} s into it, {time.monotonic() - waves_at:.1f} s later")
+        assert worker.alive(), worker.log_text()[-3000:]
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    try:
+        # And once it is back, every job has exactly one result: the paused master's settles were written, once
+        results = await wait_all_results(redis, keys, len(running) + len(ids) + len(later), timeout=60)
+        counts = Counter(r.id for r in results)
+        assert set(counts) == {r.id for r in running} | set(ids) | set(later)
+        assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1]
+        assert worker.alive(), worker.log_text()[-3000:]
+    finally:
+        workers.close()
+        await redis.aclose()
