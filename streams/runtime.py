@@ -325,7 +325,10 @@ class GroupRuntime:
             return
         handing = asyncio.ensure_future(self._hand_on(stream, fresh, reclaimed))
         try:
-            await asyncio.shield(handing)
+            if self.slow is None:
+                await asyncio.shield(handing)
+            else:  # a master that hung between the read and the start holds up only its own partition
+                await self.slow.wait_or_leave(self._slot_of(stream), handing, f"{self.group}: starting what was read")
         except asyncio.CancelledError:
             # The drain cancels the read loop: entries held here are handed on all the same, so their work is
             # finished or handed back. Cancelled midway, a start that ran unseen left a job running under no slot's

@@ -8,8 +8,10 @@ the background and its slot is *slow*: the loops skip it until that call ends (a
 it failed), and the other masters' partitions go on. Nothing is cancelled, so no answer Redis gives is lost: a late
 read hands on what it got, and a late settle's ops are sent again, which settle.lua answers as their first call.
 
-One tracker per cluster client (:func:`slow_slots_of`), shared by the reads and the settles of a process: a slot found
-slow by one is skipped by the other. A single Redis has none: it has nowhere else to go.
+A slot is slow with its master: a call on any slot a master serves marks them all (a master serves many partitions
+when there are more partitions than shards), so the loops meet its pause once, not once per partition. One tracker
+per cluster client (:func:`slow_slots_of`), shared by the reads and the settles of a process. A single Redis has
+none: it has nowhere else to go.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class SlotSlow(Exception):
     """A call on ``slot`` did not answer within its time: it runs on in the background (:meth:`SlowSlots.call`)."""
 
     def __init__(self, slot: int) -> None:
-        super().__init__(f"hash slot {slot}: its master has not answered a call for {SLOW_CALL_S:g} s")
+        super().__init__(f"hash slot {slot}: its master has a call unanswered past its time")
         self.slot = slot
 
 
@@ -48,7 +50,12 @@ def slow_slots_of(redis: Any) -> SlowSlots | None:
         return None
     tracker = _TRACKERS.get(redis)
     if tracker is None:
-        tracker = _TRACKERS[redis] = SlowSlots()
+        client = weakref.ref(redis)  # the tracker must not keep its client alive (the map's key)
+
+        def master_of(slot: int) -> str:
+            return f"Redis master {client().nodes_manager.get_node_from_slot(slot).name}"  # type: ignore[union-attr]
+
+        tracker = _TRACKERS[redis] = SlowSlots(master_of=master_of)
     return tracker
 
 
@@ -57,28 +64,40 @@ def slot_of(key: str) -> int:
 
 
 class SlowSlots:
-    """Slots with a call outstanding past its time, or in their cool-down after such a call failed.
+    """Slots whose master has a call outstanding past its time, or is in its cool-down after such a call failed.
 
-    A slot's spell is logged once when it begins (its first call past its time) and once when it ends (a call on it
+    A master's spell is logged once when it begins (its first call past its time) and once when it ends (a call on it
     answers), whatever the calls in between: a master paused for a minute makes two lines, not one per try."""
 
-    def __init__(self, *, after_s: float = SLOW_CALL_S, cool_down_s: float = COOL_DOWN_S) -> None:
+    def __init__(self, *, after_s: float = SLOW_CALL_S, cool_down_s: float = COOL_DOWN_S,
+                 master_of: Callable[[int], str] | None = None) -> None:
+        """``master_of``: the name of a slot's master as the client knows it now (the log's name for it, and what a
+        slot's slowness is kept by); after a failover the slot has another, not slow."""
         self.after_s = after_s
         self.cool_down_s = cool_down_s
-        self._late: dict[int, set[asyncio.Future[Any]]] = {}  # slot -> its calls still unanswered past their time
-        self._cooling: dict[int, float] = {}  # slot -> until (monotonic)
-        self._spells: dict[int, float] = {}  # slot -> when its spell began (monotonic)
+        self._master_of = master_of or (lambda slot: f"the master of hash slot {slot}")
+        self._late: dict[str, set[asyncio.Future[Any]]] = {}  # master -> its calls still unanswered past their time
+        self._cooling: dict[str, float] = {}  # master -> until (monotonic)
+        self._spells: dict[str, float] = {}  # master -> when its spell began (monotonic)
         self._handing_on: set[asyncio.Task[None]] = set()
+        self._left: set[asyncio.Future[Any]] = set()  # work left to end in the background (wait_or_leave)
+
+    def _master(self, slot: int) -> str:
+        try:
+            return self._master_of(slot)
+        except Exception:  # not covered now (a failover under way): the slot alone
+            return f"the master of hash slot {slot}"
 
     def slow(self, slot: int) -> bool:
-        if slot in self._late:
+        master = self._master(slot)
+        if master in self._late:
             return True
-        until = self._cooling.get(slot)
+        until = self._cooling.get(master)
         if until is None:
             return False
         if time.monotonic() < until:
             return True
-        del self._cooling[slot]  # tried again: the next call on it waits its time once more
+        del self._cooling[master]  # tried again: the next call on it waits its time once more
         return False
 
     async def call(self, slot: int, call: Awaitable[T], *, after_s: float | None = None,
@@ -86,6 +105,7 @@ class SlowSlots:
         """``call``'s answer, or :class:`SlotSlow` when it has none after ``after_s`` (default ``SLOW_CALL_S``): the call
         then runs on and ``on_late`` gets its answer when it comes. A caller cancelled while waiting cancels the call."""
         wait_s = self.after_s if after_s is None else after_s
+        master = self._master(slot)
         task = asyncio.ensure_future(call)
         try:
             done, _ = await asyncio.wait({task}, timeout=wait_s)
@@ -94,41 +114,55 @@ class SlowSlots:
             raise
         if done:
             result = task.result()
-            self._answered(slot)
+            self._answered(master)
             return result
-        if slot not in self._spells:
-            self._spells[slot] = time.monotonic() - wait_s
-            log.warning("hash slot %d: its master has not answered for %.1f s; its partition waits, the others go on", slot, wait_s)
-        self._late.setdefault(slot, set()).add(task)
-        task.add_done_callback(lambda t: self._ended(slot, t, on_late))
+        if master not in self._spells:
+            self._spells[master] = time.monotonic() - wait_s
+            log.warning("%s has not answered for %.1f s; its partitions wait, the others go on", master, wait_s)
+        self._late.setdefault(master, set()).add(task)
+        task.add_done_callback(lambda t: self._ended(master, t, on_late))
         raise SlotSlow(slot)
 
-    def _answered(self, slot: int) -> None:
-        if slot not in self._late and (began := self._spells.pop(slot, None)) is not None:
-            log.warning("hash slot %d: its master answers again, after %.1f s", slot, time.monotonic() - began)
+    async def wait_or_leave(self, slot: int, future: asyncio.Future[Any], what: str) -> None:
+        """Wait for ``future`` (shielded: a cancelled caller leaves it running) up to the slow-call time; past it, leave it
+        to end in the background, the slot slow until it does, and a failure of it logged as ``what``."""
+        try:
+            await self.call(slot, asyncio.shield(future))
+        except SlotSlow:
+            self._left.add(future)
+            future.add_done_callback(lambda f: self._left_ended(f, what))
 
-    def _ended(self, slot: int, task: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]] | None) -> None:
-        late = self._late.get(slot, set())
+    def _left_ended(self, future: asyncio.Future[Any], what: str) -> None:
+        self._left.discard(future)
+        if not future.cancelled() and (exc := future.exception()) is not None:
+            log.error("%s: failed once its master answered", what, exc_info=exc)
+
+    def _answered(self, master: str) -> None:
+        if master not in self._late and (began := self._spells.pop(master, None)) is not None:
+            log.warning("%s answers again, after %.1f s", master, time.monotonic() - began)
+
+    def _ended(self, master: str, task: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]] | None) -> None:
+        late = self._late.get(master, set())
         late.discard(task)
         if not late:
-            self._late.pop(slot, None)
+            self._late.pop(master, None)
         if task.cancelled():
             return
-        if (exc := task.exception()) is not None:  # timed out, most likely: the slot's calls wait a cool-down, then try again
-            self._cooling[slot] = time.monotonic() + self.cool_down_s
-            log.debug("hash slot %d: a late call failed (%s); tried again in %g s", slot, type(exc).__name__, self.cool_down_s)
+        if (exc := task.exception()) is not None:  # timed out, most likely: its calls wait a cool-down, then try again
+            self._cooling[master] = time.monotonic() + self.cool_down_s
+            log.debug("%s: a late call failed (%s); tried again in %g s", master, type(exc).__name__, self.cool_down_s)
             return
-        self._answered(slot)
+        self._answered(master)
         if on_late is not None:
-            handing = asyncio.ensure_future(self._hand_on(slot, on_late(task.result())))
+            handing = asyncio.ensure_future(self._hand_on(master, on_late(task.result())))
             self._handing_on.add(handing)
             handing.add_done_callback(self._handing_on.discard)
 
     @staticmethod
-    async def _hand_on(slot: int, handing: Awaitable[None]) -> None:
+    async def _hand_on(master: str, handing: Awaitable[None]) -> None:
         try:
             await handing
         except asyncio.CancelledError:
             raise
         except Exception:  # what was read stays pending here and is reclaimed after the lease: nothing is lost
-            log.exception("hash slot %d: handing on a late answer failed", slot)
+            log.exception("%s: handing on its late answer failed", master)

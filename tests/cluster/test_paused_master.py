@@ -10,7 +10,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,11 @@ from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, connect_detected
 from streams.envelope import JobRequest
 from streams.keys import Keys, partition_keys, partition_of
 from streams.producer import Producer
+from streams.runtime import Entry, GroupRuntime, Slot
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
-from tests.support import WorkerFactory, wait_until
+from tests.support import WorkerFactory, serving, wait_until
 
 PRODUCTION_NODE_TIMEOUT_MS = 15_000  # Redis' default: a pause shorter than this is no failover
 
@@ -62,7 +63,7 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
 
     try:
         # Given one worker of every partition, running jobs of all of them (the paused master's end while it is
-        # paused, so their settles wait for it)
+        # paused, so their settles wait for it), and busy reading and starting a backlog of all of them
         worker = workers.start("--concurrency", "60")
         running = [JobRequest(agent="echo", data={"sleep_s": 1.5}, id=f"running-{i}") for i in range(24)]
         await producer.publish_many(running)
@@ -74,18 +75,23 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
         await wait_until(all_running, timeout=30, what="the 24 jobs running")
         assert {partition_of(r.id or "", PARTITIONS) for r in running} >= set(owners) - set(healthy)
         before = await asyncio.to_thread(healthy_results)
+        backlog = [JobRequest(agent="echo", data={"sleep_s": 0.05}, id=f"backlog-{i}") for i in range(300)]
+        await producer.publish_many(backlog)
+        await wait_until(lambda: asyncio.to_thread(lambda: healthy_results() >= before + 40), timeout=30,
+                         what="the backlog under way")
         # When one master is paused, and jobs come to the other masters' partitions
         os.kill(process.pid, signal.SIGSTOP)
         paused_at = time.monotonic()
         await producer.publish_many([JobRequest(agent="echo", data={}, id=j) for j in ids])
-        expected = before + len(ids) + sum(1 for r in running if partition_of(r.id or "", PARTITIONS) in healthy)
+        expected = before + len(ids) + sum(1 for r in [*running, *backlog] if partition_of(r.id or "", PARTITIONS) in healthy)
 
         async def ran() -> bool:
             return await asyncio.to_thread(healthy_results) >= expected
 
-        # Then they are run while it is paused, sooner than a call on it could time out
+        # Then they are run while it is paused, and the rest of the backlog of those partitions, sooner than a call on it
+        # could time out
         await wait_until(ran, timeout=CLUSTER_SOCKET_TIMEOUT_S,
-                         what=f"the {len(ids)} jobs of the healthy partitions while a master is paused")
+                         what=f"the {len(ids)} jobs and the backlog of the healthy partitions while a master is paused")
         print(f"healthy partitions' jobs done {time.monotonic() - paused_at:.1f} s into the pause")
         # And so are those that come once the calls left waiting on it have timed out (the client then refreshes its map)
         await asyncio.sleep(max(0.0, paused_at + CLUSTER_SOCKET_TIMEOUT_S + 1 - time.monotonic()))  # the pause's length
@@ -99,11 +105,84 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
         os.kill(process.pid, signal.SIGCONT)
     try:
         # And once it is back, every job has exactly one result: the paused master's settles were written, once
-        results = await wait_all_results(redis, keys, len(running) + len(ids) + len(later), timeout=60)
+        results = await wait_all_results(redis, keys, len(running) + len(backlog) + len(ids) + len(later), timeout=60)
         counts = Counter(r.id for r in results)
-        assert set(counts) == {r.id for r in running} | set(ids) | set(later)
+        assert set(counts) == {r.id for r in [*running, *backlog]} | set(ids) | set(later)
         assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1]
         assert worker.alive(), worker.log_text()[-3000:]
     finally:
         workers.close()
+        await redis.aclose()
+
+
+class PausingOnStart:
+    """An entry handler that, like the worker's, makes a call on the entries' master before it starts them (start.lua);
+    the first entries of ``target`` pause that master first: a master that hangs between a read and its start."""
+
+    def __init__(self, runtime: GroupRuntime, target: str, pause: Callable[[], None]) -> None:
+        self.runtime = runtime
+        self.target = target
+        self.pause = pause
+        self.paused = False
+        self.started: Counter[str] = Counter()
+        runtime.handler = self
+
+    async def on_entries(self, stream: str, entries: list[Entry], *, reclaimed: bool) -> None:
+        if stream == self.target and not self.paused:
+            self.paused = True
+            self.pause()
+        await self.runtime.redis.xlen(stream)  # the start's call on the stream's master
+        self.started[stream] += len(entries)
+        for eid, _ in entries:
+            asyncio.get_running_loop().call_soon(self.runtime.release, stream, eid)
+
+    async def hand_back(self, slots: list[Slot]) -> int:
+        return 0
+
+    async def tick(self) -> None:
+        pass
+
+    async def taken_over(self, slots: list[Slot]) -> None:
+        pass
+
+
+async def test_a_master_paused_between_a_read_and_its_start_holds_up_only_its_own_partitions(paused_cluster: LocalCluster) -> None:
+    parts = partition_keys(Keys(f"c{uuid.uuid4().hex[:12]}"), PARTITIONS)
+    lanes = [p.lane("normal") for p in parts]
+    redis = await connect_detected(paused_cluster.url)
+    paused = paused_cluster.master_of_slot(key_slot(lanes[0].encode()))
+    healthy = [lane for lane in lanes if paused_cluster.master_of_slot(key_slot(lane.encode())) != paused]
+    process = paused_cluster.nodes[paused]
+    # Given 20 entries in each partition's lane, and a consumer of all of them whose read of partition 0 is followed by
+    # its master pausing, before the start's call
+    for lane in lanes:
+        await redis.xgroup_create(lane, "workers", id="0", mkstream=True)
+        for i in range(20):
+            await redis.xadd(lane, {"n": str(i)})
+    runtime = GroupRuntime(redis, streams=lanes, level_size=PARTITIONS, group="workers", consumer="me", concurrency=200,
+                           lease_s=60, block_ms=100)
+    paused_at: list[float] = []
+
+    def pause() -> None:
+        os.kill(process.pid, signal.SIGSTOP)
+        paused_at.append(time.monotonic())
+
+    handler = PausingOnStart(runtime, lanes[0], pause)
+    try:
+        async with serving(runtime):
+            try:
+                # When it reads on
+                # Then the other masters' partitions are started while that master is paused, sooner than the start's
+                # call on it could time out (the read loop waited for that start before)
+                await wait_until(lambda: bool(paused_at), timeout=30, what="partition 0 read")
+                await wait_until(lambda: all(handler.started[lane] == 20 for lane in healthy), timeout=CLUSTER_SOCKET_TIMEOUT_S - 1,
+                                 what=f"the healthy partitions' entries started while a master is paused: {dict(handler.started)}")
+                print(f"healthy partitions started {time.monotonic() - paused_at[0]:.1f} s into the pause")
+            finally:
+                os.kill(process.pid, signal.SIGCONT)  # before the runtime stops: it waits for the start left running
+            # And once it is back, its partitions' entries are started too, partition 0's by the start left waiting
+            await wait_until(lambda: all(handler.started[lane] == 20 for lane in lanes), timeout=30,
+                             what=f"every partition's entries started: {dict(handler.started)}")
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
         await redis.aclose()

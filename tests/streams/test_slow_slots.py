@@ -54,7 +54,7 @@ async def test_a_late_answer_marks_the_slot_slow_until_it_comes_then_is_handed_o
     assert await asyncio.wait_for(handed, 5) == "entries"
     assert not slots.slow(7)
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 2 and "slot 7: its master has not answered" in messages[0] and "slot 7: its master answers again" in messages[1], messages
+    assert len(messages) == 2 and "hash slot 7 has not answered" in messages[0] and "hash slot 7 answers again" in messages[1], messages
 
 
 async def test_a_late_call_that_fails_cools_its_slot_down_then_the_slot_is_tried_again() -> None:
@@ -102,3 +102,33 @@ async def test_a_caller_cancelled_while_waiting_cancels_its_call() -> None:
         await waiting
     assert answer.cancelled()
     assert not slots.slow(7)
+
+
+async def test_a_slot_is_slow_with_its_master_and_only_with_it() -> None:
+    masters = {1: "Redis master a", 2: "Redis master a", 3: "Redis master b"}
+    slots = SlowSlots(after_s=0.05, master_of=masters.__getitem__)
+    late: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    with pytest.raises(SlotSlow):
+        await slots.call(1, late)
+    # the other slot of that master is slow too (its pause is met once), the other master's is not
+    assert slots.slow(1) and slots.slow(2) and not slots.slow(3)
+    # and after a failover moved slot 2 to another master, it is no longer
+    masters[2] = "Redis master c"
+    assert not slots.slow(2)
+    late.set_result("ok")
+
+
+async def test_work_left_in_the_background_keeps_its_slot_slow_until_it_ends_and_its_failure_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    slots = SlowSlots(after_s=0.05)
+    start: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    # Given a start whose master does not answer in time: the caller goes on, the start is left running
+    await slots.wait_or_leave(7, start, "starting what was read")
+    assert slots.slow(7) and not start.done()
+    # When it fails once the master answers, the failure is logged and the slot is tried again after its cool-down
+    with caplog.at_level(logging.ERROR, logger="streams.slow_slots"):
+        start.set_exception(RuntimeError("the handler broke"))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    assert "starting what was read: failed once its master answered" in caplog.text
+    assert "the handler broke" in caplog.text
