@@ -4,9 +4,10 @@ On Redis Cluster one worker reads, starts and settles every partition it serves 
 master that hangs without dying (a paused VM, a stopped process, a long fork) answers nothing until the socket
 timeout, and no failover comes while the pause is shorter than the node timeout (15 s by default): a loop that
 waits on that master waits for every partition. So a call still unanswered after ``SLOW_CALL_S`` is left to end in
-the background and its slot is *slow*: the loops skip it until that call ends (and for ``COOL_DOWN_S`` more when
-it failed), and the other masters' partitions go on. Nothing is cancelled, so no answer Redis gives is lost: a late
-read hands on what it got, and a late settle's ops are sent again, which settle.lua answers as their first call.
+the background and its master is *slow*: the loops skip its slots until that call ends (and for ``COOL_DOWN_S`` more
+when it failed), and the other masters' partitions go on. Nothing is cancelled, so no answer Redis gives is lost: a
+late read hands on what it got, a late start runs what it started, and a late settle's ops are sent again, which
+settle.lua answers as their first call.
 
 A slot is slow with its master: a call on any slot a master serves marks them all (a master serves many partitions
 when there are more partitions than shards), so the loops meet its pause once, not once per partition. One tracker
