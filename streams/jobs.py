@@ -35,6 +35,7 @@ from streams.settle import Settler, done_op, drop_op, handback_op, retry_op
 from streams.superseded import runs_ended_elsewhere
 from streams.tenant_cap import TenantCapper, TenantCaps
 from streams.sizes import bounded_error, short, too_large
+from streams.slow_slots import slow_slots_of
 from streams.tally import JobTally
 from streams.upkeep import Upkeep
 from streams.usage import add as add_usage, of_failure, parse as parse_usage, stored as stored_usage
@@ -122,7 +123,8 @@ class JobProcessor:
                                     moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
                                     failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
-        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, self.caps)
+        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, self.caps,
+                              slow_slots_of(redis) if len(self.partitions) > 1 else None)
         self._tally = JobTally()
         self._summary_every_s = summary_every_s
         runtime.handler = self

@@ -3,7 +3,8 @@
 Per partition: end workflows whose timeout passed, move due retries back to their lanes, let go parked jobs that now
 fit under their tenant's cap (to their lanes' resumed streams: streams.tenant_cap; every second), trim acknowledged entries. And
 every 30 s the workers compare their tenant caps (TenantCapper.agree). Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
-no other partition's retries; the first failure is raised once the others are done, for the caller's backoff.
+no other partition's retries, nor does one whose master hangs (streams.slow_slots); the first failure is raised once
+the others are done, for the caller's backoff.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.retention import trim_results
 from streams.scripts import Scripts
+from streams.slow_slots import SlowSlots, SlotSlow, slot_of
 from streams.tenant_cap import TenantCapper
 from streams.workflows import WorkflowStarter
 
@@ -25,8 +27,11 @@ TRIM_EVERY_S = 1.0
 
 class Upkeep:
     def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys],
-                 caps: TenantCapper | None = None) -> None:
+                 caps: TenantCapper | None = None, slow: SlowSlots | None = None) -> None:
+        """``slow`` (a cluster client's, streams.slow_slots): a partition whose master hangs is skipped, its round
+        left to end in the background, so the others' retries are still promoted on time."""
         self._scripts = scripts
+        self._slow = slow
         self._caps = caps
         self._workflows = workflows
         self._settings = settings
@@ -48,7 +53,12 @@ class Upkeep:
                 failed = exc
         for keys in self._partitions:
             try:
-                await self._partition(keys, trim=trim, unpark=unpark)
+                if self._slow is None:
+                    await self._partition(keys, trim=trim, unpark=unpark)
+                elif not self._slow.slow(slot := slot_of(keys.results)):
+                    await self._slow.call(slot, self._partition(keys, trim=trim, unpark=unpark))
+            except SlotSlow:
+                continue
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:

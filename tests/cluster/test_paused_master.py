@@ -53,6 +53,7 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
     process = paused_cluster.nodes[paused]
     ids = [j for j in (f"during-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:60]
     later = [j for j in (f"later-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:30]
+    retried = [j for j in (f"retried-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:8]
 
     def healthy_results() -> int:  # read on the healthy masters directly: a client of the paused one would wait too
         total = 0
@@ -83,7 +84,9 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
         os.kill(process.pid, signal.SIGSTOP)
         paused_at = time.monotonic()
         await producer.publish_many([JobRequest(agent="echo", data={}, id=j) for j in ids])
-        expected = before + len(ids) + sum(1 for r in [*running, *backlog] if partition_of(r.id or "", PARTITIONS) in healthy)
+        # (some fail once: their retries are promoted by the upkeep, which goes round every partition)
+        await producer.publish_many([JobRequest(agent="echo", data={"fail_first": 1}, id=j) for j in retried])
+        expected = before + len(ids) + len(retried) + sum(1 for r in [*running, *backlog] if partition_of(r.id or "", PARTITIONS) in healthy)
 
         async def ran() -> bool:
             return await asyncio.to_thread(healthy_results) >= expected
@@ -91,7 +94,7 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
         # Then they are run while it is paused, and the rest of the backlog of those partitions, sooner than a call on it
         # could time out
         await wait_until(ran, timeout=CLUSTER_SOCKET_TIMEOUT_S,
-                         what=f"the {len(ids)} jobs and the backlog of the healthy partitions while a master is paused")
+                         what=f"the {len(ids)} jobs, {len(retried)} retried ones and the backlog of the healthy partitions while a master is paused")
         print(f"healthy partitions' jobs done {time.monotonic() - paused_at:.1f} s into the pause")
         # And so are those that come once the calls left waiting on it have timed out (the client then refreshes its map)
         await asyncio.sleep(max(0.0, paused_at + CLUSTER_SOCKET_TIMEOUT_S + 1 - time.monotonic()))  # the pause's length
@@ -105,9 +108,9 @@ async def test_a_paused_master_holds_up_only_its_own_partitions(paused_cluster: 
         os.kill(process.pid, signal.SIGCONT)
     try:
         # And once it is back, every job has exactly one result: the paused master's settles were written, once
-        results = await wait_all_results(redis, keys, len(running) + len(backlog) + len(ids) + len(later), timeout=60)
+        results = await wait_all_results(redis, keys, len(running) + len(backlog) + len(ids) + len(retried) + len(later), timeout=60)
         counts = Counter(r.id for r in results)
-        assert set(counts) == {r.id for r in [*running, *backlog]} | set(ids) | set(later)
+        assert set(counts) == {r.id for r in [*running, *backlog]} | set(ids) | set(retried) | set(later)
         assert max(counts.values()) == 1, [i for i, n in counts.items() if n > 1]
         assert worker.alive(), worker.log_text()[-3000:]
     finally:
