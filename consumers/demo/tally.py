@@ -74,11 +74,14 @@ class Tally:
         self.dead_letters = int(stats["dead_letters"])
         for url in self.metrics_urls:
             try:
-                text = (await http.get(url, timeout=1.0)).text
-            except httpx.HTTPError:
-                continue  # a killed worker: keep its last figures
-            self._scraped[url] = sum(s.value for f in text_string_to_metric_families(text)
-                                     for s in f.samples if s.name == "streamcrew_reclaimed_total")
+                response = await http.get(url, timeout=1.0)
+                response.raise_for_status()
+                scraped = sum(s.value for f in text_string_to_metric_families(response.text)
+                              for s in f.samples if s.name == "streamcrew_reclaimed_total")
+            except (httpx.HTTPError, ValueError):
+                # a killed worker, or its freed port now another process's (an error page, not metrics): keep its last figures
+                continue
+            self._scraped[url] = scraped
         self.reclaims = int(sum(self._scraped.values()))
 
     def _add(self, r: JobResult) -> None:
