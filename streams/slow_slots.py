@@ -40,9 +40,10 @@ _TRACKERS: weakref.WeakKeyDictionary[Any, SlowSlots] = weakref.WeakKeyDictionary
 class SlotSlow(Exception):
     """A call on ``slot`` did not answer within its time: it runs on in the background (:meth:`SlowSlots.call`)."""
 
-    def __init__(self, slot: int) -> None:
+    def __init__(self, slot: int, running: asyncio.Future[Any] | None = None) -> None:
         super().__init__(f"hash slot {slot}: its master has a call unanswered past its time")
         self.slot = slot
+        self.running = running  # the call, still running
 
 
 def slow_slots_of(redis: Any) -> SlowSlots | None:
@@ -102,9 +103,11 @@ class SlowSlots:
         return False
 
     async def call(self, slot: int, call: Awaitable[T], *, after_s: float | None = None,
-                   on_late: Callable[[T], Awaitable[None]] | None = None) -> T:
+                   on_late: Callable[[T], Awaitable[None]] | None = None, mark: bool = True) -> T:
         """``call``'s answer, or :class:`SlotSlow` when it has none after ``after_s`` (default ``SLOW_CALL_S``): the call
-        then runs on and ``on_late`` gets its answer when it comes. A caller cancelled while waiting cancels the call."""
+        then runs on and ``on_late`` gets its answer when it comes. A caller cancelled while waiting cancels the call.
+        ``mark=False``: several calls in a row (a round of upkeep), which may take long on a healthy master: the
+        master is not marked slow; the caller keeps :attr:`SlotSlow.running` and waits for it itself."""
         wait_s = self.after_s if after_s is None else after_s
         master = self._master(slot)
         task = asyncio.ensure_future(call)
@@ -117,12 +120,14 @@ class SlowSlots:
             result = task.result()
             self._answered(master)
             return result
+        if not mark:
+            raise SlotSlow(slot, task)
         if master not in self._spells:
             self._spells[master] = time.monotonic() - wait_s
             log.warning("%s has not answered for %.1f s; its partitions wait, the others go on", master, wait_s)
         self._late.setdefault(master, set()).add(task)
         task.add_done_callback(lambda t: self._ended(master, t, on_late))
-        raise SlotSlow(slot)
+        raise SlotSlow(slot, task)
 
     async def wait_or_leave(self, slot: int, future: asyncio.Future[Any], what: str) -> None:
         """Wait for ``future`` (shielded: a cancelled caller leaves it running) up to the slow-call time; past it, leave it

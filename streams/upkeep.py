@@ -9,6 +9,8 @@ the others are done, for the caller's backoff.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
@@ -21,6 +23,8 @@ from streams.slow_slots import SlowSlots, SlotSlow, slot_of
 from streams.tenant_cap import TenantCapper
 from streams.workflows import WorkflowStarter
 
+log = logging.getLogger(__name__)
+
 PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
 
@@ -28,10 +32,12 @@ TRIM_EVERY_S = 1.0
 class Upkeep:
     def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys],
                  caps: TenantCapper | None = None, slow: SlowSlots | None = None) -> None:
-        """``slow`` (a cluster client's, streams.slow_slots): a partition whose master hangs is skipped, its round
-        left to end in the background, so the others' retries are still promoted on time."""
+        """``slow`` (a cluster client's, streams.slow_slots): a partition whose master hangs, or whose round runs past
+        the slow-call time, is skipped while that round ends in the background, so the others' retries are still
+        promoted on time."""
         self._scripts = scripts
         self._slow = slow
+        self._left: dict[int, asyncio.Future[None]] = {}  # partition index -> its round, left running (slow)
         self._caps = caps
         self._workflows = workflows
         self._settings = settings
@@ -51,18 +57,31 @@ class Upkeep:
                 await self._caps.agree()
             except Exception as exc:
                 failed = exc
-        for keys in self._partitions:
+        for i, keys in enumerate(self._partitions):
             try:
                 if self._slow is None:
                     await self._partition(keys, trim=trim, unpark=unpark)
-                elif not self._slow.slow(slot := slot_of(keys.results)):
-                    await self._slow.call(slot, self._partition(keys, trim=trim, unpark=unpark))
-            except SlotSlow:
-                continue
+                elif self._round_over(i) and not self._slow.slow(slot := slot_of(keys.results)):
+                    await self._slow.call(slot, self._partition(keys, trim=trim, unpark=unpark), mark=False)
+            except SlotSlow as slow:  # still running after the slow-call time: the next rounds skip it until it ends
+                self._left[i] = slow.running  # type: ignore[assignment]
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:
             raise failed
+
+    def _round_over(self, i: int) -> bool:
+        """Whether partition ``i`` has no round left running. One that ended failing is not raised: it ran past the
+        slow-call time, so its master hung (its calls timed out); the next round, on time, tells the backoff."""
+        left = self._left.get(i)
+        if left is None:
+            return True
+        if not left.done():
+            return False
+        del self._left[i]
+        if not left.cancelled() and (exc := left.exception()) is not None:
+            log.debug("upkeep of partition %d: a round left running failed (%s)", i, type(exc).__name__)
+        return True
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
         if trim:

@@ -132,3 +132,15 @@ async def test_work_left_in_the_background_keeps_its_slot_slow_until_it_ends_and
         await asyncio.sleep(0)
     assert "starting what was read: failed once its master answered" in caplog.text
     assert "the handler broke" in caplog.text
+
+
+async def test_a_long_round_left_running_unmarked_leaves_its_master_unmarked() -> None:
+    slots = SlowSlots(after_s=0.05)
+    round_: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    # Given several calls in a row (an upkeep round) still running past the slow-call time on a healthy master
+    with pytest.raises(SlotSlow) as raised:
+        await slots.call(7, round_, mark=False)
+    # Then the caller gets it to wait for itself, and the master's other calls are not skipped
+    assert raised.value.running is round_ and not round_.done()
+    assert not slots.slow(7)
+    round_.set_result(None)
