@@ -46,13 +46,12 @@ class Leases:
             by_stream.setdefault(stream, []).append(eid)
         gone: list[Slot] = []
         for stream, ids in by_stream.items():
-            if rt.slot_slow(stream):  # its master hangs: renewed once it answers (the others' leases go on meanwhile)
-                continue
             for start in range(0, len(ids), 1000):
                 chunk = ids[start : start + 1000]
                 try:
-                    gone += [(stream, eid) for eid in await rt.on_slot(stream, rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk]))]
-                except SlotSlow:
+                    gone += [(stream, eid) for eid in await rt.on_slot(
+                        stream, lambda: rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk]))]
+                except SlotSlow:  # its master hangs: renewed once it answers (the others' leases go on meanwhile)
                     break
         working = rt.working() if gone else set()
         lost = [slot for slot in gone if slot in working]
@@ -84,12 +83,11 @@ class Leases:
                     continue
                 if not rt.accepting:
                     break
-                if rt.slot_slow(stream):  # its master hangs: swept once it answers
-                    continue
                 try:
-                    reply = await rt.on_slot(stream, rt.redis.xautoclaim(stream, rt.group, rt.consumer, min_idle_ms, self._cursors[stream], count=free),
+                    reply = await rt.on_slot(stream, functools.partial(rt.redis.xautoclaim, stream, rt.group, rt.consumer, min_idle_ms,
+                                                                       self._cursors[stream], count=free),
                                              on_late=functools.partial(self._late_reclaimed, stream))
-                except SlotSlow:
+                except SlotSlow:  # its master hangs: swept once it answers
                     continue
                 entries = await self._reclaimed(stream, reply)
                 total += len(entries)
@@ -141,11 +139,9 @@ class Leases:
                 free = min(rt.free_slots(), RECLAIM_BATCH)
                 if free <= 0 or not rt.accepting:
                     break
-                if rt.slot_slow(stream):
-                    continue
                 try:
-                    pending = await rt.on_slot(stream, rt.redis.xpending_range(stream, rt.group, min="-", max="+", count=free + rt.in_flight,
-                                                                               consumername=rt.consumer, idle=min_idle_ms))
+                    pending = await rt.on_slot(stream, functools.partial(rt.redis.xpending_range, stream, rt.group, min="-", max="+",
+                                                                         count=free + rt.in_flight, consumername=rt.consumer, idle=min_idle_ms))
                 except SlotSlow:
                     continue
                 known = {*rt.held(), *rt.unsettled, *((stream, eid) for eid, _ in rt.leftover.get(stream, []))}

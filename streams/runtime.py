@@ -300,11 +300,12 @@ class GroupRuntime:
         """On a cluster: whether ``stream``'s master hangs (streams.slow_slots); the loops skip it meanwhile."""
         return self.slow is not None and self.slow.slow(self._slot_of(stream))
 
-    async def on_slot(self, stream: str, call: Awaitable[T], on_late: Callable[[T], Awaitable[None]] | None = None) -> T:
-        """``call`` on ``stream``'s master; :class:`SlotSlow` when that master hangs (the call runs on: streams.slow_slots)."""
+    async def on_slot(self, stream: str, make_call: Callable[[], Awaitable[T]], on_late: Callable[[T], Awaitable[None]] | None = None) -> T:
+        """``make_call()`` on ``stream``'s master; :class:`SlotSlow` when that master hangs: at once while it is known to
+        (nothing sent), or once the call goes unanswered past its time (it runs on: streams.slow_slots)."""
         if self.slow is None:
-            return await call
-        return await self.slow.call(self._slot_of(stream), call, on_late=on_late)
+            return await make_call()
+        return await self.slow.unless_slow(self._slot_of(stream), make_call, on_late=on_late)
 
     async def _deliver_reply(self, reply: ReadReply | None) -> None:
         for stream, entries in sorted(reply or [], key=lambda r: self.streams.index(r[0])):

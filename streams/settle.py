@@ -161,13 +161,10 @@ class Settler:
         """Not sent while the partition's slot is slow; a call that goes unanswered past its time ends in the background."""
         if self._slow is None:
             return await self._write_partition(p, batch)
-        slot = self._slots[p]
-        if self._slow.slow(slot):
-            raise SlotSlow(slot)
         # under STREAMCREW_REPLICA_ACKS a healthy master may wait WAIT_TIMEOUT_MS for its replicas, twice when it had to
         # load the script first (the settle and its WAIT are sent again): not slow for that
         after_s = self._slow.after_s + (2 * WAIT_TIMEOUT_MS / 1000 if self._replica_acks else 0.0)
-        return await self._slow.call(slot, self._write_partition(p, batch), after_s=after_s)
+        return await self._slow.unless_slow(self._slots[p], lambda: self._write_partition(p, batch), after_s=after_s)
 
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         ops = orjson.dumps([op.op for op in batch]).decode()

@@ -129,6 +129,12 @@ class SlowSlots:
         task.add_done_callback(lambda t: self._ended(master, t, on_late))
         raise SlotSlow(slot, task)
 
+    async def unless_slow(self, slot: int, make_call: Callable[[], Awaitable[T]], **kwargs: Any) -> T:
+        """:meth:`call` of ``make_call()``, or :class:`SlotSlow` at once (nothing sent) while the slot's master is slow."""
+        if self.slow(slot):
+            raise SlotSlow(slot)
+        return await self.call(slot, make_call(), **kwargs)
+
     async def wait_or_leave(self, slot: int, future: asyncio.Future[Any], what: str) -> None:
         """Wait for ``future`` (shielded: a cancelled caller leaves it running) up to the slow-call time; past it, leave it
         to end in the background, the slot slow until it does, and a failure of it logged as ``what``."""

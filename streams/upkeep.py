@@ -61,10 +61,11 @@ class Upkeep:
             try:
                 if self._slow is None:
                     await self._partition(keys, trim=trim, unpark=unpark)
-                elif self._round_over(i) and not self._slow.slow(slot := slot_of(keys.results)):
-                    await self._slow.call(slot, self._partition(keys, trim=trim, unpark=unpark), mark=False)
-            except SlotSlow as slow:  # still running after the slow-call time: the next rounds skip it until it ends
-                self._left[i] = slow.running  # type: ignore[assignment]
+                elif self._round_over(i):
+                    await self._slow.unless_slow(slot_of(keys.results), lambda: self._partition(keys, trim=trim, unpark=unpark), mark=False)
+            except SlotSlow as slow:  # its master hangs, or its round runs on past the slow-call time: skipped until it ends
+                if slow.running is not None:
+                    self._left[i] = slow.running
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:
