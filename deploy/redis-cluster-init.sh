@@ -77,6 +77,14 @@ settled() {  # the nodes agree, and on the new owners: gossip can also undo a cl
     agree && in_place
 }
 
+stays_settled() {  # stays_settled SECONDS: settled now and at every check for SECONDS (a late gossip can undo a claim)
+    until_s=$(($(date +%s) + $1))
+    while [ "$(date +%s)" -le "$until_s" ]; do
+        settled || return 1
+        sleep 0.2
+    done
+}
+
 replicas_are() {  # replicas_are N: the first node lists N replicas
     [ "$(at "$first" CLUSTER NODES | awk '$3 ~ /slave/' | wc -l)" -eq "$1" ]
 }
@@ -158,7 +166,7 @@ if [ "$partitions" -gt 1 ]; then
         # or every node agrees on the old owner again: after 10 s each target takes the highest configEpoch and
         # claims its slot again on every master.
         claims=1
-        until wait_for_quietly 10 settled; do
+        until wait_for_quietly 10 settled && stays_settled 3; do
             if [ "$claims" -ge 3 ]; then
                 echo "redis-cluster-init: the placed slots still disagree after $claims claims; check the cluster" >&2
                 exit 1
