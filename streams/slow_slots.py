@@ -178,3 +178,42 @@ class SlowSlots:
             raise
         except Exception:  # what was read stays pending here and is reclaimed after the lease: nothing is lost
             log.exception("%s: handing on its late answer failed", master)
+
+
+class SlowRounds:
+    """Rounds of several calls in a row on one partition (an upkeep: promotions, trims), one partition at a time.
+
+    A round running past the slow-call time is left to end in the background and its partition skipped until it has,
+    without marking its master slow: a long round on a healthy master (a large retry backlog promoted) must not stop
+    that master's reads. A round left running that failed is not raised: it ran past its time, so its master hung and
+    its calls timed out; the next round, on time, tells the caller's backoff."""
+
+    def __init__(self, slow: SlowSlots | None, what: str) -> None:
+        self._slow = slow
+        self._what = what
+        self._left: dict[int, asyncio.Future[Any]] = {}  # partition index -> its round, left running
+
+    async def run(self, i: int, slot: int, make_round: Callable[[], Awaitable[Any]]) -> None:
+        """Partition ``i``'s round, in ``slot``: awaited (a single Redis, or its time not past), skipped (its last one
+        still running, or its master slow) or left running."""
+        if self._slow is None:
+            await make_round()
+            return
+        if not self._round_over(i):
+            return
+        try:
+            await self._slow.unless_slow(slot, make_round, mark=False)
+        except SlotSlow as slow:
+            if slow.running is not None:
+                self._left[i] = slow.running
+
+    def _round_over(self, i: int) -> bool:
+        left = self._left.get(i)
+        if left is None:
+            return True
+        if not left.done():
+            return False
+        del self._left[i]
+        if not left.cancelled() and (exc := left.exception()) is not None:
+            log.debug("%s of partition %d: a round left running failed (%s)", self._what, i, type(exc).__name__)
+        return True

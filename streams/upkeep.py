@@ -9,7 +9,6 @@ the others are done, for the caller's backoff.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.retention import trim_results
 from streams.scripts import Scripts
-from streams.slow_slots import SlowSlots, SlotSlow, slot_of
+from streams.slow_slots import SlowRounds, SlowSlots, slot_of
 from streams.tenant_cap import TenantCapper
 from streams.workflows import WorkflowStarter
 
@@ -36,8 +35,7 @@ class Upkeep:
         the slow-call time, is skipped while that round ends in the background, so the others' retries are still
         promoted on time."""
         self._scripts = scripts
-        self._slow = slow
-        self._left: dict[int, asyncio.Future[None]] = {}  # partition index -> its round, left running (slow)
+        self._rounds = SlowRounds(slow, "upkeep")
         self._caps = caps
         self._workflows = workflows
         self._settings = settings
@@ -59,30 +57,11 @@ class Upkeep:
                 failed = exc
         for i, keys in enumerate(self._partitions):
             try:
-                if self._slow is None:
-                    await self._partition(keys, trim=trim, unpark=unpark)
-                elif self._round_over(i):
-                    await self._slow.unless_slow(slot_of(keys.results), lambda: self._partition(keys, trim=trim, unpark=unpark), mark=False)
-            except SlotSlow as slow:  # its master hangs, or its round runs on past the slow-call time: skipped until it ends
-                if slow.running is not None:
-                    self._left[i] = slow.running
+                await self._rounds.run(i, slot_of(keys.results), lambda: self._partition(keys, trim=trim, unpark=unpark))
             except Exception as exc:
                 failed = failed or exc
         if failed is not None:
             raise failed
-
-    def _round_over(self, i: int) -> bool:
-        """Whether partition ``i`` has no round left running. One that ended failing is not raised: it ran past the
-        slow-call time, so its master hung (its calls timed out); the next round, on time, tells the backoff."""
-        left = self._left.get(i)
-        if left is None:
-            return True
-        if not left.done():
-            return False
-        del self._left[i]
-        if not left.cancelled() and (exc := left.exception()) is not None:
-            log.debug("upkeep of partition %d: a round left running failed (%s)", i, type(exc).__name__)
-        return True
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
         if trim:

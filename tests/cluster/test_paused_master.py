@@ -24,6 +24,8 @@ from streams.runtime import Entry, GroupRuntime, Slot
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
+from tests.consumers.notifier.conftest import NotifierFactory, make_secret, receiver  # noqa: F401 - the receiver fixture
+from tests.consumers.notifier.receiver import Receiver, Reply
 from tests.support import WorkerFactory, serving, wait_until
 
 PRODUCTION_NODE_TIMEOUT_MS = 15_000  # Redis' default: a pause shorter than this is no failover
@@ -190,4 +192,51 @@ async def test_a_master_paused_between_a_read_and_its_start_holds_up_only_its_ow
                              what=f"every partition's entries started: {dict(handler.started)}")
     finally:
         os.kill(process.pid, signal.SIGCONT)
+        await redis.aclose()
+
+
+async def test_a_paused_master_holds_up_only_its_own_partitions_webhook_retries(
+    paused_cluster: LocalCluster, tmp_path: Path, receiver: Receiver,
+) -> None:
+    prefix = f"c{uuid.uuid4().hex[:12]}"
+    keys = Keys(prefix)
+    parts = partition_keys(keys, PARTITIONS)
+    on_cluster = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
+    workers = WorkerFactory(paused_cluster.listed_url(), prefix, tmp_path, env=on_cluster)
+    notifiers = NotifierFactory(paused_cluster.listed_url(), prefix, tmp_path, make_secret())
+    redis = await connect_detected(paused_cluster.url)
+    producer = Producer(redis, keys, partitions=PARTITIONS)
+    paused = paused_cluster.master_of_slot(key_slot(parts[0].results.encode()))  # partition 0's: the first promoted
+    healthy = {p for p in range(PARTITIONS) if paused_cluster.master_of_slot(key_slot(parts[p].results.encode())) != paused}
+    process = paused_cluster.nodes[paused]
+    ids = [j for j in (f"hook-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:20]
+    for job_id in ids:  # each job's first delivery fails: its retry waits in its partition's delayed set
+        receiver.script(f"/hook/{job_id}", [Reply(500)])
+
+    def delivered() -> set[str]:
+        return {r.path.rsplit("/", 1)[1] for r in receiver.requests if r.path.startswith("/hook/")
+                and len(receiver.on(r.path)) >= 2}
+
+    try:
+        # Given a worker and a notifier of every partition, the notifier retrying a failed delivery 0.2 s later
+        workers.start("--concurrency", "50")
+        notifier = notifiers.start("--backoff", "0.2", "--lease", "30", env=on_cluster)
+        # (under way before the pause: a process's start checks every partition's groups, and waits for a paused master)
+        warm = [f"warm-{p}" for p in range(PARTITIONS)]
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=j, webhook=receiver.url("/warm")) for j in warm])
+        await wait_until(lambda: len(receiver.on("/warm")) >= len(warm), timeout=30, what="the first webhooks")
+        # When partition 0's master is paused, and jobs of the other masters' partitions end with a webhook that
+        # fails once
+        os.kill(process.pid, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=j, webhook=receiver.url(f"/hook/{j}")) for j in ids])
+        # Then their retries are promoted and delivered while it is paused (the promotion waited on partition 0 first)
+        await wait_until(lambda: delivered() >= set(ids), timeout=DURING_PAUSE_S,
+                         what=f"the {len(ids)} webhooks of the healthy partitions retried while a master is paused: {sorted(delivered())}")
+        print(f"healthy partitions' webhook retries delivered {time.monotonic() - paused_at:.1f} s into the pause")
+        assert notifier.alive(), notifier.log_text()[-3000:]
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        workers.close()
+        notifiers.close()
         await redis.aclose()
