@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from streams.keys import Keys
+from streams.scripts import NodeScript
 
 # Redis' own clock (TIME) keeps replicas on different hosts consistent.
 # KEYS[1] bucket hash; ARGV rate per second, burst, cost. Returns {allowed 1|0, retry after ms}.
@@ -45,7 +46,7 @@ class RateLimiter:
         self.keys = keys
         self.rate_per_s = rate_per_s
         self.burst = burst
-        self._script = redis.register_script(TOKEN_BUCKET)
+        self._script = NodeScript(redis, TOKEN_BUCKET)  # a NOSCRIPT loads it on the bucket's master only (streams.scripts)
 
     @property
     def enabled(self) -> bool:

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from streams.keys import Keys
-from streams.scripts import RECEIPT_TTL_MS, receipt_token
+from streams.scripts import RECEIPT_TTL_MS, NodeScript, receipt_token
 
 PROMOTE_BATCH = 500
 
@@ -183,9 +183,11 @@ class Store:
         self.redis = redis
         self.keys = keys
         self.due = due_stream(keys)
-        self._commit: AsyncScript = redis.register_script(COMMIT_LUA)
-        self._promote: AsyncScript = redis.register_script(PROMOTE_LUA)
-        self._replay: AsyncScript = redis.register_script(REPLAY_LUA)
+        # NodeScript: on a cluster a NOSCRIPT loads the script on the keys' master only, not on every master (one that
+        # hangs would hold up the first commit on another)
+        self._commit: AsyncScript = NodeScript(redis, COMMIT_LUA)
+        self._promote: AsyncScript = NodeScript(redis, PROMOTE_LUA)
+        self._replay: AsyncScript = NodeScript(redis, REPLAY_LUA)
 
     async def commit(self, ops: list[CommitOp], *, group: str, consumer: str) -> list[bool]:
         args: list[Any] = [group, consumer, RECEIPT_TTL_MS]

@@ -10,21 +10,26 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
+from consumers.gateway.ratelimit import RateLimiter
+from consumers.notifier.store import Store
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, connect_detected
-from streams.envelope import JobRequest
+from streams.envelope import JobRequest, now_ms
 from streams.keys import Keys, partition_keys, partition_of
 from streams.producer import Producer
 from streams.runtime import Entry, GroupRuntime, Slot
+from streams.scripts import Scripts
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
-from tests.consumers.notifier.conftest import NotifierFactory, make_secret, receiver  # noqa: F401 - the receiver fixture
+from tests.consumers.notifier.conftest import NotifierFactory, make_secret
 from tests.consumers.notifier.receiver import Receiver, Reply
 from tests.support import WorkerFactory, serving, wait_until
 
@@ -196,8 +201,9 @@ async def test_a_master_paused_between_a_read_and_its_start_holds_up_only_its_ow
 
 
 async def test_a_paused_master_holds_up_only_its_own_partitions_webhook_retries(
-    paused_cluster: LocalCluster, tmp_path: Path, receiver: Receiver,
+    paused_cluster: LocalCluster, tmp_path: Path,
 ) -> None:
+    receiver = Receiver().start()
     prefix = f"c{uuid.uuid4().hex[:12]}"
     keys = Keys(prefix)
     parts = partition_keys(keys, PARTITIONS)
@@ -239,4 +245,38 @@ async def test_a_paused_master_holds_up_only_its_own_partitions_webhook_retries(
         os.kill(process.pid, signal.SIGCONT)
         workers.close()
         notifiers.close()
+        receiver.stop()
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("owner", ["worker", "notifier", "gateway"])
+async def test_a_scripts_first_call_on_a_master_does_not_wait_for_another_that_is_paused(paused_cluster: LocalCluster, owner: str) -> None:
+    keys = Keys(f"c{uuid.uuid4().hex[:12]}")
+    parts = partition_keys(keys, PARTITIONS)
+    paused = paused_cluster.master_of_slot(key_slot(parts[0].results.encode()))
+    p = next(p for p in range(PARTITIONS) if paused_cluster.master_of_slot(key_slot(parts[p].results.encode())) != paused)
+    bucket = next(b for b in (f"tenant-{i}" for i in range(100)) if paused_cluster.master_of_slot(key_slot(keys.ratelimit(b).encode())) != paused)
+    redis = await connect_detected(paused_cluster.listed_url())
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "worker": lambda: Scripts(redis).promote(keys=[parts[p].delayed, parts[p].slot_guard],
+                                                 args=[now_ms(), 10, parts[p].job_prefix, parts[p].lane_prefix]),
+        "notifier": lambda: Store(redis, parts[p]).promote(now_ms()),
+        "gateway": lambda: RateLimiter(redis, keys, rate_per_s=10, burst=10).take(bucket),
+    }
+    process = paused_cluster.nodes[paused]
+    try:
+        # Given masters that know none of the scripts (a new shard, a promoted replica), and one master paused
+        for port in paused_cluster.alive_ports():
+            with paused_cluster.client(port) as node:
+                if port != paused:
+                    node.script_flush()
+        await redis.ping(target_nodes=RedisCluster.ALL_NODES)  # every node's connection made while all answer
+        os.kill(process.pid, signal.SIGSTOP)
+        # When a script is first called on another master
+        # Then it is loaded there and answers, not after the paused one's socket timeout (redis-py loads it on every master)
+        started = time.monotonic()
+        await asyncio.wait_for(calls[owner](), timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
+        print(f"{owner}'s script answered in {time.monotonic() - started:.3f} s")
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
         await redis.aclose()
