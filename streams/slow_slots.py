@@ -81,6 +81,7 @@ class SlowSlots:
         self._late: dict[str, set[asyncio.Future[Any]]] = {}  # master -> its calls still unanswered past their time
         self._cooling: dict[str, float] = {}  # master -> until (monotonic)
         self._spells: dict[str, float] = {}  # master -> when its spell began (monotonic)
+        self._spell_slot: dict[str, int] = {}  # master -> a slot it served when its spell began (to see a failover)
         self._handing_on: set[asyncio.Task[None]] = set()
         self._left: set[asyncio.Future[Any]] = set()  # work left to end in the background (wait_or_leave)
 
@@ -91,6 +92,8 @@ class SlowSlots:
             return f"the master of hash slot {slot}"
 
     def slow(self, slot: int) -> bool:
+        if self._spells:
+            self._end_moved_spells()
         master = self._master(slot)
         if master in self._late:
             return True
@@ -124,6 +127,7 @@ class SlowSlots:
             raise SlotSlow(slot, task)
         if master not in self._spells:
             self._spells[master] = time.monotonic() - wait_s
+            self._spell_slot[master] = slot
             log.warning("%s has not answered for %.1f s; its partitions wait, the others go on", master, wait_s)
         self._late.setdefault(master, set()).add(task)
         task.add_done_callback(lambda t: self._ended(master, t, on_late))
@@ -151,7 +155,24 @@ class SlowSlots:
 
     def _answered(self, master: str) -> None:
         if master not in self._late and (began := self._spells.pop(master, None)) is not None:
+            self._spell_slot.pop(master, None)
             log.warning("%s answers again, after %.1f s", master, time.monotonic() - began)
+
+    def _end_moved_spells(self) -> None:
+        """End the spell of a master whose slots another now serves (its replica promoted: a failover), its calls over:
+        nothing goes to it any more, so it would never answer again here."""
+        for master, began in list(self._spells.items()):
+            if master in self._late:
+                continue
+            try:
+                now_serving = self._master_of(self._spell_slot[master])
+            except Exception:  # not covered now: the failover is under way
+                continue
+            if now_serving != master:
+                del self._spells[master], self._spell_slot[master]
+                self._cooling.pop(master, None)
+                log.warning("%s: its partitions are served by %s now, after %.1f s (a failover)", master, now_serving,
+                            time.monotonic() - began)
 
     def _ended(self, master: str, task: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]] | None) -> None:
         late = self._late.get(master, set())

@@ -38,7 +38,8 @@ STALL_S = 6.0  # past one socket timeout; the replica takes over meanwhile (1 s 
 # The first line within one socket timeout and a loaded machine's slack: before, it came after the cluster client's
 # tries (3 × the timeout plus refreshes), or never when the promoted replica answered a later try.
 WARNED_WITHIN_S = SOCKET_TIMEOUT_S + 2.5
-SLOW_LINE = re.compile(r"^(\S+ \S+) WARNING streams\.slow_slots Redis master (\S+) (has not answered|answers again)", re.M)
+# the end: it answers again, or (a failover) its promoted replica serves its slots
+SLOW_LINE = re.compile(r"^(\S+ \S+) WARNING streams\.slow_slots Redis master (\S+?):? (has not answered|answers again|its partitions are served by)", re.M)
 
 
 def slow_lines(log: str) -> dict[str, list[tuple[float, str]]]:
