@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys, partition_of
 from streams.layout import claim_layout
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
+from streams.slow_slots import SlotSlow, slot_of, slow_slots_of
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
 PUBLISH_CHUNK = 500
@@ -60,25 +62,42 @@ class Producer:
         self.max_request_bytes = max_request_bytes
         self.partitions = partition_keys(keys, partitions)
         self._scripts = Scripts(redis)
-        self._groups_ready = False
+        self._layout_claimed = False
+        self._grouped: set[int] = set()  # partitions whose groups this producer made
+        # Redis Cluster, several partitions: a master that hangs holds up only its own partitions' publishes, and
+        # id-less requests go to the other masters' partitions meanwhile (streams.slow_slots)
+        self._slow = slow_slots_of(redis) if len(self.partitions) > 1 else None
         # Id-less requests take turns from a random partition: a producer that lives for one request (a CLI
         # `submit`, a producer made per web request) would otherwise put every one of them into partition 0.
         first = random.randrange(len(self.partitions))
-        self._next_idless = itertools.cycle([*range(first, len(self.partitions)), *range(first)])
+        self._next_idless: Iterator[int] = itertools.cycle([*range(first, len(self.partitions)), *range(first)])
 
-    async def ensure_groups(self) -> None:
-        """Once: refuse a prefix laid out in another N (streams.layout), then make the lanes' groups."""
-        if not self._groups_ready:
+    async def ensure_groups(self, partitions: Iterable[int] | None = None) -> None:
+        """Refuse a prefix laid out in another N (streams.layout), once; then make the lanes' groups of ``partitions``
+        (default: every one), once each. A publish makes only its own partitions' groups."""
+        if not self._layout_claimed:
             if self.keys.partition is None:
                 await claim_layout(self.redis, self.keys, len(self.partitions))
-            for keys in self.partitions:
-                await ensure_groups(self.redis, standard_groups(keys))
-            self._groups_ready = True
+            self._layout_claimed = True
+        for p in range(len(self.partitions)) if partitions is None else partitions:
+            if p not in self._grouped:
+                await ensure_groups(self.redis, standard_groups(self.partitions[p]))
+                self._grouped.add(p)
 
     def partition_for(self, request: JobRequest) -> int:
         """crc32(id) mod N for a request with an id (a repeat meets its first copy); id-less ones take turns, from a
-        random partition."""
-        return partition_of(request.id, len(self.partitions)) if request.id else next(self._next_idless)
+        random partition, passing over those whose Redis Cluster master is slow while another is not."""
+        if request.id:
+            return partition_of(request.id, len(self.partitions))
+        first = next(self._next_idless)
+        if self._slow is None:
+            return first
+        p = first
+        for _ in range(len(self.partitions)):
+            if not self._slow.slow(slot_of(self.partitions[p].slot_guard)):
+                return p
+            p = next(self._next_idless)
+        return first  # every master slow: in turn, as always
 
     async def publish(
         self,
@@ -132,35 +151,68 @@ class Producer:
                 raise outcome
         return cast(list[Published], outcomes)
 
-    async def publish_each(self, requests: Iterable[JobRequest], *, priority: int | str | None = None) -> list[Published | Exception]:
+    async def publish_each(self, requests: Iterable[JobRequest], *, priority: int | str | None = None,
+                           partition: int | None = None) -> list[Published | Exception]:
         """As :meth:`publish_many`, one outcome per request: its :class:`Published`, or the Redis error of its call.
 
         A batch takes one call per lane, partition and chunk; when one fails, the requests earlier calls
         carried are queued all the same (a caller told otherwise would send an id-less one again: two jobs).
-        No call is made after a failure: its requests get the same error.
+        No call is made after a failure in its partition: its requests get the same error. On one Redis that is
+        every later call; on Redis Cluster each partition's calls go at once beside the others', so a master that
+        hangs holds up only its own partitions' requests. ``partition``: all go there (placed by :meth:`partition_for`).
         """
         encoded = [(request, self._fields_of(request)) for request in requests]
         fixed = None if priority is None else lane_for_priority(priority)
-        await self.ensure_groups()
-        calls: dict[tuple[str, int], list[int]] = {}
+        await self.ensure_groups(())  # the layout
+        calls: dict[int, dict[str, list[int]]] = {}  # partition -> lane -> the requests' indexes, in order
         for index, (request, _) in enumerate(encoded):
             lane_name = fixed or lane_for_request(None, request.data)
-            calls.setdefault((lane_name, self.partition_for(request)), []).append(index)
+            p = self.partition_for(request) if partition is None else partition
+            calls.setdefault(p, {}).setdefault(lane_name, []).append(index)
         out: list[Published | Exception | None] = [None] * len(encoded)
-        failed: Exception | None = None
-        for (lane_name, p), indexes in calls.items():
+        if self._slow is None:
+            failed: Exception | None = None
+            for p, lanes in calls.items():
+                failed = await self._publish_partition(p, lanes, encoded, out, failed)
+        else:
+            await asyncio.gather(*(self._publish_partition(p, lanes, encoded, out, None) for p, lanes in calls.items()))
+        return cast(list[Published | Exception], out)
+
+    async def _publish_partition(self, p: int, lanes: dict[str, list[int]], encoded: list[Encoded],
+                                 out: list[Published | Exception | None], failed: Exception | None) -> Exception | None:
+        """Partition ``p``'s calls in turn, each request's outcome put in ``out``; returns the failure that stopped them
+        (``failed``: one before them, so none is made)."""
+        for lane_name, indexes in lanes.items():
             for start in range(0, len(indexes), PUBLISH_CHUNK):
                 chunk = indexes[start:start + PUBLISH_CHUNK]
                 outcomes: list[Published | Exception] = [failed] * len(chunk) if failed else []
                 if not failed:
                     try:
-                        outcomes.extend(await self._publish_chunk(self.partitions[p], [encoded[i] for i in chunk], lane_name))
+                        outcomes.extend(await self._publish_watched(p, [encoded[i] for i in chunk], lane_name))
                     except Exception as exc:  # noqa: BLE001 - the outcome of this call's requests and of the calls not made
                         failed = exc
                         outcomes = [exc] * len(chunk)
                 for i, outcome in zip(chunk, outcomes, strict=True):
                     out[i] = outcome
-        return cast(list[Published | Exception], out)
+        return failed
+
+    async def _publish_watched(self, p: int, chunk: Sequence[Encoded], lane_name: str) -> list[Published]:
+        """One call (its partition's groups made first, once). On Redis Cluster one unanswered past the slow-call time
+        marks its master slow, so the id-less requests placed after it go elsewhere, and is still waited for: its
+        requests' answer is what Redis did, never a guess."""
+        keys = self.partitions[p]
+
+        async def publish() -> list[Published]:
+            await self.ensure_groups((p,))
+            return await self._publish_chunk(keys, chunk, lane_name)
+
+        if self._slow is None:
+            return await publish()
+        try:
+            return await self._slow.call(slot_of(keys.slot_guard), publish())
+        except SlotSlow as slow:
+            assert slow.running is not None
+            return cast(list[Published], await slow.running)
 
     def _fields_of(self, request: JobRequest) -> dict[str, str]:
         """The request's stream fields, or the error that refuses it (checked for every request before any is sent)."""

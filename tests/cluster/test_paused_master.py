@@ -29,9 +29,10 @@ from streams.scripts import Scripts
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
+from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.notifier.conftest import NotifierFactory, make_secret
 from tests.consumers.notifier.receiver import Receiver, Reply
-from tests.support import WorkerFactory, serving, wait_until
+from tests.support import WorkerFactory, serving, wait_for_log, wait_until
 
 PRODUCTION_NODE_TIMEOUT_MS = 15_000  # Redis' default: a pause shorter than this is no failover
 # Past the socket timeout of the calls left waiting on the paused master (a loaded CI machine runs the healthy work
@@ -280,3 +281,50 @@ async def test_a_scripts_first_call_on_a_master_does_not_wait_for_another_that_i
     finally:
         os.kill(process.pid, signal.SIGCONT)
         await redis.aclose()
+
+
+async def test_a_paused_master_holds_up_only_its_own_partitions_submissions(paused_cluster: LocalCluster, tmp_path: Path) -> None:
+    prefix = f"c{uuid.uuid4().hex[:12]}"
+    keys = Keys(prefix)
+    parts = partition_keys(keys, PARTITIONS)
+    on_cluster = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
+    gateways = GatewayFactory(paused_cluster.listed_url(), prefix, tmp_path)
+    paused = paused_cluster.master_of_slot(key_slot(parts[0].results.encode()))
+    healthy = {p for p in range(PARTITIONS) if paused_cluster.master_of_slot(key_slot(parts[p].results.encode())) != paused}
+    process = paused_cluster.nodes[paused]
+    stuck_id = next(j for j in (f"stuck-{i}" for i in range(300)) if partition_of(j, PARTITIONS) not in healthy)
+    ids = [j for j in (f"sent-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:10]
+    try:
+        # Given a gateway that has taken jobs of every partition
+        gateway = await gateways.start(on_cluster)
+        async with gateway.client() as client:
+            warm = await asyncio.gather(*(client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"warm-{i}"}) for i in range(30)))
+            assert {r.status_code for r in warm} == {202}, [r.text for r in warm]
+            # When partition 0's master is paused and a job of its partitions is submitted (its answer waits for it)
+            os.kill(process.pid, signal.SIGSTOP)
+            stuck = asyncio.create_task(client.post("/jobs", json={"agent": "echo", "data": {}, "id": stuck_id}))
+            await asyncio.to_thread(wait_for_log, gateway.child, "has not answered for", timeout=10)
+            # Then jobs without an id, and jobs of the other masters' partitions, are still taken at once, while it is paused
+            sent_at = time.monotonic()
+            answers = await asyncio.wait_for(asyncio.gather(
+                *(client.post("/jobs", json={"agent": "echo", "data": {"i": i}}) for i in range(30)),
+                *(client.post("/jobs", json={"agent": "echo", "data": {}, "id": j}) for j in ids)), timeout=DURING_PAUSE_S / 2)
+            print(f"{len(answers)} submissions answered {time.monotonic() - sent_at:.2f} s after they were sent, during the pause")
+            assert [r.status_code for r in answers] == [202] * len(answers), [r.text for r in answers if r.status_code != 202]
+            assert not stuck.done(), "the paused master's job was answered during the pause"
+            # (the id-less ones went to the partitions of the masters that answer)
+            placed = [partition_of(r.json()["job_id"], PARTITIONS) for r in answers[:30]]
+            assert set(placed) <= healthy, placed
+            os.kill(process.pid, signal.SIGCONT)
+            # And the one that waited is answered once its master is back
+            assert (await stuck).status_code in (202, 503)
+        redis = await connect_detected(paused_cluster.listed_url())
+        try:
+            for r in answers:
+                job_id = r.json()["job_id"]
+                assert await redis.exists(parts[partition_of(job_id, PARTITIONS)].job(job_id)), job_id
+        finally:
+            await redis.aclose()
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        gateways.close()

@@ -74,23 +74,45 @@ async def test_a_request_that_cannot_be_encoded_fails_alone(redis, keys: Keys) -
 
 
 async def test_a_batch_redis_drops_part_way_tells_each_request_whether_it_was_queued(redis, redis_url: str, keys: Keys) -> None:  # type: ignore[no-untyped-def]
-    # Given a batcher over a two-partition producer whose Redis is reached through a link that can go away
+    # Given a batcher of 5 requests a call over a producer whose Redis is reached through a link that can go away
     async with severed_after(redis_url, scripts=1_000_000) as link:
         client = connect(link.url)
-        producer = Producer(client, keys, partitions=2)
+        producer = Producer(client, keys)
         await producer.ensure_groups()
-        batcher = PublishBatcher(producer)
-        # When ten id-less requests go out in one batch (one publish call per partition) and Redis goes away
-        # for good once the first of those calls is answered
+        batcher = PublishBatcher(producer, max_batch=5)
+        # When ten requests wait together (two calls, one after the other) and Redis goes away for good once the
+        # first call is answered
         link.scripts = link.answered + 1
         answers = await asyncio.gather(*(batcher.publish(JobRequest(agent="echo", data={"i": i}), "normal") for i in range(10)),
                                        return_exceptions=True)
         assert link.cut.is_set()
         await client.aclose()
     # Then the requests Redis took are answered with their job, the others with the outage
+    assert all(not isinstance(a, BaseException) for a in answers[:5]), answers
+    assert all(isinstance(a, RedisConnectionError) for a in answers[5:]), answers
+    # And Redis agrees: exactly the jobs answered as queued are in the lane
+    in_lane = [fields["data"] for _, fields in await redis.xrange(keys.lane("normal"))]
+    assert sorted(in_lane) == sorted(f'{{"i":{i}}}' for i in range(5))
+    for published in answers[:5]:
+        assert await get_job(redis, keys, published.job_id) is not None  # type: ignore[union-attr]
+
+
+async def test_a_publish_redis_drops_part_way_tells_each_request_whether_it_was_queued(redis, redis_url: str, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a two-partition producer on one Redis, reached through a link that can go away
+    async with severed_after(redis_url, scripts=1_000_000) as link:
+        client = connect(link.url)
+        producer = Producer(client, keys, partitions=2)
+        await producer.ensure_groups()
+        # When ten id-less requests go out in one publish (one call per partition, one after the other on one Redis)
+        # and Redis goes away for good once the first of those calls is answered
+        link.scripts = link.answered + 1
+        answers = await producer.publish_each([JobRequest(agent="echo", data={"i": i}) for i in range(10)], priority="normal")
+        assert link.cut.is_set()
+        await client.aclose()
+    # Then the requests Redis took are answered with their job, the others with the outage
     queued = [a for a in answers if not isinstance(a, BaseException)]
     failed = [a for a in answers if isinstance(a, BaseException)]
-    assert queued and failed, answers
+    assert len(queued) == len(failed) == 5, answers
     assert all(isinstance(a, RedisConnectionError) for a in failed), failed
     # And Redis agrees: exactly the jobs answered as queued are in the lanes
     lanes = [k.lane("normal") for k in partition_keys(keys, 2)]
