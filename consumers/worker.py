@@ -24,8 +24,7 @@ from consumers.settings import WorkerSettings
 from streams.connection import connect_when_reachable
 from streams.envelope import JobRequest
 from streams.gauges import register_stream_gauges
-from streams.groups import ensure_groups, standard_groups
-from streams.outage import until_redis_answers
+from streams.groups import hold_partition_groups
 from streams.jobs import JobProcessor
 from streams.hold import REFILL_FRACTION
 from streams.keys import WORKERS_GROUP, Keys, lanes_in_priority, serving_partitions
@@ -110,8 +109,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)
-    for partition in partitions:
-        await until_redis_answers("worker start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
+    await hold_partition_groups("worker start", redis, partitions)  # e.g. OOM: wait, not crash; a hung master: not it
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=lanes_in_priority(partitions), level_size=len(partitions), group=WORKERS_GROUP,
                            consumer=name, concurrency=settings.concurrency, lease_s=settings.lease_s, forget_idle_s=settings.consumer_idle_s,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from streams.outage import until_redis_answers
+from streams.slow_slots import SlotSlow, SlowSlots, slot_of, slow_slots_of
 
 
 def is_nogroup(exc: BaseException) -> bool:
@@ -36,3 +39,25 @@ async def ensure_groups(redis: Redis, pairs: Iterable[tuple[str, str]]) -> None:
 def standard_groups(keys: Keys) -> list[tuple[str, str]]:
     """Every lane and resumed stream with ``workers``, and the results stream with ``notifier``."""
     return [(stream, WORKERS_GROUP) for stream in keys.work_streams] + [(keys.results, NOTIFIER_GROUP)]
+
+
+async def hold_partition_groups(what: str, redis: Redis, partitions: Sequence[Keys]) -> None:
+    """Each partition's :func:`standard_groups` at a long-running process's start, waiting out a Redis that is down or
+    full. On Redis Cluster with several partitions, a partition whose master does not answer within the slow-call time
+    (it hangs: streams.slow_slots) is left to be done in the background, so a process started during the hang serves
+    the other masters' partitions at once; a group still missing when that master answers is made by the read that
+    meets NOGROUP."""
+    slow = slow_slots_of(redis) if len(partitions) > 1 else None
+    for keys in partitions:
+        await until_redis_answers(what, functools.partial(_partition_groups, redis, keys, slow))
+
+
+async def _partition_groups(redis: Redis, keys: Keys, slow: SlowSlots | None) -> None:
+    pairs = standard_groups(keys)
+    if slow is None:
+        await ensure_groups(redis, pairs)
+        return
+    try:
+        await slow.unless_slow(slot_of(keys.slot_guard), functools.partial(ensure_groups, redis, pairs))
+    except SlotSlow:  # left running: its master hangs
+        pass

@@ -10,6 +10,7 @@ and the lease heartbeat can vouch for all of them) and hands entries to an
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -156,8 +157,16 @@ class GroupRuntime:
     # -- loops ---------------------------------------------------------------
 
     async def ensure_groups(self) -> None:
+        """The group on every stream read; a stream whose master hangs (streams.slow_slots) is left to the call running
+        on in the background, or to the read that meets NOGROUP once its master answers."""
         for stream in self.streams:
-            await ensure_group(self.redis, stream, self.group)
+            if self.slow is None:
+                await ensure_group(self.redis, stream, self.group)
+                continue
+            try:
+                await self.slow.unless_slow(self._slot_of(stream), functools.partial(ensure_group, self.redis, stream, self.group))
+            except SlotSlow:
+                pass
 
     async def run(self) -> None:
         """Read until :meth:`stop_accepting`; renewal, reclaim and upkeep run beside it."""

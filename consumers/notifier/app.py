@@ -18,10 +18,9 @@ from consumers.notifier.ssrf import SsrfGuard
 from consumers.notifier.store import Store
 from streams.gauges import register_stream_gauges
 from streams.connection import connect_when_reachable
-from streams.groups import ensure_groups, standard_groups
+from streams.groups import hold_partition_groups
 from streams.layout import hold_layout
 from streams.hold import REFILL_FRACTION
-from streams.outage import until_redis_answers
 from streams.keys import NOTIFIER_GROUP, Keys, serving_partitions
 from streams.runtime import GroupRuntime
 
@@ -59,8 +58,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
     redis = await connect_when_reachable(settings.effective_redis_url, "notifier start")
     await hold_layout("notifier start", redis, keys, settings.partitions)  # another N: refused
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
-    for partition in partitions:
-        await until_redis_answers("notifier start", lambda p=partition: ensure_groups(redis, standard_groups(p)))  # e.g. OOM: wait, not crash
+    await hold_partition_groups("notifier start", redis, partitions)  # e.g. OOM: wait, not crash; a hung master: not it
     stores = [Store(redis, partition) for partition in partitions]
     name = consumer_name()
     runtime = GroupRuntime(redis, streams=notifier_streams(stores), level_size=len(stores), group=NOTIFIER_GROUP, consumer=name,

@@ -23,6 +23,7 @@ from consumers.notifier.store import Store
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, connect_detected
 from streams.envelope import JobRequest, now_ms
 from streams.keys import Keys, partition_keys, partition_of
+from streams.layout import layout_key
 from streams.producer import Producer
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
@@ -328,3 +329,48 @@ async def test_a_paused_master_holds_up_only_its_own_partitions_submissions(paus
     finally:
         os.kill(process.pid, signal.SIGCONT)
         gateways.close()
+
+
+STARTED_WITHIN_S = 40.0  # two process starts (4.6 s here, all done) on a loaded machine; the failover comes at 60 s
+
+
+async def test_processes_started_while_a_master_is_paused_serve_the_other_partitions(paused_cluster: LocalCluster, tmp_path: Path) -> None:
+    paused = paused_cluster.master_of_slot(key_slot(b"{0}"))  # partition 0's master, whatever the prefix
+    prefix = next(p for p in (f"c{uuid.uuid4().hex[:12]}" for _ in range(100))
+                  if paused_cluster.master_of_slot(key_slot(layout_key(Keys(p)).encode())) != paused)  # (the layout check waits for its master)
+    keys = Keys(prefix)
+    parts = partition_keys(keys, PARTITIONS)
+    healthy = {p for p in range(PARTITIONS) if paused_cluster.master_of_slot(key_slot(parts[p].results.encode())) != paused}
+    ids = [j for j in (f"new-{i}" for i in range(300)) if partition_of(j, PARTITIONS) in healthy][:20]
+    on_cluster = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
+    workers = WorkerFactory(paused_cluster.listed_url(), prefix, tmp_path, env=on_cluster)
+    notifiers = NotifierFactory(paused_cluster.listed_url(), prefix, tmp_path, make_secret())
+    receiver = Receiver().start()
+    redis = await connect_detected(paused_cluster.listed_url())
+    producer = Producer(redis, keys, partitions=PARTITIONS)
+    process = paused_cluster.nodes[paused]
+    for port in paused_cluster.alive_ports():
+        with paused_cluster.client(port) as node:
+            node.config_set("cluster-node-timeout", 60_000)  # no failover during this test's pause, however slow the starts
+    try:
+        await producer.ensure_groups()  # a prefix in use: its layout recorded, every partition's groups made
+        # Given partition 0's master paused
+        os.kill(process.pid, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        # When a worker and a notifier of every partition start
+        workers.start("--concurrency", "20", wait_ready=False)
+        await asyncio.to_thread(notifiers.start, env=on_cluster)
+        await producer.publish_many([JobRequest(agent="echo", data={}, id=j, webhook=receiver.url(f"/hook/{j}")) for j in ids])
+        # Then they run and deliver the other masters' partitions' jobs while it is paused, well before a failover
+        # (their starts waited for it: 75 s, the failover's)
+        started_s = time.monotonic() - paused_at
+        assert started_s < STARTED_WITHIN_S, f"the notifier was ready {started_s:.1f} s into the pause"
+        await wait_until(lambda: {r.path.rsplit("/", 1)[1] for r in receiver.requests} >= set(ids), timeout=STARTED_WITHIN_S - started_s,
+                         what=f"the {len(ids)} webhooks of jobs of the healthy partitions, from processes started during the pause")
+        print(f"processes started during the pause delivered {time.monotonic() - paused_at:.1f} s into it")
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        workers.close()
+        notifiers.close()
+        receiver.stop()
+        await redis.aclose()
