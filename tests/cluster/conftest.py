@@ -42,8 +42,10 @@ async def cluster_redis(cluster: LocalCluster) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With pytest-xdist's ``--dist loadgroup`` the cluster tests share one worker, one cluster, in file order."""
-    for item in items:
-        if "tests/cluster/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """With pytest-xdist's ``--dist loadgroup`` the cluster tests share one worker, one cluster, in file order.
+    Marked as each is collected: xdist's ``pytest_collection_modifyitems`` names a test's group from this marker and
+    ran before one here, so the cluster tests were spread over the workers, several local clusters at once (pytest
+    9.2 loses the group too: pyproject.toml keeps it below)."""
+    if "tests/cluster/" in str(item.path).replace("\\", "/"):
+        item.add_marker(pytest.mark.xdist_group("cluster"))
