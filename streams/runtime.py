@@ -10,6 +10,7 @@ and the lease heartbeat can vouch for all of them) and hands entries to an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -160,13 +161,12 @@ class GroupRuntime:
         """The group on every stream read; a stream whose master hangs (streams.slow_slots) is left to the call running
         on in the background, or to the read that meets NOGROUP once its master answers."""
         for stream in self.streams:
+            make = functools.partial(ensure_group, self.redis, stream, self.group)
             if self.slow is None:
-                await ensure_group(self.redis, stream, self.group)
-                continue
-            try:
-                await self.slow.unless_slow(self._slot_of(stream), functools.partial(ensure_group, self.redis, stream, self.group))
-            except SlotSlow:
-                pass
+                await make()
+            else:
+                with contextlib.suppress(SlotSlow):
+                    await self.slow.unless_slow(self._slot_of(stream), make)
 
     async def run(self) -> None:
         """Read until :meth:`stop_accepting`; renewal, reclaim and upkeep run beside it."""
