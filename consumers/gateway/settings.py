@@ -64,6 +64,11 @@ class GatewaySettings(StreamSettings):
     request_timeout_s: float = Field(
         default=5.0, gt=0, description="seconds a /jobs or /tasks call or an admin read may wait on Redis after its body arrived; then 503",
     )
+    keep_alive_s: float = Field(
+        default=75.0, gt=0,
+        description="seconds an idle HTTP connection stays open; keep it above the idle timeout of a proxy or load balancer "
+                    "in front (60 s on many), or it reuses a connection just closed and answers 502",
+    )
     access_log: bool = Field(default=False, description="log one line per HTTP request")
     log_level: str = Field(default="info", description="debug, info, warning or error")
 
