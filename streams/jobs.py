@@ -113,7 +113,7 @@ class JobProcessor:
         self.worker = runtime.consumer
         self._scripts = Scripts(redis)
         self.caps = TenantCapper(self._scripts, caps, partitions=settings.partitions, lease_s=runtime.lease_s,
-                                 worker=self.worker, home=partition_keys(keys, settings.partitions)[0])
+                                 worker=self.worker, home=partition_keys(keys, settings.partitions)[0], slow=slow_slots_of(redis))
         self.settler = Settler(redis, self.partitions, group=runtime.group, max_result_bytes=settings.max_result_bytes,
                                job_ttl_s=settings.job_ttl_s, release=runtime.release, replica_acks=settings.replica_acks,
                                hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)

@@ -12,6 +12,7 @@ what such a death leaves parked. Unset, nothing here runs: no extra Redis call p
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.scripts import Scripts
+from streams.slow_slots import SlowRounds, SlowSlots, slot_of
 from streams.workflow import WORKFLOW_AGENT
 
 # A run holds its slot this many leases unrenewed (renewed every quarter lease); past that, the slot is looked at before
@@ -40,6 +42,7 @@ DEFAULT_TENANT = "*"
 AGREE_EVERY_S = 30.0
 AGREE_LIVE_S = 90.0
 AGREE_FORGET_S = 600.0
+AGREE_ROUND = -1  # the comparison's round among the partitions' renewal rounds (streams.slow_slots.SlowRounds)
 
 log = logging.getLogger("streamcrew.jobs")
 
@@ -102,9 +105,12 @@ class TenantCapper:
     worker's slots, and the partitions' un-park upkeep."""
 
     def __init__(self, scripts: Scripts, caps: TenantCaps | None, *, partitions: int, lease_s: float,
-                 worker: str = "", home: Keys | None = None) -> None:
-        """``worker``, ``home``: this worker's name and the partition (0) where workers compare their caps (:meth:`agree`)."""
+                 worker: str = "", home: Keys | None = None, slow: SlowSlots | None = None) -> None:
+        """``worker``, ``home``: this worker's name and the partition (0) where workers compare their caps (:meth:`agree`).
+        ``slow`` (a cluster client's, streams.slow_slots): a partition whose master hangs is skipped, its call left to
+        end in the background, so the worker's upkeep (which runs after these) is not held up by it."""
         self._scripts = scripts
+        self._rounds = SlowRounds(slow, "tenant caps")
         self.caps = caps
         self._worker = worker
         self._home = home
@@ -137,8 +143,17 @@ class TenantCapper:
         by_partition: dict[Keys, list[str]] = {}
         for keys, tenant, job_id in runs:
             by_partition.setdefault(keys, []).extend((tenant, job_id))
-        for keys, pairs in by_partition.items():
-            await self._scripts.cap_renew(keys=[keys.slot_guard], args=[keys.job_prefix, self.hold_ms, *pairs])
+        failed: Exception | None = None
+        for keys, pairs in by_partition.items():  # a renewal skipped goes with the next: the hold is several leases
+            try:
+                await self._rounds.run(keys.partition or 0, slot_of(keys.slot_guard), functools.partial(self._renew, keys, pairs))
+            except Exception as exc:  # one partition's failure renews the others all the same; raised for the backoff
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    async def _renew(self, keys: Keys, pairs: list[str]) -> None:
+        await self._scripts.cap_renew(keys=[keys.slot_guard], args=[keys.job_prefix, self.hold_ms, *pairs])
 
     async def agree(self) -> None:
         """Every AGREE_EVERY_S: tell the other workers this one's caps, and warn while a live one was given others.
@@ -147,9 +162,12 @@ class TenantCapper:
         if self._home is None or time.monotonic() - self._agreed_at < AGREE_EVERY_S:
             return
         self._agreed_at = time.monotonic()
+        key = caps_key(self._home)
+        await self._rounds.run(AGREE_ROUND, slot_of(key), lambda: self._agree(key))
+
+    async def _agree(self, key: str) -> None:
         mine = self.caps.describe() if self.caps else "none"
-        pairs = await self._scripts.cap_agree(keys=[caps_key(self._home)],
-                                              args=[self._worker, mine, int(AGREE_LIVE_S * 1000), int(AGREE_FORGET_S * 1000)])
+        pairs = await self._scripts.cap_agree(keys=[key], args=[self._worker, mine, int(AGREE_LIVE_S * 1000), int(AGREE_FORGET_S * 1000)])
         others = {str(pairs[i]): str(pairs[i + 1]) for i in range(0, len(pairs), 2)}
         if others == self._disagreeing:
             return

@@ -27,6 +27,8 @@ from streams.layout import layout_key
 from streams.producer import Producer
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
+from streams.slow_slots import slow_slots_of
+from streams.tenant_cap import TenantCapper, TenantCaps, running_key
 from tests.cluster.conftest import PARTITIONS
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
@@ -282,6 +284,38 @@ async def test_a_scripts_first_call_on_a_master_does_not_wait_for_another_that_i
     finally:
         os.kill(process.pid, signal.SIGCONT)
         await redis.aclose()
+
+
+async def test_the_tenant_caps_upkeep_does_not_wait_for_a_paused_master(paused_cluster: LocalCluster) -> None:
+    parts = partition_keys(Keys(f"c{uuid.uuid4().hex[:12]}"), PARTITIONS)
+    redis = await connect_detected(paused_cluster.listed_url())
+    home = paused_cluster.master_of_slot(key_slot(parts[0].slot_guard.encode()))  # where workers compare their caps
+    other = next(p for p in parts if paused_cluster.master_of_slot(key_slot(p.slot_guard.encode())) != home)
+    capper = TenantCapper(Scripts(redis), TenantCaps(default=5), partitions=PARTITIONS, lease_s=60, worker="me", home=parts[0],
+                          slow=slow_slots_of(redis))
+    process = paused_cluster.nodes[home]
+    try:
+        # Given a worker running capped jobs in partition 0 and in a partition of another master, and partition 0's
+        # master paused
+        for keys, job in ((parts[0], "job-0"), (other, "job-1")):
+            await redis.zadd(running_key(keys, "acme"), {job: 1})
+        os.kill(process.pid, signal.SIGSTOP)
+        # When it compares its caps with the other workers' (in partition 0), and renews its jobs' slots
+        # Then neither waits for the paused master's socket timeout (the worker's upkeep runs after them: the other
+        # partitions' retries waited), and the other partition's slot is renewed
+        await asyncio.wait_for(capper.agree(), timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
+        await asyncio.wait_for(capper.renew([(parts[0], "acme", "job-0"), (other, "acme", "job-1")]),
+                               timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
+        assert await redis.zscore(running_key(other, "acme"), "job-1") > 1
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    # And once it is back, the calls left running end there: partition 0's slot is renewed too
+    await wait_until(lambda: _renewed(redis, running_key(parts[0], "acme"), "job-0"), timeout=30, what="partition 0's renewal")
+    await redis.aclose()
+
+
+async def _renewed(redis: Any, key: str, job: str) -> bool:
+    return (await redis.zscore(key, job) or 0) > 1
 
 
 async def test_a_paused_master_holds_up_only_its_own_partitions_submissions(paused_cluster: LocalCluster, tmp_path: Path) -> None:
