@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -258,12 +259,21 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
         # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
         # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
         try:
+            # The command table from the node that just answered: redis-py asks its default node, the first master by
+            # slot, which may be one that hangs (every try of a start would wait for it)
+            await client.commands_parser.initialize(next(iter(client.nodes_manager.startup_nodes.values())))
             await client.initialize()
-        except RedisClusterException as exc:
+        except BaseException as exc:
             await client.aclose()
-            if NOT_COVERED in str(exc):  # a cluster being created, or a shard with no master: an outage, waited out
+            if isinstance(exc, RedisClusterException) and NOT_COVERED in str(exc):  # a cluster being created, or a shard with no master: an outage, waited out
                 raise SlotNotCoveredError(f"the Redis Cluster does not serve every slot yet ({exc})") from None
             raise
+        # Keyless calls (HELLO for the version check at a start) go to the node that just answered: redis-py's default
+        # is the first master by slot, which may be one that hangs, and each try of a start makes a new client.
+        # (Its next map refresh sets its own default again; a default node that fails is replaced by redis-py.)
+        answered = urlsplit(node)
+        if (answered_node := client.get_node(host=answered.hostname, port=answered.port)) is not None:
+            client.set_default_node(answered_node)
         return client  # type: ignore[return-value]
     return connect(url, max_connections=max_connections)
 
