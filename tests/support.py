@@ -116,6 +116,11 @@ def start_serving_metrics(start: Callable[[int], Child]) -> tuple[Child, int]:
     return start_on_drawn_port(start, lambda port: f":{port}/metrics", what="/metrics")
 
 
+# What a test's worker serves unless it says otherwise: the agents of the bare install. The crews' CrewAI import costs
+# a worker's start ~3 s of CPU (0.45 s without), and a suite run starts ~200 workers; the crews' own tests ask for them.
+TEST_AGENTS = "echo,ask"
+
+
 class WorkerFactory:
     """Starts ``streamcrew worker`` processes against the test's Redis and prefix."""
 
@@ -126,19 +131,25 @@ class WorkerFactory:
         self.log_dir = log_dir
         self.children: list[Child] = []
 
-    def start(self, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True) -> Child:
+    def start(self, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True, all_agents: bool = False) -> Child:
+        """A worker of the bare install's agents (:data:`TEST_AGENTS`) unless the test names its own (``--agents``,
+        ``--app``, their variables) or asks for ``all_agents``, the crews included (a CrewAI import at the start)."""
         n = len(self.children)
         base_env = {"STREAMCREW_REDIS_URL": self.redis_url, "STREAMCREW_PREFIX": self.prefix,
                     "STREAMCREW_METRICS_PORT": "0", "STREAMCREW_RETRY_BACKOFF_S": "0.05", **self.env}
-        child = Child(streamcrew_cmd("worker", *args), env={**base_env, **(env or {})}, log_path=self.log_dir / f"worker-{n}.log")
+        merged = {**base_env, **(env or {})}
+        named = any(a in args for a in ("--agents", "--app")) or "STREAMCREW_AGENTS" in merged or "STREAMCREW_APP" in merged
+        if not (all_agents or named):
+            args = ("--agents", TEST_AGENTS, *args)
+        child = Child(streamcrew_cmd("worker", *args), env=merged, log_path=self.log_dir / f"worker-{n}.log")
         self.children.append(child)
         if wait_ready:
             wait_for_log(child, " ready: ")
         return child
 
-    def start_serving_metrics(self, *args: str, env: dict[str, str] | None = None) -> tuple[Child, int]:
+    def start_serving_metrics(self, *args: str, env: dict[str, str] | None = None, all_agents: bool = False) -> tuple[Child, int]:
         """A worker with /metrics on a port of its own (see :func:`start_serving_metrics`); returns it and the port."""
-        return start_serving_metrics(lambda port: self.start(*args, "--metrics-port", str(port), env=env))
+        return start_serving_metrics(lambda port: self.start(*args, "--metrics-port", str(port), env=env, all_agents=all_agents))
 
     def close(self) -> None:
         for child in self.children:

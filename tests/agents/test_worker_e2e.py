@@ -132,7 +132,7 @@ async def test_every_llm_agent_completes_through_a_real_worker_with_usage_cost_a
     await mock_process.start()
     k1, k2 = _secret("one"), _secret("two")
     worker, metrics_port = workers.start_serving_metrics("--concurrency", "50", "--llm-base-url", mock_process.openai_base_url,
-                                                         "--llm-api-keys", f"{k1},{k2}")
+                                                         "--llm-api-keys", f"{k1},{k2}", all_agents=True)
 
     # When each LLM agent gets a request, on different lanes
     for job_id, agent, lane, data, _ in JOBS:

@@ -14,9 +14,9 @@ from tests.support import WorkerFactory, results, wait_for_log, wait_until
 READY_TIMEOUT_S = 90.0  # a worker imports CrewAI at start: slow on a loaded machine
 
 
-def start_workers(workers: WorkerFactory, n: int, *args: str) -> list[Any]:
-    """Start ``n`` workers side by side, then wait until each is ready."""
-    children = [workers.start(*args, wait_ready=False) for _ in range(n)]
+def start_workers(workers: WorkerFactory, n: int, *args: str, all_agents: bool = False) -> list[Any]:
+    """Start ``n`` workers side by side, then wait until each is ready (``all_agents``: the crews too)."""
+    children = [workers.start(*args, wait_ready=False, all_agents=all_agents) for _ in range(n)]
     for child in children:
         wait_for_log(child, " ready: ", timeout=READY_TIMEOUT_S)
     return children

@@ -246,7 +246,7 @@ async def test_each_invalid_workflow_is_rejected_before_any_step_runs(redis, key
 
 async def test_design_graph_of_crews_rolls_up_usage(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given the design's analysis with the product crew and the ask agent, on the offline LLM
-    start_workers(workers, 1, "--concurrency", "8")
+    start_workers(workers, 1, "--concurrency", "8", all_agents=True)
     wf = Workflow("wf-crews")
     for sid, question in (("reviews", "summarise the reviews"), ("pricing", "is the price competitive?"), ("inventory", "how many in stock?")):
         wf.step(sid, "product", {"sku": "SKU-1001", "question": question})
@@ -306,7 +306,7 @@ async def test_a_workflow_ending_never_trims_results_a_group_has_not_read(redis,
 async def test_the_first_designs_fan_out_runs_as_written(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     # Given the first design's complex product analysis with its own agents and sub-task data ({"action": ...}),
     # on the offline LLM
-    start_workers(workers, 1, "--concurrency", "8")
+    start_workers(workers, 1, "--concurrency", "8", all_agents=True)
     wf = Workflow("wf-as-written")
     wf.step("reviews", "product_info", {"action": "analyze_reviews"})
     wf.step("pricing", "product_info", {"action": "analyze_pricing"})

@@ -50,7 +50,7 @@ async def test_the_first_designs_payloads_complete_via_xadd_gateway_and_python_a
         expected_lane["explicit"] = "low"
 
     # When a worker serves them (the offline model: CrewAI crews over the demo catalogue)
-    workers.start("--concurrency", "20", wait_ready=False)  # CrewAI's import is slow on a loaded machine: wait for results
+    workers.start("--concurrency", "20", wait_ready=False, all_agents=True)  # CrewAI's import is slow on a loaded machine: wait for results
     events = {r.id: r for r in await wait_results(redis, keys, len(expected_lane), timeout=120)}
 
     # Then every one completed with an answer about the catalogue's real records, and ran from its lane
