@@ -199,7 +199,9 @@ def _config(app: MockLLMApp, **kwargs: Any) -> Any:
         access_log=False,
         log_level="warning",
         backlog=16384,
-        timeout_keep_alive=30,
+        # above the LLM client's own 30 s (agents/llm/client.py): the client drops an idle connection first, so it never
+        # sends a request on one the server is closing at that moment
+        timeout_keep_alive=75,
         **kwargs,
     )
 
