@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from streams.keys import Keys
-from tests.support import WorkerFactory, wait_results
+from tests.support import WorkerFactory, wait_for_log, wait_results
 
 SUMMARY = re.compile(r"jobs: (\d+) attempts in [\d.]+s \([\d.]+/s\): (.*); p95 run [\d.]+s")
 
@@ -50,4 +50,5 @@ async def test_debug_level_logs_each_attempt(redis, keys: Keys, producer, worker
     worker = workers.start("--agents", "echo", "--log-level", "debug")
     await producer.publish("echo", {}, id="seen")
     await wait_results(redis, keys, 1, timeout=20)
-    assert re.search(r"job=seen agent=echo lane=normal attempt=1 outcome=completed seconds=", worker.log_text())
+    # (the line follows the settle's reply: the result can be read in Redis a moment before the worker writes it)
+    wait_for_log(worker, "job=seen agent=echo lane=normal attempt=1 outcome=completed seconds=", timeout=10)
