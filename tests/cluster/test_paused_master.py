@@ -295,23 +295,25 @@ async def test_the_tenant_caps_upkeep_does_not_wait_for_a_paused_master(paused_c
                           slow=slow_slots_of(redis))
     process = paused_cluster.nodes[home]
     try:
-        # Given a worker running capped jobs in partition 0 and in a partition of another master, and partition 0's
-        # master paused
-        for keys, job in ((parts[0], "job-0"), (other, "job-1")):
-            await redis.zadd(running_key(keys, "acme"), {job: 1})
-        os.kill(process.pid, signal.SIGSTOP)
-        # When it compares its caps with the other workers' (in partition 0), and renews its jobs' slots
-        # Then neither waits for the paused master's socket timeout (the worker's upkeep runs after them: the other
-        # partitions' retries waited), and the other partition's slot is renewed
-        await asyncio.wait_for(capper.agree(), timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
-        await asyncio.wait_for(capper.renew([(parts[0], "acme", "job-0"), (other, "acme", "job-1")]),
-                               timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
-        assert await redis.zscore(running_key(other, "acme"), "job-1") > 1
+        try:
+            # Given a worker running capped jobs in partition 0 and in a partition of another master, and partition 0's
+            # master paused
+            for keys, job in ((parts[0], "job-0"), (other, "job-1")):
+                await redis.zadd(running_key(keys, "acme"), {job: 1})
+            os.kill(process.pid, signal.SIGSTOP)
+            # When it compares its caps with the other workers' (in partition 0), and renews its jobs' slots
+            # Then neither waits for the paused master's socket timeout (the worker's upkeep runs after them: the other
+            # partitions' retries waited), and the other partition's slot is renewed
+            await asyncio.wait_for(capper.agree(), timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
+            await asyncio.wait_for(capper.renew([(parts[0], "acme", "job-0"), (other, "acme", "job-1")]),
+                                   timeout=CLUSTER_SOCKET_TIMEOUT_S / 2)
+            assert await redis.zscore(running_key(other, "acme"), "job-1") > 1
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        # And once it is back, the call left running ends there: partition 0's slot is renewed too
+        await wait_until(lambda: _renewed(redis, running_key(parts[0], "acme"), "job-0"), timeout=30, what="partition 0's renewal")
     finally:
-        os.kill(process.pid, signal.SIGCONT)
-    # And once it is back, the calls left running end there: partition 0's slot is renewed too
-    await wait_until(lambda: _renewed(redis, running_key(parts[0], "acme"), "job-0"), timeout=30, what="partition 0's renewal")
-    await redis.aclose()
+        await redis.aclose()
 
 
 async def _renewed(redis: Any, key: str, job: str) -> bool:
