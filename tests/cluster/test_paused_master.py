@@ -246,11 +246,7 @@ async def test_a_paused_master_holds_up_only_its_own_partitions_webhook_retries(
         print(f"healthy partitions' webhook retries delivered {time.monotonic() - paused_at:.1f} s into the pause")
         assert notifier.alive(), notifier.log_text()[-3000:]
     finally:
-        os.kill(process.pid, signal.SIGCONT)
-        workers.close()
-        notifiers.close()
-        receiver.stop()
-        await redis.aclose()
+        await _resume_and_close(process, workers, notifiers, receiver, redis)
 
 
 @pytest.mark.parametrize("owner", ["worker", "notifier", "gateway"])
@@ -410,8 +406,13 @@ async def test_processes_started_while_a_master_is_paused_serve_the_other_partit
                          what=f"the {len(ids)} webhooks of jobs of the healthy partitions, from processes started during the pause")
         print(f"processes started during the pause delivered {time.monotonic() - paused_at:.1f} s into it")
     finally:
-        os.kill(process.pid, signal.SIGCONT)
-        workers.close()
-        notifiers.close()
-        receiver.stop()
-        await redis.aclose()
+        await _resume_and_close(process, workers, notifiers, receiver, redis)
+
+
+async def _resume_and_close(process: Any, workers: WorkerFactory, notifiers: NotifierFactory, receiver: Receiver, redis: Any) -> None:
+    """The paused master resumed first (a process stopping waits for its calls there), then what the test started."""
+    os.kill(process.pid, signal.SIGCONT)
+    workers.close()
+    notifiers.close()
+    receiver.stop()
+    await redis.aclose()
