@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +32,9 @@ SOCKET_TIMEOUT_S = 15.0
 # longest block (a 2 s watch). ``?socket_timeout=`` in the URL overrides either.
 CLUSTER_SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
+# A listed node silent this long at a start: the next listed one is asked too (far above a healthy answer, milliseconds,
+# far under the socket timeout a node that hangs would otherwise cost; streams.slow_slots.SLOW_CALL_S alike)
+NEXT_SEED_AFTER_S = 1.0
 # What redis-py's cluster client raises (a plain RedisClusterException) when the nodes it asked do not cover every slot.
 NOT_COVERED = "slots are not covered"
 MIN_REDIS = (6, 2, 0)
@@ -225,26 +229,55 @@ async def cluster_enabled(url: str) -> bool:
 
 async def answering_cluster_node(url: str) -> str | None:
     """The one-node URL of the first node ``url`` lists that answers, if it is a Redis Cluster node; None for a
-    single Redis (see :func:`cluster_enabled`)."""
+    single Redis (see :func:`cluster_enabled`).
+
+    Listed nodes are asked in the order given, the next one as soon as one refuses, or once the one asked last has
+    been silent for ``NEXT_SEED_AFTER_S`` (happy-eyeballs style, earlier ones still asked): a node that hangs (a
+    paused VM, a host gone without a reset) costs a start that second, not its 5 s socket timeout. The first answer
+    wins and the other probes are cancelled.
+    """
     seeds = seed_urls(url)
-    for number, seed in enumerate(seeds, start=1):
-        # A listed node that fails or hangs: the next one, not this one again, nor a single Redis's long wait
-        probe = connect(seed, max_connections=1, retries=2 if number == len(seeds) else 0,
-                        timeout_s=SOCKET_TIMEOUT_S if len(seeds) == 1 else CLUSTER_SOCKET_TIMEOUT_S)
-        try:
-            facts, info = await _server_facts(probe, "cluster")
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            if isinstance(exc, AuthenticationError) or number == len(seeds):
-                raise  # the same credentials go to every node; the last node's outage is the outage
-            continue
-        finally:
-            await probe.aclose()
-        clustered = says_cluster(facts, info)
-        if len(seeds) > 1 and not clustered:
-            raise ConfigError(f"the Redis URL lists {len(seeds)} nodes, but {loggable_url(seed)} is not a Redis Cluster node: "
-                              "name one node of a single Redis")
-        return seed if clustered else None
-    raise AssertionError("seed_urls gives at least one URL")
+    if len(seeds) == 1:
+        return await _probe_seed(seeds[0], timeout_s=SOCKET_TIMEOUT_S, retries=2)
+    asked: dict[asyncio.Task[str | None], int] = {}
+    failures: dict[int, BaseException] = {}
+    try:
+        while True:
+            if len(asked) < len(seeds):
+                last = len(asked) == len(seeds) - 1  # the last hope retries a blip, as a single node does
+                seed = seeds[len(asked)]
+                asked[asyncio.create_task(_probe_seed(seed, timeout_s=CLUSTER_SOCKET_TIMEOUT_S, retries=2 if last else 0,
+                                                        listed=len(seeds)))] = len(asked)
+            running = [task for task in asked if not task.done()]
+            more = len(asked) < len(seeds)
+            done, _ = await asyncio.wait(running, timeout=NEXT_SEED_AFTER_S if more else None, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=asked.__getitem__):  # two answers at once: the one listed first
+                error = task.exception()
+                if error is None:
+                    return task.result()
+                if isinstance(error, AuthenticationError) or not isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError)):
+                    raise error  # the same credentials go to every node; a ConfigError says what is wrong with the list
+                failures[asked[task]] = error
+            if not more and all(task.done() for task in asked):
+                raise failures[max(failures)]  # every listed node failed: the last one's failure is the outage
+    finally:
+        for task in asked:
+            task.cancel()
+        await asyncio.gather(*asked, return_exceptions=True)  # each closes its probe connection
+
+
+async def _probe_seed(seed: str, *, timeout_s: float, retries: int, listed: int = 1) -> str | None:
+    """``seed`` if it answers as a cluster node, None if as a single Redis; a ConfigError for a single Redis in a list."""
+    probe = connect(seed, max_connections=1, retries=retries, timeout_s=timeout_s)
+    try:
+        facts, info = await _server_facts(probe, "cluster")
+    finally:
+        await probe.aclose()
+    clustered = says_cluster(facts, info)
+    if listed > 1 and not clustered:
+        raise ConfigError(f"the Redis URL lists {listed} nodes, but {loggable_url(seed)} is not a Redis Cluster node: "
+                          "name one node of a single Redis")
+    return seed if clustered else None
 
 
 async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:

@@ -8,10 +8,11 @@ import inspect
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -323,3 +324,14 @@ async def serving(runtime: GroupRuntime) -> AsyncIterator[GroupRuntime]:
         runtime.stop_accepting()
         await asyncio.gather(task, return_exceptions=True)
         await runtime.stop_helpers()
+
+
+@contextlib.contextmanager
+def silent_ports(n: int) -> Iterator[list[int]]:
+    """Loopback ports that take connections (the kernel's backlog) and never answer: nodes that hang."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+        yield [int(s.getsockname()[1]) for s in sockets]

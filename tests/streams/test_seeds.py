@@ -3,16 +3,20 @@ refusals: a malformed list, a list pointing at a single Redis. No error quotes t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import time
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from consumers.processes import streamcrew_cmd
-from streams.connection import cluster_enabled, connect
+from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, NEXT_SEED_AFTER_S, cluster_enabled, connect
 from streams.errors import ConfigError
 from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
+from tests.support import silent_ports
 
 SECRET = "s3cret-pw"
 
@@ -65,3 +69,27 @@ def test_a_list_of_nodes_that_are_all_down_is_an_outage(refusing_port: int) -> N
     done = subprocess.run(streamcrew_cmd("stats", "--redis-url", f"redis://127.0.0.1:{refusing_port},localhost:{refusing_port}/0"),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 4 and "cannot reach Redis" in done.stderr, (done.returncode, done.stderr[-2000:])
+
+
+async def test_listed_nodes_that_hang_cost_a_start_about_a_second_each_not_their_socket_timeout(redis_url: str) -> None:
+    host_port = redis_url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    # Given a Redis listed after two nodes that take connections and never answer (paused VMs, hosts gone silent)
+    with silent_ports(2) as silent:
+        listed = "redis://" + ",".join([*(f"127.0.0.1:{port}" for port in silent), host_port]) + "/0"
+        started = time.monotonic()
+        # Then the node that answers is heard once each silent one kept quiet for a second, in the order listed:
+        # before, each silent node was waited out for its 5 s socket timeout in turn (10 s here)
+        with pytest.raises(ConfigError, match=f"lists 3 nodes, but redis://{host_port}/0 is not a Redis Cluster node"):
+            await asyncio.wait_for(cluster_enabled(listed), timeout=CLUSTER_SOCKET_TIMEOUT_S)
+        waited = time.monotonic() - started
+        assert waited >= 2 * NEXT_SEED_AFTER_S * 0.9, f"the answering node was asked {waited:.1f} s in, before the silent ones had their second"
+
+
+async def test_a_list_of_nodes_that_all_hang_is_an_outage_once_the_last_gives_up(refusing_port: int) -> None:
+    # Given a URL listing a node that refuses and one that never answers
+    with silent_ports(1) as (silent,):
+        listed = f"redis://127.0.0.1:{silent},127.0.0.1:{refusing_port}/0"
+        # Then the detection fails as an outage (a connection error), and leaves no probe behind
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(cluster_enabled(listed), timeout=3 * CLUSTER_SOCKET_TIMEOUT_S)
+        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()], asyncio.all_tasks()
