@@ -8,11 +8,19 @@ with a clear error before it publishes, reads or settles anything.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from redis.asyncio import Redis
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.exceptions import RedisError
 
 from streams.errors import ConfigError
 from streams.keys import Keys
 from streams.outage import until_redis_answers
+from streams.slow_slots import SLOW_CALL_S, SlotSlow, slot_of, slow_slots_of
+
+log = logging.getLogger(__name__)
 
 
 def layout_key(keys: Keys) -> str:
@@ -27,12 +35,48 @@ def _refusal(keys: Keys, recorded: str, partitions: int) -> ConfigError:
 
 
 async def claim_layout(redis: Redis, keys: Keys, partitions: int) -> None:
-    """Record ``partitions`` for the prefix if nothing is recorded yet; refuse another N (a process that writes)."""
+    """Record ``partitions`` for the prefix if nothing is recorded yet; refuse another N (a process that writes).
+
+    On a Redis Cluster whose master of the key has not answered within ``SLOW_CALL_S`` (a paused VM), a replica of
+    that master that holds the same N lets the process go on (the record is written once, when a prefix is first used,
+    so a replica has had it since); the master's call runs on in the background. A replica never refuses, and one
+    that has nothing, or another N, leaves the process waiting for the master, as before: only the master may claim.
+    """
     if keys.partition is not None:
         raise ValueError("the layout belongs to the prefix's root keys, not to one partition's")
     key = layout_key(keys)
+    slow = slow_slots_of(redis)
+    if slow is None:
+        await _claim(redis, keys, key, partitions)
+        return
+    try:
+        await slow.call(slot_of(key), _claim(redis, keys, key, partitions))
+    except SlotSlow as slowed:
+        assert isinstance(redis, RedisCluster) and slowed.running is not None
+        if await _recorded_on_a_replica(redis, key) == str(partitions):
+            log.info("the layout %s=%d confirmed by a replica: its master has not answered for %.0f s", key, partitions, SLOW_CALL_S)
+            return
+        await slowed.running
+
+
+async def _claim(redis: Redis, keys: Keys, key: str, partitions: int) -> None:
     if not await redis.set(key, str(partitions), nx=True):
         await check_layout(redis, keys, partitions)
+
+
+async def _recorded_on_a_replica(redis: RedisCluster, key: str) -> str | None:
+    """What a replica of ``key``'s master holds for it (read with READONLY), from the first that answers at once; None
+    if none does or none holds it."""
+    for replica in redis.nodes_manager.slots_cache.get(slot_of(key), [])[1:]:
+        asked = [PipelineCommand(0, "READONLY"), PipelineCommand(1, "GET", key), PipelineCommand(2, "READWRITE")]
+        try:
+            await asyncio.wait_for(replica.execute_pipeline(asked), SLOW_CALL_S)
+        except (TimeoutError, RedisError, OSError):
+            continue
+        value = asked[1].result
+        if isinstance(value, (str, bytes)):  # not None (nothing held), an error, or no answer
+            return value.decode() if isinstance(value, bytes) else value
+    return None
 
 
 async def hold_layout(what: str, redis: Redis, keys: Keys, partitions: int) -> None:
