@@ -377,7 +377,7 @@ async def test_processes_started_while_a_master_is_paused_serve_the_other_partit
     paused = plain.get_default_node().port
     await plain.aclose()
     # The prefix's layout record (<prefix>:partitions, checked at every start) on the paused master or on another: when
-    # there, a replica of it that holds the same N lets a start go on (once, every start waited for the master)
+    # there, a replica of it that holds the same N lets a start go on (before, every start waited for the master)
     prefix = next(p for p in (f"c{uuid.uuid4().hex[:12]}" for _ in range(300))
                   if (paused_cluster.master_of_slot(key_slot(layout_key(Keys(p)).encode())) == paused) == layout_there)
     keys = Keys(prefix)

@@ -85,7 +85,7 @@ async def test_listed_nodes_that_hang_cost_a_start_about_a_second_each_not_their
         assert waited >= 2 * NEXT_SEED_AFTER_S * 0.9, f"the answering node was asked {waited:.1f} s in, before the silent ones had their second"
 
 
-async def test_a_list_of_nodes_that_all_hang_is_an_outage_once_the_last_gives_up(refusing_port: int) -> None:
+async def test_a_list_whose_nodes_all_fail_is_an_outage_and_leaves_no_probe_behind(refusing_port: int) -> None:
     # Given a URL listing a node that refuses and one that never answers
     with silent_ports(1) as (silent,):
         listed = f"redis://127.0.0.1:{silent},127.0.0.1:{refusing_port}/0"
