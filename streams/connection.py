@@ -17,6 +17,7 @@ from redis.exceptions import AuthenticationError, RedisClusterException, Respons
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from streams.addresses import address_seeds
 from streams.errors import ConfigError
 from streams.outage import HELD_BACK_CODES, WritesHeldBack, call_failing, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
@@ -234,11 +235,21 @@ async def answering_cluster_node(url: str) -> str | None:
     Listed nodes are asked in the order given, the next one as soon as one refuses, or once the one asked last has
     been silent for ``NEXT_SEED_AFTER_S`` (happy-eyeballs style, earlier ones still asked): a node that hangs (a
     paused VM, a host gone without a reset) costs a start that second, not its 5 s socket timeout. The first answer
-    wins and the other probes are cancelled.
+    wins and the other probes are cancelled. A host name with several addresses (a headless Service, a compose
+    alias of every node: streams.addresses) is asked the same way, one address after another; there a single Redis
+    answering is no error, and the URL is then used as given.
     """
     seeds = seed_urls(url)
-    if len(seeds) == 1:
-        return await _probe_seed(seeds[0], timeout_s=SOCKET_TIMEOUT_S, retries=2)
+    if len(seeds) > 1:
+        return await _first_answer(seeds, listed=len(seeds), timeout_s=CLUSTER_SOCKET_TIMEOUT_S)
+    if addresses := await address_seeds(url):  # maybe a single Redis (localhost's two): its own timeout, as below
+        return await _first_answer(addresses, listed=1, timeout_s=SOCKET_TIMEOUT_S)
+    return await _probe_seed(url, timeout_s=SOCKET_TIMEOUT_S, retries=2)
+
+
+async def _first_answer(seeds: list[str], *, listed: int, timeout_s: float) -> str | None:
+    """What the first of ``seeds`` to answer says (:func:`_probe_seed`), each asked ``NEXT_SEED_AFTER_S`` after the one
+    before went silent, or at once when it failed; every one failing raises the last one's failure."""
     asked: dict[asyncio.Task[str | None], int] = {}
     failures: dict[int, BaseException] = {}
     try:
@@ -246,8 +257,8 @@ async def answering_cluster_node(url: str) -> str | None:
             if len(asked) < len(seeds):
                 last = len(asked) == len(seeds) - 1  # the last hope retries a blip, as a single node does
                 seed = seeds[len(asked)]
-                asked[asyncio.create_task(_probe_seed(seed, timeout_s=CLUSTER_SOCKET_TIMEOUT_S, retries=2 if last else 0,
-                                                        listed=len(seeds)))] = len(asked)
+                asked[asyncio.create_task(_probe_seed(seed, timeout_s=timeout_s, retries=2 if last else 0,
+                                                        listed=listed))] = len(asked)
             running = [task for task in asked if not task.done()]
             more = len(asked) < len(seeds)
             done, _ = await asyncio.wait(running, timeout=NEXT_SEED_AFTER_S if more else None, return_when=asyncio.FIRST_COMPLETED)
@@ -259,7 +270,7 @@ async def answering_cluster_node(url: str) -> str | None:
                     raise error  # the same credentials go to every node; a ConfigError says what is wrong with the list
                 failures[asked[task]] = error
             if not more and all(task.done() for task in asked):
-                raise failures[max(failures)]  # every listed node failed: the last one's failure is the outage
+                raise failures[max(failures)]  # every node failed: the last one's failure is the outage
     finally:
         for task in asked:
             task.cancel()

@@ -25,6 +25,7 @@ from prometheus_client.core import GaugeMetricFamily
 from redis.exceptions import RedisClusterException, ResponseError
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
+from streams.addresses import address_seeds_now
 from streams.connection import hello_facts, says_cluster
 from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
 from streams.seeds import seed_urls
@@ -84,7 +85,9 @@ class StreamGauges(Collector):
         """
         if self._redis is None:
             options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
-            seeds = seed_urls(self._url)
+            listed = seed_urls(self._url)
+            # one name of several addresses (streams.addresses): each in turn, as a listed set
+            seeds = (address_seeds_now(self._url) or listed) if len(listed) == 1 else listed
             for number, seed in enumerate(seeds, start=1):
                 probe = sync_redis.Redis.from_url(seed, **options)
                 try:
@@ -95,7 +98,10 @@ class StreamGauges(Collector):
                     continue
                 finally:
                     probe.close()
-                self._redis = sync_redis.RedisCluster.from_url(seed, **options) if clustered else sync_redis.Redis.from_url(seed, **options)
+                if clustered:
+                    self._redis = sync_redis.RedisCluster.from_url(seed, **options)
+                else:  # a single Redis by its URL as given, not by the address that answered
+                    self._redis = sync_redis.Redis.from_url(self._url if len(listed) == 1 else seed, **options)
                 break
         return self._redis  # type: ignore[return-value]  # set above, or the last node's error raised
 

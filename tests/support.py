@@ -9,10 +9,11 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 import time
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -125,8 +126,11 @@ TEST_AGENTS = "echo,ask"
 class WorkerFactory:
     """Starts ``streamcrew worker`` processes against the test's Redis and prefix."""
 
-    def __init__(self, redis_url: str, prefix: str, log_dir: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, redis_url: str, prefix: str, log_dir: Path, *, env: dict[str, str] | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
+        """``wrapper``: a command that runs each worker's command line (:func:`with_hosts`)."""
         self.env = env or {}
+        self.wrapper = list(wrapper)
         self.redis_url = redis_url
         self.prefix = prefix
         self.log_dir = log_dir
@@ -142,7 +146,7 @@ class WorkerFactory:
         named = any(a in args for a in ("--agents", "--app")) or "STREAMCREW_AGENTS" in merged or "STREAMCREW_APP" in merged
         if not (all_agents or named):
             args = ("--agents", TEST_AGENTS, *args)
-        child = Child(streamcrew_cmd("worker", *args), env=merged, log_path=self.log_dir / f"worker-{n}.log")
+        child = Child([*self.wrapper, *streamcrew_cmd("worker", *args)], env=merged, log_path=self.log_dir / f"worker-{n}.log")
         self.children.append(child)
         if wait_ready:
             wait_for_log(child, " ready: ")
@@ -335,3 +339,23 @@ def silent_ports(n: int) -> Iterator[list[int]]:
             s.bind(("127.0.0.1", 0))
             s.listen(16)
         yield [int(s.getsockname()[1]) for s in sockets]
+
+
+@contextlib.contextmanager
+def silent_listener(host: str, port: int) -> Iterator[None]:
+    """A node that hangs at ``host``:``port``: the kernel takes connections (the backlog), nothing ever answers."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, port))
+        s.listen(16)
+        yield
+
+
+def with_hosts(hosts: Path) -> list[str] | None:
+    """A command prefix that runs a command in a mount namespace of its own whose ``/etc/hosts`` is ``hosts`` (the
+    network is the test's own, loopback and all); None where that cannot be made (not root, no unshare(1))."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return None
+    wrapper = ["unshare", "--mount", "sh", "-c", f'mount --bind "{hosts}" /etc/hosts && exec "$0" "$@"']
+    done = subprocess.run([*wrapper, "true"], capture_output=True, timeout=10)
+    return wrapper if done.returncode == 0 else None

@@ -1,22 +1,27 @@
-"""A Redis URL may list several cluster nodes (streams.seeds): how it splits, how it is logged, and the clear
-refusals: a malformed list, a list pointing at a single Redis. No error quotes the URL (it may hold a password)."""
+"""A Redis URL may list several cluster nodes (streams.seeds), or name them by one host name of several addresses
+(streams.addresses): how it splits, how it is logged, and the clear refusals: a malformed list, a list pointing at a
+single Redis (a name is no list: a single Redis behind it is used). No error quotes the URL (it may hold a password)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import time
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from consumers.processes import streamcrew_cmd
+from streams.addresses import _seeds, address_seeds
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, NEXT_SEED_AFTER_S, cluster_enabled, connect
 from streams.errors import ConfigError
 from streams.seeds import first_and_others, seed_urls
 from streams.urls import loggable_url
-from tests.support import silent_ports
+from tests.support import silent_ports, with_hosts
 
 SECRET = "s3cret-pw"
 
@@ -93,3 +98,43 @@ async def test_a_list_whose_nodes_all_fail_is_an_outage_and_leaves_no_probe_behi
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(cluster_enabled(listed), timeout=3 * CLUSTER_SOCKET_TIMEOUT_S)
         assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()], asyncio.all_tasks()
+
+
+def test_a_name_of_several_addresses_splits_into_one_url_per_address_with_the_same_credentials_path_and_query() -> None:
+    # Given what a resolver answered for a name: two IPv4 addresses (one twice: TCP over two families' entries) and a
+    # link-local IPv6 one with its zone
+    infos = [(2, 1, 6, "", ("10.0.0.1", 7000)), (2, 1, 6, "", ("10.0.0.2", 7000)), (2, 1, 6, "", ("10.0.0.1", 7000)),
+             (10, 1, 6, "", ("fe80::1%eth0", 7000, 0, 2))]
+    url = "redis://user:p%40ss@nodes.example:7000/0?socket_timeout=3"
+    # Then each address is a seed of its own, in the resolver's order, each with the URL's every other part
+    assert _seeds(url, 7000, infos) == [
+        "redis://user:p%40ss@10.0.0.1:7000/0?socket_timeout=3",
+        "redis://user:p%40ss@10.0.0.2:7000/0?socket_timeout=3",
+        "redis://user:p%40ss@[fe80::1%25eth0]:7000/0?socket_timeout=3",
+    ]
+    # And one address is nothing to split
+    assert _seeds(url, 7000, infos[:1]) == []
+
+
+@pytest.mark.parametrize("url", [
+    "redis://127.0.0.1:7000/0", "redis://[::1]:7000/0", "rediss://nodes.example:7000/0", "unix:///tmp/redis.sock",
+])
+async def test_an_address_tls_or_a_socket_is_not_split(url: str) -> None:
+    # An address is one node; under TLS the certificate names the host, which an address in its place would fail
+    assert await address_seeds(url) == []
+
+
+def test_a_single_redis_named_by_a_name_of_several_addresses_is_used_by_its_name(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    # Given a single Redis (not a cluster) on 127.0.0.1, named by a name that resolves to ::1 first (nothing there: it
+    # refuses), then to 127.0.0.1, as localhost does on many hosts
+    port = urlsplit(redis_url).port
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n::1 two.test\n127.0.0.1 two.test\n")
+    if (wrapper := with_hosts(hosts)) is None:
+        pytest.skip("needs root and unshare(1) for an /etc/hosts of the test's own")
+    # When a command is given the name
+    done = subprocess.run([*wrapper, *streamcrew_cmd("stats", "--json", "--redis-url", f"redis://two.test:{port}/0", "--prefix", prefix)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "STREAMCREW_REDIS_URL": ""})
+    # Then it runs against that Redis: a name is not a list, and a single Redis behind it is no error
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert json.loads(done.stdout)["results"]["length"] == 0
