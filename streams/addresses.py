@@ -24,6 +24,7 @@ from streams.seeds import DEFAULT_PORT
 # A lookup that takes longer is left alone: the connect then resolves the name itself, and says what went wrong.
 LOOKUP_TIMEOUT_S = 5.0
 
+
 def _splittable(url: str) -> tuple[str, int] | None:
     """(host, port) of a plain redis:// URL naming a host by name; None for an address, TLS or a socket."""
     parts = urlsplit(url)
