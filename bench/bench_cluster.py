@@ -12,7 +12,8 @@ no replica either) and the worker's jobs/s on both. ``--single-replica`` also ru
 which isolates what feeding a replica costs a master. Needs redis-server
 and redis-cli on PATH (the cluster comes from tests/cluster_support.py, as in the test suite); the first
 line names the server they are, since the figure depends on it (bench/README.md: 0.46 - 0.52 on Redis 7.0.15,
-0.40 - 0.43 on Redis 8.0.2 and Valkey 8.0.1). To measure another build, put its directory first on PATH.
+0.40 - 0.43 on Redis 8.0.2 and Valkey 8.0.1). To measure another build, put its directory first on PATH;
+``PATH="$(bench/redis8.sh):$PATH"`` measures Redis 8.0, the server deploy/ runs, on a Debian whose own is older.
 """
 
 from __future__ import annotations
