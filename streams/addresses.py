@@ -7,7 +7,9 @@ resolver's order is fixed). Split into one seed per address, a start asks them a
 (streams.connection.answering_cluster_node): the next one a second after the last went silent.
 
 Only plain ``redis://`` URLs are split: under TLS the certificate names the host, and an address in its
-place would fail the check. Errors and logs quote none of the URL: it may hold a password.
+place would fail the check. The address that answered serves only as a cluster client's first node (the
+cluster then names its nodes itself); a single Redis keeps its name, which a managed Redis moves to a new
+address at a failover. Errors and logs quote none of the URL: it may hold a password.
 """
 
 from __future__ import annotations
