@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.cluster import get_node_name
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis._parsers import BaseParser
@@ -17,7 +19,7 @@ from redis.exceptions import AuthenticationError, RedisClusterException, Respons
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.addresses import address_seeds
+from streams.addresses import address_seeds, seed_nodes
 from streams.errors import ConfigError
 from streams.outage import HELD_BACK_CODES, WritesHeldBack, call_failing, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
@@ -38,7 +40,11 @@ CONNECT_TIMEOUT_S = 5.0
 NEXT_SEED_AFTER_S = 1.0
 # What redis-py's cluster client raises (a plain RedisClusterException) when the nodes it asked do not cover every slot.
 NOT_COVERED = "slots are not covered"
+# ... and when none of the nodes it asked for the slot map answered (its RedisClusterUnreachableError, where it has one).
+NO_NODE_ANSWERS = "cannot be connected"
 MIN_REDIS = (6, 2, 0)
+
+log = logging.getLogger(__name__)
 
 
 class NoticingRetry(Retry):
@@ -158,6 +164,37 @@ class StreamsCluster(RedisCluster):
                     return slots.pop()
         return await super()._determine_slot(command, *args)
 
+    # The URL the process was given (set by :func:`connect_detected`): the client starts from one node of it, then knows
+    # the nodes by the addresses the cluster names, and forgets the URL's (redis-py's dynamic startup nodes).
+    seed_url: str | None = None
+    _asking_seed_url = False
+
+    async def _refresh_topology(self, additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+                                last_failed_node_name: str | None = None) -> None:
+        """redis-py's refresh of the slot map, asking the nodes of :attr:`seed_url` as they resolve now when none of the
+        nodes the client knows answers and the URL names one it does not know.
+
+        A whole cluster restarted on new addresses (every pod rescheduled at once, a compose project brought down and
+        up) answers at none of the old ones: before, a process kept asking them until it was restarted, serving
+        nothing meanwhile (and its liveness probe, /metrics, still answered). A plain outage costs one lookup a refresh.
+        """
+        try:
+            await super()._refresh_topology(additional_startup_nodes_info=additional_startup_nodes_info,
+                                            last_failed_node_name=last_failed_node_name)
+        except RedisClusterException as exc:
+            if NO_NODE_ANSWERS not in str(exc):  # nodes that answered with a slot map that cannot serve (yet)
+                raise
+            known = {*self.nodes_manager.startup_nodes, *self.nodes_manager.nodes_cache}
+            if self.seed_url is None or not (fresh := [n for n in await seed_nodes(self.seed_url) if get_node_name(*n) not in known]):
+                raise
+            if not self._asking_seed_url:  # once an outage: under TLS the URL's name is never a known node
+                log.warning("no known Redis Cluster node answers; asking the %d node(s) the Redis URL names now", len(fresh))
+                self._asking_seed_url = True
+            await super()._refresh_topology(additional_startup_nodes_info=[*(additional_startup_nodes_info or []), *fresh],
+                                            last_failed_node_name=last_failed_node_name)
+            log.warning("found the Redis Cluster again at the nodes the Redis URL names now")
+        self._asking_seed_url = False
+
     async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
         """One try of a call on one node, telling the calling loop's backoff at once when it timed out
         (:class:`NoticingRetry`'s job on a single Redis): the cluster client retries in a loop of its own, which
@@ -172,7 +209,7 @@ class StreamsCluster(RedisCluster):
             raise
 
 
-def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisCluster:
+def connect_cluster(url: str, *, max_connections: int | None = None) -> StreamsCluster:
     """A Redis Cluster client for ``url`` (any one node, or several: streams.seeds), with the timeouts of :func:`connect`.
 
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
@@ -180,8 +217,8 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> RedisClu
     :func:`connect_detected` gives it the one node that answered its probe.
     """
     first, others = first_and_others(url)
-    client = StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
-                                     max_connections=max_connections or 100, **_client_options(timeout_s=CLUSTER_SOCKET_TIMEOUT_S))
+    client = cast(StreamsCluster, StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
+                                     max_connections=max_connections or 100, **_client_options(timeout_s=CLUSTER_SOCKET_TIMEOUT_S)))
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():
@@ -300,6 +337,7 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
         # From the node that just answered alone: redis-py would ask the listed ones in a random order, waiting out
         # any that hangs; once started it knows every node of the cluster (its startup nodes follow the slot map).
         client = connect_cluster(node, max_connections=max_connections)
+        client.seed_url = url
         # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
         # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
         try:

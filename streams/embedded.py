@@ -56,10 +56,10 @@ def dies_with_parent(args: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *args]
 
 
-def answers(port: int, pid: int | None = None) -> bool:
-    """Whether a Redis on 127.0.0.1:``port`` answers PING (redis-py speaks the protocol); with ``pid``, whether that
+def answers(port: int, pid: int | None = None, *, host: str = "127.0.0.1") -> bool:
+    """Whether a Redis on ``host``:``port`` answers PING (redis-py speaks the protocol); with ``pid``, whether that
     process is the one answering (not another server that took the port first)."""
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.2, socket_connect_timeout=0.2)
+    client = redis.Redis(host=host, port=port, socket_timeout=0.2, socket_connect_timeout=0.2)
     try:
         if not client.ping():  # an error while the server still loads its data
             return False

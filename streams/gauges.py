@@ -14,6 +14,7 @@ read "empty" or "nothing waits" and silence alerts; the other replies still make
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -105,6 +106,14 @@ class StreamGauges(Collector):
                 break
         return self._redis  # type: ignore[return-value]  # set above, or the last node's error raised
 
+    def _forget_client(self) -> None:
+        """Start the next scrape from the URL again, not from the nodes this client learnt: a whole cluster restarted on
+        new addresses answers at none of them, and its name finds it again (a probe per failed scrape meanwhile)."""
+        if self._redis is not None:
+            with contextlib.suppress(Exception):  # closing a client whose nodes are gone must not fail the scrape
+                self._redis.close()
+            self._redis = None
+
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The names, without touching Redis (prometheus-client calls this at registration)."""
         for name in ("stream_length", "group_pending", "group_lag", "oldest_pending_age_seconds",
@@ -119,6 +128,7 @@ class StreamGauges(Collector):
                 except (sync_redis.RedisError, RedisClusterException) as exc:
                     log.warning("stream gauges: Redis unavailable (%s); reporting none this scrape", exc)
                     self._cached = []
+                    self._forget_client()
                 self._at = time.monotonic()
             yield from self._cached
 

@@ -7,6 +7,7 @@ slot split puts the hash tags ``{0}``..``{5}`` 1/3/2 on the three masters.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -84,6 +85,7 @@ class LocalCluster:
     def __init__(self, server: str, cli: str, *, size: int = 6, replicas: int = 1) -> None:
         self.server, self.cli = server, cli
         self.replicas = replicas
+        self.host = "127.0.0.1"  # every node's address (move_to changes it)
         self.ports: list[int] = []
         while len(self.ports) < size:
             self.ports.append(cluster_port(self.ports))
@@ -93,26 +95,29 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.ports[0]}/0"
+        return f"redis://{self.host}:{self.ports[0]}/0"
 
     def listed_url(self, userinfo: str = "") -> str:
         """A URL listing every node (streams.seeds): a process starts while any of them is down; ``userinfo``
         is ``user:password@``."""
-        return f"redis://{userinfo}" + ",".join(f"127.0.0.1:{port}" for port in self.ports) + "/0"
+        return f"redis://{userinfo}" + ",".join(f"{self.host}:{port}" for port in self.ports) + "/0"
 
     def _start_node(self, port: int) -> None:
         node_dir = self.directory / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)
         self.nodes[port] = subprocess.Popen(dies_with_parent(
-            [self.server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir), "--daemonize", "no",
+            [self.server, "--port", str(port), "--bind", self.host, "--dir", str(node_dir), "--daemonize", "no",
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
              "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after Redis' default 5 s
-             "--logfile", str(node_dir / "redis.log")]),
+             "--logfile", str(node_dir / "redis.log"),
+             # Off the first loopback address, a node must say where it is: its peers would read 127.0.0.1, the source
+             # of its connections, as its address (as pods announce their IPs)
+             *(["--cluster-announce-ip", self.host] if self.host != "127.0.0.1" else [])]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def client(self, port: int) -> sync_redis.Redis:
-        return sync_redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5)
+        return sync_redis.Redis(host=self.host, port=port, decode_responses=True, socket_timeout=5)
 
     def _wait(self, check: str, ok: Callable[[], bool], timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -141,7 +146,7 @@ class LocalCluster:
                 self._start_node(new)
                 return False
             raise RuntimeError(f"cluster node {port} exited with {proc.returncode}; its log ends:\n{log_tail(self._log(port))}")
-        return all(answers(port, proc.pid) for port, proc in self.nodes.items())
+        return all(answers(port, proc.pid, host=self.host) for port, proc in self.nodes.items())
 
     def _log(self, port: int) -> Path:
         return self.directory / str(port) / "redis.log"
@@ -165,7 +170,7 @@ class LocalCluster:
             self._start_node(port)
         self._wait("every node to answer PING", lambda: self._all_answer(may_move=True))
         created = subprocess.run(
-            [self.cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+            [self.cli, "--cluster", "create", *(f"{self.host}:{p}" for p in self.ports), "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60, check=False)
         if created.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed ({created.returncode}): {created.stdout[-2000:]} {created.stderr[-2000:]}")
@@ -286,7 +291,7 @@ class LocalCluster:
             s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
             moved = 0
             while keys := s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_move):
-                s.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+                s.execute_command("MIGRATE", self.host, target, "", 0, 5000, "KEYS", *keys)
                 moved += len(keys)
                 between()
         for port in [target, source, *(p for p in sorted(self.masters()) if p not in (target, source))]:
@@ -342,6 +347,23 @@ class LocalCluster:
             if proc.poll() is not None:
                 self._start_node(port)
         self._wait("every node to answer again", self._all_answer)
+        self.wait_ok()
+
+    def move_to(self, host: str) -> None:
+        """Every node shut down (its data saved), then started again on ``host`` with the same ports, each nodes.conf
+        naming the others at their new address (as a chart does for pods rescheduled with new IPs): none of the old
+        addresses answers any more. Waits for ``cluster_state:ok``."""
+        for port in self.alive_ports():
+            with contextlib.suppress(sync_redis.ConnectionError), self.client(port) as c:
+                c.shutdown(save=True)
+            self.nodes[port].wait(30)
+        for port in self.ports:
+            conf = self.directory / str(port) / "nodes.conf"
+            conf.write_text(conf.read_text().replace(f"{self.host}:", f"{host}:"))
+        self.host = host
+        for port in self.ports:
+            self._start_node(port)
+        self._wait("every node to answer at its new address", self._all_answer)
         self.wait_ok()
 
     def _synced(self, port: int) -> bool:

@@ -16,7 +16,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from consumers.processes import streamcrew_cmd
-from streams.addresses import _seeds, address_seeds
+from streams.addresses import _distinct, _seeds, address_seeds, seed_nodes
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, NEXT_SEED_AFTER_S, cluster_enabled, connect
 from streams.errors import ConfigError
 from streams.seeds import first_and_others, seed_urls
@@ -107,13 +107,13 @@ def test_a_name_of_several_addresses_splits_into_one_url_per_address_with_the_sa
              (10, 1, 6, "", ("fe80::1%eth0", 7000, 0, 2))]
     url = "redis://user:p%40ss@nodes.example:7000/0?socket_timeout=3"
     # Then each address is a seed of its own, in the resolver's order, each with the URL's every other part
-    assert _seeds(url, 7000, infos) == [
+    assert _seeds(url, 7000, _distinct(infos)) == [
         "redis://user:p%40ss@10.0.0.1:7000/0?socket_timeout=3",
         "redis://user:p%40ss@10.0.0.2:7000/0?socket_timeout=3",
         "redis://user:p%40ss@[fe80::1%25eth0]:7000/0?socket_timeout=3",
     ]
     # And one address is nothing to split
-    assert _seeds(url, 7000, infos[:1]) == []
+    assert _seeds(url, 7000, _distinct(infos[:1])) == []
 
 
 @pytest.mark.parametrize("url", [
@@ -122,6 +122,16 @@ def test_a_name_of_several_addresses_splits_into_one_url_per_address_with_the_sa
 async def test_an_address_tls_or_a_socket_is_not_split(url: str) -> None:
     # An address is one node; under TLS the certificate names the host, which an address in its place would fail
     assert await address_seeds(url) == []
+
+
+async def test_the_nodes_a_url_names_are_looked_up_again_by_address_but_under_tls_by_name() -> None:
+    # (What a cluster client asks once no node it knew answers: the cluster restarted on new addresses.)
+    # A name by each address it has now, a listed address as given, each with its own port
+    nodes = await seed_nodes(f"redis://app:{SECRET}@localhost:7000,10.0.0.9:7001/0")
+    assert ("127.0.0.1", 7000) in nodes and ("10.0.0.9", 7001) in nodes
+    assert all(host != "localhost" for host, _ in nodes), nodes
+    # Under TLS the certificate names the host: the name itself, for the connect to resolve
+    assert await seed_nodes("rediss://nodes.example:7000/0") == [("nodes.example", 7000)]
 
 
 def test_a_single_redis_named_by_a_name_of_several_addresses_is_used_by_its_name(redis_url: str, prefix: str, tmp_path: Path) -> None:
