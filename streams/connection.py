@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.cluster import get_node_name
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis._parsers import BaseParser
@@ -19,7 +17,8 @@ from redis.exceptions import AuthenticationError, RedisClusterException, Respons
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from streams.addresses import address_seeds, seed_nodes
+from streams.addresses import address_seeds
+from streams.cluster_client import StreamsCluster
 from streams.errors import ConfigError
 from streams.outage import HELD_BACK_CODES, WritesHeldBack, call_failing, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
@@ -40,11 +39,7 @@ CONNECT_TIMEOUT_S = 5.0
 NEXT_SEED_AFTER_S = 1.0
 # What redis-py's cluster client raises (a plain RedisClusterException) when the nodes it asked do not cover every slot.
 NOT_COVERED = "slots are not covered"
-# ... and when none of the nodes it asked for the slot map answered (its RedisClusterUnreachableError, where it has one).
-NO_NODE_ANSWERS = "cannot be connected"
 MIN_REDIS = (6, 2, 0)
-
-log = logging.getLogger(__name__)
 
 
 class NoticingRetry(Retry):
@@ -140,73 +135,6 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
     return client
-
-
-class StreamsCluster(RedisCluster):
-    """redis-py's cluster client, placing XREAD / XREADGROUP by their stream keys without asking the server.
-
-    Their keys follow ``STREAMS`` (a "movablekeys" command), so redis-py 8.1 sends ``COMMAND GETKEYS``
-    to a node before every read to learn them: two round trips per read, and a worker reads a lane of
-    every partition in turn. Keys and ids after ``STREAMS`` come in two equal halves; anything else
-    goes to redis-py as before.
-    """
-
-    async def _determine_slot(self, command: str, *args: Any) -> int:
-        name = str(command).upper()
-        if name in ("XREAD", "XREADGROUP"):
-            skip = 3 if name == "XREADGROUP" else 0  # GROUP <group> <consumer>: names that could read "streams"
-            words = [a.upper() if isinstance(a, (str, bytes)) else a for a in args]
-            at = next((i for i in range(skip, len(words)) if words[i] in ("STREAMS", b"STREAMS")), None)
-            if at is not None:
-                rest = args[at + 1 :]
-                slots = {self.keyslot(k) for k in rest[: len(rest) // 2]}
-                if len(rest) % 2 == 0 and len(slots) == 1:
-                    return slots.pop()
-        return await super()._determine_slot(command, *args)
-
-    # The URL the process was given (set by :func:`connect_detected`): the client starts from one node of it, then knows
-    # the nodes by the addresses the cluster names, and forgets the URL's (redis-py's dynamic startup nodes).
-    seed_url: str | None = None
-    _asking_seed_url = False
-
-    async def _refresh_topology(self, additional_startup_nodes_info: list[tuple[str, int]] | None = None,
-                                last_failed_node_name: str | None = None) -> None:
-        """redis-py's refresh of the slot map, asking the nodes of :attr:`seed_url` as they resolve now when none of the
-        nodes the client knows answers and the URL names one it does not know.
-
-        A whole cluster restarted on new addresses (every pod rescheduled at once, a compose project brought down and
-        up) answers at none of the old ones: before, a process kept asking them until it was restarted, serving
-        nothing meanwhile (and its liveness probe, /metrics, still answered). A plain outage costs one lookup a refresh.
-        """
-        try:
-            await super()._refresh_topology(additional_startup_nodes_info=additional_startup_nodes_info,
-                                            last_failed_node_name=last_failed_node_name)
-        except RedisClusterException as exc:
-            if NO_NODE_ANSWERS not in str(exc):  # nodes that answered with a slot map that cannot serve (yet)
-                raise
-            known = {*self.nodes_manager.startup_nodes, *self.nodes_manager.nodes_cache}
-            if self.seed_url is None or not (fresh := [n for n in await seed_nodes(self.seed_url) if get_node_name(*n) not in known]):
-                raise
-            if not self._asking_seed_url:  # once an outage: under TLS the URL's name is never a known node
-                log.warning("no known Redis Cluster node answers; asking the %d node(s) the Redis URL names now", len(fresh))
-                self._asking_seed_url = True
-            await super()._refresh_topology(additional_startup_nodes_info=[*(additional_startup_nodes_info or []), *fresh],
-                                            last_failed_node_name=last_failed_node_name)
-            log.warning("found the Redis Cluster again at the nodes the Redis URL names now")
-        self._asking_seed_url = False
-
-    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
-        """One try of a call on one node, telling the calling loop's backoff at once when it timed out
-        (:class:`NoticingRetry`'s job on a single Redis): the cluster client retries in a loop of its own, which
-        only reads the retry object's count and backoff, so before, a loop learnt of a hung master after every
-        try (3 × 5 s), or never when the promoted replica answered a later one. (Pipelines read on tasks of their
-        own: their loops still learn of it once the tries are spent.)"""
-        sent_at = time.monotonic()
-        try:
-            return await super()._execute_command(target_node, *args, **kwargs)
-        except RedisTimeoutError as exc:
-            call_failing(exc, sent_at)
-            raise
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None) -> StreamsCluster:

@@ -1,5 +1,5 @@
 """A whole cluster restarted on new addresses (every pod rescheduled at once, a compose project brought down and up)
-is found again under the name the processes were given (streams.connection.StreamsCluster._refresh_topology). Before,
+is found again under the name the processes were given (streams.cluster_client.StreamsCluster._refresh_topology). Before,
 a process knew the nodes only by the addresses the cluster had named, asked those until it was restarted, and served
 nothing meanwhile, while its /metrics (the liveness probe of deploy/k8s) still answered."""
 

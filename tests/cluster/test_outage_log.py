@@ -3,7 +3,7 @@ checks on a single Redis.
 
 The cluster client retries a call in a loop of its own (no redis-py ``Retry.call_with_retry``), so a call that timed
 out reached the worker's loop only after every try: no line for the first socket timeouts, and none at all when the
-replica had taken over by the next try. Now a loop is told at the first timed-out call (streams.connection.StreamsCluster).
+replica had taken over by the next try. Now a loop is told at the first timed-out call (streams.cluster_client.StreamsCluster).
 The read loop no longer waits on the hung master at all (streams.slow_slots): the master is said to be slow once, when a
 call on one of its slots first goes unanswered past its time, and to answer again once. A cluster of its own: the hung node
 stays a replica afterwards."""

@@ -2,7 +2,7 @@
 
 redis-py 8.1 asks a node for the keys of every XREAD / XREADGROUP (a "movablekeys" command) before
 sending it: it doubled a worker's round trips and put them all on one node (a master ~3x busier than
-the others at concurrency 10). streams.connection.StreamsCluster reads the keys after STREAMS.
+the others at concurrency 10). streams.cluster_client.StreamsCluster reads the keys after STREAMS.
 """
 
 from __future__ import annotations
