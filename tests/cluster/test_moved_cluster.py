@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from streams.connection import connect_detected
@@ -17,10 +16,9 @@ from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster.test_seeds import resolved_in
+from tests.cluster.test_seeds import resolved_in, results_counted
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster, placed_cluster
-from tests.consumers.test_metrics import _samples
 from tests.support import WorkerFactory, wait_until, with_hosts
 
 NEW_HOST = "127.0.0.2"  # loopback too: the whole of 127/8 answers on Linux
@@ -39,23 +37,22 @@ async def test_processes_find_a_cluster_restarted_on_new_addresses_under_its_nam
     hosts.write_text(f"127.0.0.1 localhost\n{moving_cluster.host} nodes.test\n")
     if (wrapper := with_hosts(hosts)) is None:
         pytest.skip("needs root and unshare(1) for an /etc/hosts of the test's own")
-    prefix, keys = (p := f"c{uuid.uuid4().hex[:12]}"), Keys(p)
+    prefix = f"c{uuid.uuid4().hex[:12]}"
+    keys = Keys(prefix)
     url = f"redis://nodes.test:{moving_cluster.ports[0]}/0"
     workers = WorkerFactory(url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)}, wrapper=wrapper)
     try:
         worker, metrics_port = workers.start_serving_metrics("--concurrency", "20")
 
-        async def results_counted(n: int) -> bool:
-            async with httpx.AsyncClient() as client:
-                samples = _samples((await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
-            return sum(v for (name, labels), v in samples.items() if name == "streamcrew_stream_length" and ("stream", "results") in labels) == n
+        async def counted(n: int) -> bool:
+            return await results_counted(metrics_port) == n
 
         before = await connect_detected(moving_cluster.url)
         try:
             await Producer(before, keys, partitions=PARTITIONS).publish_many(
                 [JobRequest(agent="echo", data={"i": i}, id=f"before-{i}") for i in range(30)])
             await wait_all_results(before, keys, 30, timeout=40)
-            await wait_until(lambda: results_counted(30), timeout=10, what="the results gauges of every partition to sum to 30")
+            await wait_until(lambda: counted(30), timeout=10, what="the results gauges of every partition to sum to 30")
         finally:
             await before.aclose()
 
@@ -74,7 +71,7 @@ async def test_processes_find_a_cluster_restarted_on_new_addresses_under_its_nam
             assert worker.alive(), worker.log_text()[-3000:]
 
             # And its /metrics gauges (a client of their own, made before the move) read the moved cluster too
-            await wait_until(lambda: results_counted(60), timeout=30, what="the results gauges of every partition to sum to 60 after the move")
+            await wait_until(lambda: counted(60), timeout=30, what="the results gauges of every partition to sum to 60 after the move")
         finally:
             await after.aclose()
     finally:

@@ -32,6 +32,18 @@ from tests.consumers.test_metrics import _samples
 from tests.support import WorkerFactory, silent_listener, silent_ports, wait_until, with_hosts
 
 
+async def scraped(metrics_port: int) -> dict:
+    """A process's /metrics samples, by (name, labels)."""
+    async with httpx.AsyncClient() as client:
+        return _samples((await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
+
+
+async def results_counted(metrics_port: int) -> float:
+    """The results streams' lengths summed over every partition, as a process's /metrics gauges report them."""
+    return sum(v for (name, labels), v in (await scraped(metrics_port)).items()
+               if name == "streamcrew_stream_length" and ("stream", "results") in labels)
+
+
 def listing(cluster: LocalCluster, dead_port: int) -> str:
     """A URL listing a node that refuses every connection first, then two live nodes of the cluster."""
     live = ",".join(f"127.0.0.1:{port}" for port in cluster.alive_ports()[-2:])
@@ -55,17 +67,11 @@ async def test_worker_cli_and_gauges_start_past_a_listed_node_that_is_down(
         assert sorted(r.id for r in got) == sorted(f"seeded-{i}" for i in range(60))
 
         # And its /metrics gauges (a client of their own, made at the first scrape) read every partition
-        async def scraped() -> dict:
-            async with httpx.AsyncClient() as client:
-                return _samples((await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
-
         async def counted() -> bool:
-            samples = await scraped()
-            return sum(v for (name, labels), v in samples.items()
-                       if name == "streamcrew_stream_length" and ("stream", "results") in labels) == 60
+            return await results_counted(metrics_port) == 60
 
         await wait_until(counted, timeout=10, what="the results gauges of every partition to sum to 60")
-        lengths = [labels for (name, labels), _ in (await scraped()).items()
+        lengths = [labels for (name, labels), _ in (await scraped(metrics_port)).items()
                    if name == "streamcrew_stream_length" and ("stream", "results") in labels]
         assert sorted(dict(labels)["partition"] for labels in lengths) == [str(p) for p in range(PARTITIONS)]
         assert worker.alive(), worker.log_text()[-2000:]
@@ -175,13 +181,10 @@ async def test_a_name_that_resolves_to_every_node_starts_processes_past_a_node_t
             assert "cannot reach" not in worker.log_text().lower(), worker.log_text()[-3000:]
 
             # And its /metrics gauges (a client of their own, made at the first scrape) read every partition
-            async def results_counted() -> bool:
-                async with httpx.AsyncClient() as client:
-                    samples = _samples((await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
-                return sum(v for (name, labels), v in samples.items()
-                           if name == "streamcrew_stream_length" and ("stream", "results") in labels) == 30
+            async def counted() -> bool:
+                return await results_counted(metrics_port) == 30
 
-            await wait_until(results_counted, timeout=10, what="the results gauges of every partition to sum to 30")
+            await wait_until(counted, timeout=10, what="the results gauges of every partition to sum to 30")
         finally:
             workers.close()
 
