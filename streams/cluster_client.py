@@ -5,22 +5,40 @@ the nodes it learnt answers. Made by streams.connection.connect_cluster."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
+import redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.cluster import get_node_name
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.addresses import seed_nodes
+from streams.errors import ConfigError
 from streams.outage import call_failing
 
 # What redis-py's cluster client raises (a plain RedisClusterException, its RedisClusterUnreachableError where it has
 # one) when none of the nodes it asked for the slot map answered.
 NO_NODE_ANSWERS = "cannot be connected"
 
+# The first redis-py whose cluster client refreshes its slot map through ``_refresh_topology``, which
+# StreamsCluster wraps to find a cluster restarted on new addresses again; the cluster suite runs on it. Before it
+# the wrapper is never called and a process asks the old addresses until restarted. A single Redis needs the base floor.
+MIN_REDIS_PY = (8, 2)
+
 log = logging.getLogger(__name__)
+
+
+def require_cluster_redis_py(installed: str = redis.__version__) -> None:
+    """Refuse, in one line that says what to install, a redis-py too old for :class:`StreamsCluster`: the base install
+    allows redis-py 5 for a single Redis, and an environment may hold an older one than pip would pick."""
+    found = tuple(int(part) for part in re.findall(r"\d+", installed)[:2])
+    if found < MIN_REDIS_PY:
+        wanted = ".".join(map(str, MIN_REDIS_PY))
+        raise ConfigError(f"this Redis is a Redis Cluster node: streamcrew on Redis Cluster needs redis-py >= {wanted}, and this "
+                          f"environment has {installed}; pip install -U 'redis[hiredis]>={wanted}'")
 
 
 class StreamsCluster(RedisCluster):

@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from streams.addresses import address_seeds
-from streams.cluster_client import StreamsCluster
+from streams.cluster_client import StreamsCluster, require_cluster_redis_py
 from streams.errors import ConfigError
 from streams.outage import HELD_BACK_CODES, WritesHeldBack, call_failing, until_redis_answers
 from streams.seeds import first_and_others, seed_urls
@@ -144,6 +144,7 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> StreamsC
     backoff covers the seconds a failover takes. Given a list, redis-py asks the nodes in a random order:
     :func:`connect_detected` gives it the one node that answered its probe.
     """
+    require_cluster_redis_py()
     first, others = first_and_others(url)
     client = cast(StreamsCluster, StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
                                      max_connections=max_connections or 100, **_client_options(timeout_s=CLUSTER_SOCKET_TIMEOUT_S)))

@@ -4,7 +4,8 @@ Builds a venv holding every base dependency to its floor's release series (``nam
 ``name>=X``), installs the package there, and runs in it the tests that met the floor bugs found so
 far (2026-12-04: redis-py 5.0 had no ``aclose``; redis-py 5 - 7 speak RESP2, where HELLO's reply read
 as nothing and a user without INFO could not start a worker; aiodns 3, pydantic-settings 2.3,
-typer 0.12 and standardwebhooks 1.0 failed to import or to start; 2026-12-05: typer 0.13 - 0.15 crashed printing a usage error with click 8.2+). The CrewAI and Kafka floors
+typer 0.12 and standardwebhooks 1.0 failed to import or to start; 2026-12-05: typer 0.13 - 0.15 crashed printing a usage error with click 8.2+;
+2026-12-07: on Redis Cluster, a redis-py before 8.2 never found a moved cluster again, now refused in one line). The CrewAI and Kafka floors
 (crewai 1.14.5, faust-streaming 0.11.0) were checked by hand the same day: README, Install.
 """
 
@@ -31,6 +32,7 @@ FLOOR_TESTS = [
     "tests/consumers/test_acl_user.py",
     "tests/consumers/notifier/test_dns.py",
     "tests/consumers/test_cli.py",
+    "tests/cluster/test_redis_py_floor.py",
 ]
 
 
