@@ -171,8 +171,8 @@ class SlowSlots:
             if now_serving != master:
                 del self._spells[master], self._spell_slot[master]
                 self._cooling.pop(master, None)
-                log.warning("%s: its partitions are served by %s now, after %.1f s (a failover)", master, now_serving,
-                            time.monotonic() - began)
+                log.warning("%s: its partitions are served by %s now, after %.1f s (a failover, or the cluster came back on "
+                            "new addresses)", master, now_serving, time.monotonic() - began)
 
     def _ended(self, master: str, task: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[None]] | None) -> None:
         late = self._late.get(master, set())
