@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from streams.connection import connect_detected
 from tests.cluster_support import LocalCluster, placed_cluster
+from tests.consumers.notifier.conftest import NotifierFactory, make_secret, receiver  # noqa: F401 - the receiver fixture, for the notifier tests
 from tests.support import WorkerFactory
 
 PARTITIONS = 6
@@ -31,6 +32,14 @@ def cluster_prefix() -> str:
 def cluster_workers(cluster: LocalCluster, cluster_prefix: str, tmp_path: Path) -> Iterator[WorkerFactory]:
     """Worker processes on the cluster with ``STREAMCREW_PARTITIONS`` set."""
     factory = WorkerFactory(cluster.url, cluster_prefix, tmp_path, env={"STREAMCREW_PARTITIONS": str(PARTITIONS)})
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def cluster_notifiers(cluster: LocalCluster, cluster_prefix: str, tmp_path: Path) -> Iterator[NotifierFactory]:
+    """Notifier processes on the cluster (start them with ``env={"STREAMCREW_PARTITIONS": ...}``)."""
+    factory = NotifierFactory(cluster.url, cluster_prefix, tmp_path, make_secret())
     yield factory
     factory.close()
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
@@ -14,20 +11,11 @@ from streams.envelope import JobRequest
 from streams.keys import NOTIFIER_GROUP, Keys, partition_keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster_support import LocalCluster
-from tests.consumers.notifier.conftest import NotifierFactory, make_secret, receiver  # noqa: F401 - the receiver fixture
+from tests.consumers.notifier.conftest import NotifierFactory
 from tests.consumers.notifier.receiver import Receiver
 from tests.support import WorkerFactory, wait_until
 
 ON_CLUSTER = {"STREAMCREW_PARTITIONS": str(PARTITIONS)}
-
-
-@pytest.fixture
-def cluster_notifiers(cluster: LocalCluster, cluster_prefix: str, tmp_path: Path) -> Iterator[NotifierFactory]:
-    """Notifier processes on the cluster (start them with ``env=ON_CLUSTER``)."""
-    factory = NotifierFactory(cluster.url, cluster_prefix, tmp_path, make_secret())
-    yield factory
-    factory.close()
 
 
 def webhook_ids(receiver: Receiver) -> Counter[str]:

@@ -23,10 +23,10 @@ from streams.keys import Keys, partition_keys, partition_of
 from streams.outage import REDIS_DOWN
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, wait_every_webhook, webhook_ids  # noqa: F401 - a fixture
+from tests.cluster.test_notifier import ON_CLUSTER, wait_every_webhook, webhook_ids
 from tests.cluster.test_workers import wait_all_results
 from tests.cluster_support import LocalCluster
-from tests.consumers.notifier.conftest import NotifierFactory, receiver  # noqa: F401 - a fixture
+from tests.consumers.notifier.conftest import NotifierFactory
 from tests.consumers.notifier.receiver import Receiver
 
 JOBS = 1200

@@ -12,10 +12,10 @@ from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
 from tests.cluster.conftest import PARTITIONS
-from tests.cluster.test_notifier import ON_CLUSTER, cluster_notifiers, notifier_pending, wait_every_webhook, webhook_ids  # noqa: F401 - a fixture
+from tests.cluster.test_notifier import ON_CLUSTER, notifier_pending, wait_every_webhook, webhook_ids
 from tests.cluster.test_zz_failover import publish_through
 from tests.cluster_support import LocalCluster
-from tests.consumers.notifier.conftest import NotifierFactory, receiver  # noqa: F401 - a fixture
+from tests.consumers.notifier.conftest import NotifierFactory
 from tests.consumers.notifier.receiver import Receiver
 from tests.support import WorkerFactory, wait_until
 
