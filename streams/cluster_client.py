@@ -31,11 +31,15 @@ MIN_REDIS_PY = (8, 2)
 log = logging.getLogger(__name__)
 
 
+def release_of(version: str) -> tuple[int, ...]:
+    """A version's first two numbers, compared as numbers ("8.10" is after "8.2"; "8.2rc1" is 8.2)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
 def require_cluster_redis_py(installed: str = redis.__version__) -> None:
     """Refuse, in one line that says what to install, a redis-py too old for :class:`StreamsCluster`: the base install
     allows redis-py 5 for a single Redis, and an environment may hold an older one than pip would pick."""
-    found = tuple(int(part) for part in re.findall(r"\d+", installed)[:2])
-    if found < MIN_REDIS_PY:
+    if release_of(installed) < MIN_REDIS_PY:
         wanted = ".".join(map(str, MIN_REDIS_PY))
         raise ConfigError(f"this Redis is a Redis Cluster node: streamcrew on Redis Cluster needs redis-py >= {wanted}, and this "
                           f"environment has {installed}; pip install -U 'redis[hiredis]>={wanted}'")

@@ -16,12 +16,12 @@ import redis
 
 from consumers.cli_base import Exit
 from consumers.processes import streamcrew_cmd
-from streams.cluster_client import MIN_REDIS_PY, require_cluster_redis_py
+from streams.cluster_client import MIN_REDIS_PY, release_of, require_cluster_redis_py
 from streams.errors import ConfigError
 from tests.cluster_support import LocalCluster, placed_cluster
 from tests.consumers.test_cli import cli
 
-OLD = tuple(int(part) for part in redis.__version__.split(".")[:2]) < MIN_REDIS_PY
+OLD = release_of(redis.__version__) < MIN_REDIS_PY
 
 
 def test_the_floor_is_checked_by_the_installed_release() -> None:
