@@ -4,6 +4,7 @@ the nodes it learnt answers. Made by streams.connection.connect_cluster."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
@@ -36,13 +37,37 @@ def release_of(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
-def require_cluster_redis_py(installed: str = redis.__version__) -> None:
-    """Refuse, in one line that says what to install, a redis-py too old for :class:`StreamsCluster`: the base install
-    allows redis-py 5 for a single Redis, and an environment may hold an older one than pip would pick."""
+# The parameters StreamsCluster._refresh_topology passes on to redis-py's (by name).
+REFRESH_PARAMETERS = ("additional_startup_nodes_info", "last_failed_node_name")
+
+
+def refresh_hook_fits(cluster_class: type = RedisCluster) -> bool:
+    """Whether ``cluster_class`` refreshes its slot map through a ``_refresh_topology`` that takes the parameters
+    :class:`StreamsCluster` passes on. A private method: a later redis-py may drop it (the override would never run)
+    or rename a parameter (every refresh would fail with a TypeError)."""
+    hook = getattr(cluster_class, "_refresh_topology", None)
+    if hook is None:
+        return False
+    try:
+        parameters = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(name in parameters for name in REFRESH_PARAMETERS)
+
+
+def require_cluster_redis_py(installed: str = redis.__version__, cluster_class: type = RedisCluster) -> None:
+    """Refuse, in one line that says what to install, a redis-py too old for :class:`StreamsCluster` (the base install
+    allows redis-py 5 for a single Redis, and an environment may hold an older one than pip would pick), or a later
+    one whose cluster client no longer has the slot map refresh it extends."""
+    wanted = ".".join(map(str, MIN_REDIS_PY))
     if release_of(installed) < MIN_REDIS_PY:
-        wanted = ".".join(map(str, MIN_REDIS_PY))
         raise ConfigError(f"this Redis is a Redis Cluster node: streamcrew on Redis Cluster needs redis-py >= {wanted}, and this "
                           f"environment has {installed}; pip install -U 'redis[hiredis]>={wanted}'")
+    if not refresh_hook_fits(cluster_class):
+        raise ConfigError(f"this Redis is a Redis Cluster node: streamcrew's cluster client extends redis-py's slot map refresh "
+                          f"(RedisCluster._refresh_topology({', '.join(REFRESH_PARAMETERS)})), which redis-py {installed} "
+                          f"does not have in that form; install the release streamcrew was tested with: "
+                          f"pip install 'redis[hiredis]=={wanted}.*'")
 
 
 class StreamsCluster(RedisCluster):

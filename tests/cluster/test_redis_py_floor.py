@@ -16,7 +16,7 @@ import redis
 
 from consumers.cli_base import Exit
 from consumers.processes import streamcrew_cmd
-from streams.cluster_client import MIN_REDIS_PY, release_of, require_cluster_redis_py
+from streams.cluster_client import MIN_REDIS_PY, StreamsCluster, refresh_hook_fits, release_of, require_cluster_redis_py
 from streams.errors import ConfigError
 from tests.cluster_support import LocalCluster, placed_cluster
 from tests.consumers.test_cli import cli
@@ -28,9 +28,33 @@ def test_the_floor_is_checked_by_the_installed_release() -> None:
     # The check reads release numbers, not strings ("8.10" is newer than "8.2")
     with pytest.raises(ConfigError, match=r"needs redis-py >= 8\.2, and this environment has 8\.1\.0; pip install -U"):
         require_cluster_redis_py("8.1.0")
-    require_cluster_redis_py("8.2.0")
-    require_cluster_redis_py("8.10.1")
-    require_cluster_redis_py("9.0.0b1")
+    # (a cluster client class that has the refresh: the floors venv's redis-py 5 has none)
+    for newer in ("8.2.0", "8.10.1", "9.0.0b1"):
+        require_cluster_redis_py(newer, cluster_class=StreamsCluster)
+
+
+class _NoRefresh:
+    """A cluster client class as a later redis-py might have it: no ``_refresh_topology``."""
+
+
+class _RenamedRefresh:
+    async def _refresh_topology(self, startup_nodes: list[tuple[str, int]] | None = None, failed: str | None = None) -> None:
+        """A later redis-py's refresh whose parameters have other names than the ones StreamsCluster passes on."""
+
+
+def test_a_redis_py_without_the_refresh_streamcrew_extends_is_refused() -> None:
+    # Given redis-py releases past the floor whose cluster client has no slot map refresh of that form,
+    # When a process checks, Then it refuses in one line (the override would never run, or fail every refresh)
+    for changed in (_NoRefresh, _RenamedRefresh):
+        with pytest.raises(ConfigError, match=r"does not have in that form; install the release streamcrew was tested with"):
+            require_cluster_redis_py("9.0.0", cluster_class=changed)
+
+
+@pytest.mark.skipif(OLD, reason=f"redis-py {redis.__version__} has no slot map refresh to extend (it is refused by its version)")
+def test_the_installed_redis_py_has_the_refresh_streamcrew_extends() -> None:
+    # The override passes these parameters on by name; this is where a new redis-py that changed them shows first
+    assert refresh_hook_fits()
+    require_cluster_redis_py()
 
 
 @pytest.fixture(scope="module")
