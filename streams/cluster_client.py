@@ -52,7 +52,8 @@ def refresh_hook_fits(cluster_class: type = RedisCluster) -> bool:
         parameters = inspect.signature(hook).parameters
     except (TypeError, ValueError):
         return False
-    return all(name in parameters for name in REFRESH_PARAMETERS)
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return takes_any or all(name in parameters for name in REFRESH_PARAMETERS)
 
 
 def require_cluster_redis_py(installed: str = redis.__version__, cluster_class: type = RedisCluster) -> None:

@@ -42,12 +42,18 @@ class _RenamedRefresh:
         """A later redis-py's refresh whose parameters have other names than the ones StreamsCluster passes on."""
 
 
+class _KeywordRefresh:
+    async def _refresh_topology(self, **options: object) -> None:
+        """A refresh that takes any keyword: the parameters StreamsCluster passes on still reach it."""
+
+
 def test_a_redis_py_without_the_refresh_streamcrew_extends_is_refused() -> None:
     # Given redis-py releases past the floor whose cluster client has no slot map refresh of that form,
     # When a process checks, Then it refuses in one line (the override would never run, or fail every refresh)
     for changed in (_NoRefresh, _RenamedRefresh):
         with pytest.raises(ConfigError, match=r"does not have in that form; install the release streamcrew was tested with"):
             require_cluster_redis_py("9.0.0", cluster_class=changed)
+    require_cluster_redis_py("9.0.0", cluster_class=_KeywordRefresh)
 
 
 @pytest.mark.skipif(OLD, reason=f"redis-py {redis.__version__} has no slot map refresh to extend (it is refused by its version)")
