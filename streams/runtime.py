@@ -106,6 +106,11 @@ class GroupRuntime:
         self.leftover: dict[str, list[tuple[str, float]]] = {}  # pending here, held by no slot: a read's beyond the free slots
         self.unsettled: dict[Slot, float] = {}  # pending here, held by no slot: let go unsettled
         self.stalled = False  # entries stalled elsewhere wait for slots: the read loop sweeps before it reads (Leases.sweep)
+        # Whether the last blocking read came back empty, and nothing has happened since: an idle loop then blocks again
+        # without a strict pass between. A read of '>' that returned nothing saw every stream it waits on empty for its
+        # whole wait, so reading each again would find the same (before, an idle worker read every stream once per block:
+        # on a cluster every 100 ms, ~80 calls a second to each master of 2 partitions; on one Redis 7 a second).
+        self._blocked_empty = False
         self.leases = Leases(self)
 
     # -- slots ---------------------------------------------------------------
@@ -201,12 +206,14 @@ class GroupRuntime:
     async def _read_loop(self) -> None:
         backoff = Backoff(f"{self.group}/{self.consumer} read")
         while self._accepting:
+            blocked_empty, self._blocked_empty = self._blocked_empty, False  # kept only when nothing else comes first
             free = self.free_slots()
             if free <= 0:
                 self._freed.clear()
                 await self._freed.wait()
                 continue
             if free < self.refill:
+                blocked_empty = False  # slots freed meanwhile: read strictly, by priority
                 await self._await_refill()
                 if self.free_slots() <= 0:  # a reclaim (the sweep) took the freed slots meanwhile
                     continue
@@ -218,9 +225,8 @@ class GroupRuntime:
                     if self.leftover and (await self._read_strict(self.leases.leftover_level()) or await self.leases.take_up_leftover()):
                         backoff.ok()
                         continue
-                    got = await self._read_strict()
-                    if not got and self.free_slots() > 0:
-                        await self._read_blocking()
+                    if (blocked_empty or not await self._read_strict()) and self.free_slots() > 0:
+                        self._blocked_empty = not await self._read_blocking()
                 backoff.ok()
             except asyncio.CancelledError:
                 raise
@@ -275,23 +281,24 @@ class GroupRuntime:
         self.quiet.stop() if above is None else self.quiet.watch(self._above[above])  # all empty: the blocking read waits on each
         return False
 
-    async def _read_blocking(self) -> None:
-        """All streams empty: wait for the first entry on any of them (COUNT 1 each). On a cluster the slots' reads
-        block side by side; each delivers what it got as it returns, and the next read waits for all (at most ``block_ms``)."""
+    async def _read_blocking(self) -> bool:
+        """All streams empty: wait for the first entry on any of them (COUNT 1 each); whether one came. On a cluster the
+        slots' reads block side by side; each delivers what it got as it returns, and the next read waits for all (at most
+        ``block_ms``). A slot whose master hangs is not waited on (nor read strictly: see :meth:`slot_slow`)."""
         if len(self._blocking_groups) == 1:
-            await self._read_blocking_group(self.streams)
-            return
+            return await self._read_blocking_group(self.streams)
         block_ms = min(self.block_ms, CLUSTER_BLOCK_MS)
         groups = [g for g in self._blocking_groups if self.slow is None or not self.slow.slow(self._slot_of(g[0]))]
         if not groups:  # every slot's master hangs: look again after a block's time
             await asyncio.sleep(block_ms / 1000)
-            return
-        await asyncio.gather(*(within_pass(self._read_blocking_group(group, block_ms)) for group in groups))
+            return False
+        return any(await asyncio.gather(*(within_pass(self._read_blocking_group(group, block_ms)) for group in groups)))
 
-    async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> None:
+    async def _read_blocking_group(self, streams: list[str], block_ms: int | None = None) -> bool:
         block = block_ms or self.block_ms
         reply = await self._read(self._slot_of(streams[0]), {s: ">" for s in streams}, count=1, block=block)
         await self._deliver_reply(reply)
+        return any(entries for _, entries in reply or [])
 
     async def _read(self, slot: int, streams: dict[Any, Any], *, count: int, block: int | None = None) -> ReadReply:
         """One XREADGROUP; on a cluster, one whose master does not answer in time (a pause, a hang) is left to answer
