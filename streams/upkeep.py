@@ -65,8 +65,7 @@ class Upkeep:
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
         if trim:
-            for stream in keys.work_streams:
-                await self._scripts.trim(keys=[stream])
+            await self._scripts.trim(keys=list(keys.work_streams))  # one slot: one call for the partition's six
             await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)
         await self._workflows.expire_due(keys)
         if unpark and self._caps is not None:

@@ -28,6 +28,24 @@ async def test_trim_keeps_pending_and_undelivered_entries(redis, keys: Keys) -> 
     assert [e[0] for e in await redis.xrange(lane)] == ids[4:]
 
 
+async def test_one_call_trims_each_of_a_partitions_streams_to_its_own_need(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given the six work streams of a partition: two with entries their groups have acked (3 and 1 of 4), the rest
+    # never written (no key: a partition's idle lanes)
+    high, normal = keys.lane("high"), keys.lane("normal")
+    ids = {lane: [await redis.xadd(lane, {"n": str(i)}) for i in range(4)] for lane in (high, normal)}
+    for lane, acked in ((high, 3), (normal, 1)):
+        await redis.xgroup_create(lane, "workers", id="0")
+        read = await redis.xreadgroup("workers", "w", {lane: ">"}, count=acked)
+        await redis.xack(lane, "workers", *[eid for eid, _ in read[0][1]])
+    # When the upkeep trims them in one call (the streams of one slot)
+    removed = await Scripts(redis).trim(keys=list(keys.work_streams))
+    # Then each lost only what its own group had acknowledged, and the missing ones stayed missing
+    assert removed == 4
+    assert [e[0] for e in await redis.xrange(high)] == ids[high][3:]
+    assert [e[0] for e in await redis.xrange(normal)] == ids[normal][1:]
+    assert await redis.exists(*[s for s in keys.work_streams if s not in (high, normal)]) == 0
+
+
 async def _results(redis, keys: Keys, n: int) -> list[str]:  # type: ignore[no-untyped-def]
     return [await redis.xadd(keys.results, {"id": f"job-{i}"}) for i in range(n)]
 
