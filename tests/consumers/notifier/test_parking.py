@@ -35,15 +35,18 @@ def unused_s(arrivals: list[Arrival], latency_s: float, workers: int) -> float:
 async def test_a_parked_delivery_comes_back_when_its_endpoint_has_a_free_connection(
     redis: Redis, keys: Keys, notifiers: NotifierFactory
 ) -> None:
-    # Given a notifier with 100 slots that has measured an endpoint answering in 0.3 s with 10 workers (33 a
-    # second): alone, its queue may hold what it serves in 2 s (66 beyond its 10 in flight)
-    latency_s, workers, burst = 0.3, 10, 250
+    # Given a notifier with 100 slots that has measured an endpoint answering in 0.6 s with 10 workers (17 a
+    # second): alone, its queue may hold what it serves in 2 s (33 beyond its 10 in flight)
+    # (0.6 s, not 0.3: a parked delivery brought back a latency late costs twice as much idle time, so the bug stands
+    # out of a loaded machine's scheduling delays: 10 connection-seconds with it against 2.8 - 4.5 without, under
+    # three busy cores; at 0.3 s it was 6.6 - 6.9 against 3.1 - 4.0, and once 5.6 in a loaded CI run)
+    latency_s, workers, burst = 0.6, 10, 250
     receiver = await PacedReceiver(latency_s=latency_s, limit=workers).start()
     try:
         notifier = notifiers.start("--concurrency", "100")
         await add_results(redis, keys, [receiver.url()] * 40, prefix="warm")
         await receiver.wait_for(40, timeout=30)
-        # When 250 results for it come at once (so 174 are parked, each to come back when a connection is free)
+        # When 250 results for it come at once (so about 200 are parked, each to come back when a connection is free)
         receiver.arrivals.clear()
         await add_results(redis, keys, [receiver.url()] * burst)
         await receiver.wait_for(burst, timeout=60)
@@ -52,7 +55,7 @@ async def test_a_parked_delivery_comes_back_when_its_endpoint_has_a_free_connect
         unused = unused_s(receiver.arrivals, latency_s, workers)
         took = receiver.arrivals[-1].at - receiver.arrivals[0].at + latency_s
         print(f"unused {unused:.2f} connection-seconds; took {took:.2f}s (ideal {burst * latency_s / workers:.2f}s)")
-        assert unused < 5.0, f"its connections went unused {unused:.2f}s while parked deliveries waited to come back"
+        assert unused < 7.0, f"its connections went unused {unused:.2f}s while parked deliveries waited to come back"
         assert not receiver.duplicates()
         await wait_until(lambda: _eq(pending(redis, keys), 0), timeout=20, what="every entry acked")
         notifier.kill()
