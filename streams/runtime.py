@@ -106,10 +106,8 @@ class GroupRuntime:
         self.leftover: dict[str, list[tuple[str, float]]] = {}  # pending here, held by no slot: a read's beyond the free slots
         self.unsettled: dict[Slot, float] = {}  # pending here, held by no slot: let go unsettled
         self.stalled = False  # entries stalled elsewhere wait for slots: the read loop sweeps before it reads (Leases.sweep)
-        # Whether the last blocking read came back empty, and nothing has happened since: an idle loop then blocks again
-        # without a strict pass between. A read of '>' that returned nothing saw every stream it waits on empty for its
-        # whole wait, so reading each again would find the same (before, an idle worker read every stream once per block:
-        # on a cluster every 100 ms, ~80 calls a second to each master of 2 partitions; on one Redis 7 a second).
+        # The last blocking read came back empty and nothing happened since: its '>' saw every stream empty for its whole
+        # wait, so an idle loop blocks again without reading each stream first (tests/streams/test_idle_reads.py)
         self._blocked_empty = False
         self.leases = Leases(self)
 
