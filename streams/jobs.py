@@ -37,7 +37,7 @@ from streams.tenant_cap import TenantCapper, TenantCaps
 from streams.sizes import bounded_error, short, too_large
 from streams.slow_slots import slow_slots_of
 from streams.tally import JobTally
-from streams.upkeep import Upkeep
+from streams.upkeep import Upkeep, UpkeepLease
 from streams.usage import add as add_usage, of_failure, parse as parse_usage, stored as stored_usage
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
@@ -123,7 +123,7 @@ class JobProcessor:
                                     moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
                                     failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
-        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, self.caps,
+        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, UpkeepLease(self._scripts, self.worker), self.caps,
                               slow_slots_of(redis) if len(self.partitions) > 1 else None)
         self._tally = JobTally()
         self._summary_every_s = summary_every_s
@@ -360,6 +360,10 @@ class JobProcessor:
             await self.caps.renew([(self._keys_of[r.claimed.stream], r.claimed.request.tenant or "", r.claimed.job_id)
                                    for r in self._running.values() if self.caps.cap(r.claimed.request)])
         await self._upkeep.run()
+
+    async def let_go_of_upkeep(self) -> None:
+        """Once stopped: the partitions' upkeep leases held here go, for another worker to take up at once."""
+        await self._upkeep.lease.let_go(self.partitions)
 
     async def hand_back(self, slots: list[Slot]) -> int:
         """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted, and let moves the

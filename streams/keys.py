@@ -165,6 +165,11 @@ class Keys:
         """
         return f"{self.prefix}:slot-guard"
 
+    @property
+    def upkeep(self) -> str:
+        """The lease on this partition's upkeep: the worker it names does it (streams.upkeep); it lapses unrenewed."""
+        return f"{self.prefix}:upkeep"
+
     def job(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
 

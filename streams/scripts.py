@@ -74,6 +74,7 @@ class Scripts:
         self.unpark: AsyncScript = NodeScript(redis, _with_library("groups", "tenant_cap", "unpark"))
         self.cap_renew: AsyncScript = NodeScript(redis, _with_library("groups", "tenant_cap", "cap_renew"))
         self.cap_agree: AsyncScript = NodeScript(redis, _source("cap_agree"))
+        self.upkeep_lease: AsyncScript = NodeScript(redis, _source("upkeep_lease"))
 
 
 Reply = Any

@@ -1,5 +1,10 @@
 """The upkeep of a prefix's partitions that any worker may do, each step one atomic script.
 
+One worker at a time does a partition's upkeep: the holder of its lease (``Keys.upkeep``), renewed every second and
+lapsing LEASE_S after the last renewal (a crash; a stopped worker lets it go). The others ask for it once a second,
+so each idle worker adds one call a second to a partition's master, not ten. Every step is atomic and idempotent:
+two workers doing one partition's upkeep at once (a holder slower than its lease) do no harm.
+
 Per partition: end workflows whose timeout passed, move due retries back to their lanes, let go parked jobs that now
 fit under their tenant's cap (to their lanes' resumed streams: streams.tenant_cap; every second), trim acknowledged entries. And
 every 30 s the workers compare their tenant caps (TenantCapper.agree). Each partition is kept on its own: one that fails (its master away, a key of the wrong type) holds up
@@ -9,6 +14,7 @@ the others are done, for the caller's backoff.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -16,6 +22,7 @@ from collections.abc import Sequence
 from streams.config import StreamSettings
 from streams.envelope import now_ms
 from streams.keys import Keys
+from streams.outage import REDIS_FAILED
 from streams.retention import trim_results
 from streams.scripts import Scripts
 from streams.slow_slots import SlowRounds, SlowSlots, slot_of
@@ -26,15 +33,51 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
+LEASE_S = 3.0  # a partition's upkeep waits at most this (and ASK_EVERY_S) after its holder dies
+ASK_EVERY_S = 1.0  # how often a worker renews its lease, or asks for one another holds
+LET_GO_S = 2.0  # a stopping worker's wait to give its leases up
+LET_GO_FAILED: tuple[type[BaseException], ...] = (*REDIS_FAILED, TimeoutError)
+
+
+class UpkeepLease:
+    """Which partitions' upkeep this worker holds: asked of Redis at most every ASK_EVERY_S per partition."""
+
+    def __init__(self, scripts: Scripts, worker: str, *, lease_s: float = LEASE_S, ask_every_s: float = ASK_EVERY_S) -> None:
+        self._scripts = scripts
+        self._worker = worker
+        self._lease_ms = int(lease_s * 1000)
+        self._ask_every_s = ask_every_s
+        self._answers: dict[str, tuple[float, bool]] = {}  # lease key -> (when to ask again, held)
+
+    async def held(self, keys: Keys) -> bool:
+        now = time.monotonic()
+        answer = self._answers.get(keys.upkeep)
+        if answer is not None and now < answer[0]:
+            return answer[1]
+        held = bool(await self._scripts.upkeep_lease(keys=[keys.upkeep], args=[self._worker, self._lease_ms]))
+        self._answers[keys.upkeep] = (now + self._ask_every_s, held)
+        return held
+
+    async def let_go(self, partitions: Sequence[Keys]) -> None:
+        """Give up the leases held (a stopping worker), so another worker takes them up within a second, not
+        LEASE_S; a lease whose master does not answer within LET_GO_S lapses instead."""
+        held = [keys for keys in partitions if self._answers.pop(keys.upkeep, (0.0, False))[1]]
+        try:
+            async with asyncio.timeout(LET_GO_S):
+                for keys in held:
+                    await self._scripts.upkeep_lease(keys=[keys.upkeep], args=[self._worker, 0])
+        except LET_GO_FAILED as exc:
+            log.info("upkeep leases of %d partitions left to lapse (in %.0fs): %s", len(held), LEASE_S, exc)
 
 
 class Upkeep:
     def __init__(self, scripts: Scripts, workflows: WorkflowStarter, settings: StreamSettings, partitions: Sequence[Keys],
-                 caps: TenantCapper | None = None, slow: SlowSlots | None = None) -> None:
+                 lease: UpkeepLease, caps: TenantCapper | None = None, slow: SlowSlots | None = None) -> None:
         """``slow`` (a cluster client's, streams.slow_slots): a partition whose master hangs, or whose round runs past
         the slow-call time, is skipped while that round ends in the background, so the others' retries are still
         promoted on time."""
         self._scripts = scripts
+        self.lease = lease
         self._rounds = SlowRounds(slow, "upkeep")
         self._caps = caps
         self._workflows = workflows
@@ -64,6 +107,8 @@ class Upkeep:
             raise failed
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
+        if not await self.lease.held(keys):
+            return
         if trim:
             await self._scripts.trim(keys=list(keys.work_streams))  # one slot: one call for the partition's six
             await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)

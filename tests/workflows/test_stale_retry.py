@@ -12,7 +12,7 @@ from streams.keys import Keys
 from streams.producer import Producer
 from streams.scripts import Scripts
 from streams.settle import retry_op
-from streams.upkeep import Upkeep
+from streams.upkeep import Upkeep, UpkeepLease
 from streams.workflow import Workflow, step_job_id
 from streams.workflows import ClaimedWorkflow, WorkflowStarter
 from tests.streams.test_resent_calls import Echo, started_by_w1
@@ -67,7 +67,7 @@ async def test_an_earlier_runs_retry_leaves_the_new_runs_step_alone(redis: Redis
     new_entry = await new_run_after_expiry(redis, keys, producer, starter)
     lane = keys.lane("normal")
     # When a worker's upkeep promotes due retries
-    await Upkeep(Scripts(redis), starter, settings, [keys]).run()
+    await Upkeep(Scripts(redis), starter, settings, [keys], UpkeepLease(Scripts(redis), "w1")).run()
     # Then the old retry is gone, not re-added to the lane, and the step's record still names the new run's entry,
     # which runs as the step's attempt 1
     assert await redis.zcard(keys.delayed) == 0
@@ -91,7 +91,7 @@ async def test_an_earlier_runs_retry_leaves_the_new_runs_retry_alone(redis: Redi
     _, new_member = await attempt_failed(redis, keys, LATER_MS)
     record = await redis.hgetall(keys.job(STEP))
     # When a worker's upkeep promotes due retries (the earlier run's only)
-    await Upkeep(Scripts(redis), starter, settings, [keys]).run()
+    await Upkeep(Scripts(redis), starter, settings, [keys], UpkeepLease(Scripts(redis), "w1")).run()
     # Then the earlier run's retry is dropped, not re-added to the lane; the new run's still waits, its record untouched
     assert await redis.zrange(keys.delayed, 0, -1) == [new_member]
     assert await redis.hgetall(keys.job(STEP)) == record
