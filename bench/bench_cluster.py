@@ -183,7 +183,7 @@ def main() -> None:
     busiest = max(cluster_cpu[p] for p in masters)
     every = sum(cluster_cpu[p] for p in masters)
     copies = sum(cluster_cpu[p] for p in replicas)
-    print(f"busiest master / single per round: {'  '.join(f'{r:.2f}' for r in ratios)}; the median round:")
+    print(f"busiest master / single per round: {'  '.join(f'{r:.3f}' for r in ratios)}; the median round:")
     print(f"single instance Redis CPU   {one:8.2f} s for {args.jobs:,} jobs ({per_job_us(one, args.jobs):.1f} µs/job)")
     print("cluster masters Redis CPU   " + "  ".join(f"{cluster_cpu[p]:.2f} s" for p in masters))
     print(f"  all masters together      {every:8.2f} s ({per_job_us(every, args.jobs):.1f} µs/job, "
@@ -194,7 +194,7 @@ def main() -> None:
         fed = replicated_cpu[single_port]
         print(f"single instance + a replica {fed:8.2f} s ({per_job_us(fed, args.jobs):.1f} µs/job; "
               f"all cluster masters are {every / fed:.2f}x this)")
-    print(f"busiest master / single     {busiest / one:8.2f}     (median of {args.rounds} rounds; target <= 0.45)")
+    print(f"busiest master / single     {busiest / one:8.3f}     (median of {args.rounds} rounds; target <= 0.45)")
     if replicated_cpu:
         print(f"busiest master / single + a replica {busiest / replicated_cpu[single_port]:.2f} (the same replication on both sides)")
     bare_median = bare_ratios[median_round(bare_ratios)]
