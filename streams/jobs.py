@@ -363,7 +363,7 @@ class JobProcessor:
 
     async def let_go_of_upkeep(self) -> None:
         """Once stopped: the partitions' upkeep leases held here go, for another worker to take up at once."""
-        await self._upkeep.lease.let_go(self.partitions)
+        await self._upkeep.lease.let_go()
 
     async def hand_back(self, slots: list[Slot]) -> int:
         """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted, and let moves the

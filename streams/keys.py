@@ -140,6 +140,11 @@ class Keys:
         return f"{self.prefix}:webhooks:due"
 
     @property
+    def webhooks_upkeep(self) -> str:
+        """The lease on this partition's webhook promotion: the notifier it names does it (streams.upkeep)."""
+        return f"{self.prefix}:webhooks:upkeep"
+
+    @property
     def clock(self) -> str:
         """Last entry ID the producers issued: one clock for the three lanes keeps id-less job ids unique."""
         return f"{self.prefix}:clock"

@@ -40,7 +40,8 @@ LET_GO_FAILED: tuple[type[BaseException], ...] = (*REDIS_FAILED, TimeoutError)
 
 
 class UpkeepLease:
-    """Which partitions' upkeep this worker holds: asked of Redis at most every ASK_EVERY_S per partition."""
+    """Which partitions' upkeep this process holds (a lease key each: ``Keys.upkeep``, the notifier's
+    ``Keys.webhooks_upkeep``): asked of Redis at most every ASK_EVERY_S per lease."""
 
     def __init__(self, scripts: Scripts, worker: str, *, lease_s: float = LEASE_S, ask_every_s: float = ASK_EVERY_S) -> None:
         self._scripts = scripts
@@ -49,23 +50,24 @@ class UpkeepLease:
         self._ask_every_s = ask_every_s
         self._answers: dict[str, tuple[float, bool]] = {}  # lease key -> (when to ask again, held)
 
-    async def held(self, keys: Keys) -> bool:
+    async def held(self, lease: str) -> bool:
         now = time.monotonic()
-        answer = self._answers.get(keys.upkeep)
+        answer = self._answers.get(lease)
         if answer is not None and now < answer[0]:
             return answer[1]
-        held = bool(await self._scripts.upkeep_lease(keys=[keys.upkeep], args=[self._worker, self._lease_ms]))
-        self._answers[keys.upkeep] = (now + self._ask_every_s, held)
+        held = bool(await self._scripts.upkeep_lease(keys=[lease], args=[self._worker, self._lease_ms]))
+        self._answers[lease] = (now + self._ask_every_s, held)
         return held
 
-    async def let_go(self, partitions: Sequence[Keys]) -> None:
-        """Give up the leases held (a stopping worker), so another worker takes them up within a second, not
-        LEASE_S; a lease whose master does not answer within LET_GO_S lapses instead."""
-        held = [keys for keys in partitions if self._answers.pop(keys.upkeep, (0.0, False))[1]]
+    async def let_go(self) -> None:
+        """Give up the leases held (a stopping process), so another takes them up within a second, not LEASE_S; a
+        lease whose master does not answer within LET_GO_S lapses instead."""
+        held = [lease for lease, (_, mine) in self._answers.items() if mine]
+        self._answers.clear()
         try:
             async with asyncio.timeout(LET_GO_S):
-                for keys in held:
-                    await self._scripts.upkeep_lease(keys=[keys.upkeep], args=[self._worker, 0])
+                for lease in held:
+                    await self._scripts.upkeep_lease(keys=[lease], args=[self._worker, 0])
         except LET_GO_FAILED as exc:
             log.info("upkeep leases of %d partitions left to lapse (in %.0fs): %s", len(held), LEASE_S, exc)
 
@@ -107,7 +109,7 @@ class Upkeep:
             raise failed
 
     async def _partition(self, keys: Keys, *, trim: bool, unpark: bool) -> None:
-        if not await self.lease.held(keys):
+        if not await self.lease.held(keys.upkeep):
             return
         if trim:
             await self._scripts.trim(keys=list(keys.work_streams))  # one slot: one call for the partition's six

@@ -36,8 +36,10 @@ from streams.errors import DecodeError
 from streams.hold import until_refill
 from streams.raw import not_utf8, repaired_fields
 from streams.runtime import Entry, GroupRuntime, Slot
+from streams.scripts import Scripts
 from streams.sizes import short
 from streams.slow_slots import SlowRounds, slot_of
+from streams.upkeep import UpkeepLease
 from streams.urls import loggable_url
 
 log = logging.getLogger("streamcrew.notifier")
@@ -115,6 +117,8 @@ class NotifierHandler:
                                    hold=until_refill(runtime), hold_s=runtime.refill_wait_s / 2)
         self._due_streams = frozenset(store.due for store in self.stores)
         self._promotions = SlowRounds(runtime.slow, "webhook promotion")  # a hung master holds up only its partitions'
+        # one notifier at a time moves a partition's due retries (streams.upkeep): the lease's holder
+        self.promotion_lease = UpkeepLease(Scripts(runtime.redis), runtime.consumer)
         self._work: dict[Slot, Work] = {}
         self._tally: dict[Kind, int] = {}
         self._tally_since = time.monotonic()
@@ -218,20 +222,25 @@ class NotifierHandler:
         self.committer.submit(op, written)
 
     async def tick(self) -> None:
-        """Move due deliveries to each partition's due stream (any notifier may; the script is atomic); log the summary.
-        A partition whose master hangs is skipped while its promotion ends in the background (streams.slow_slots)."""
+        """Move due deliveries to each partition's due stream (the notifier holding the partition's lease does: the
+        others ask for it once a second, streams.upkeep; the script is atomic); log the summary. A partition whose
+        master hangs is skipped while its promotion ends in the background (streams.slow_slots)."""
         self.deliverer.limiter.tick()
         now = now_ms()
         failed: Exception | None = None
         for i, store in enumerate(self.stores):  # one partition failing, or whose master hangs, holds up no other's
             try:
-                await self._promotions.run(i, slot_of(store.keys.webhooks_delayed), lambda: store.promote(now))
+                await self._promotions.run(i, slot_of(store.keys.webhooks_delayed), lambda: self._promote(store, now))
             except Exception as exc:
                 failed = failed or exc
         if time.monotonic() - self._tally_since >= SUMMARY_S:
             self.summary()
         if failed is not None:
             raise failed
+
+    async def _promote(self, store: Store, now: int) -> None:
+        if await self.promotion_lease.held(store.keys.webhooks_upkeep):
+            await store.promote(now)
 
     def summary(self) -> None:
         """Log the outcomes since the last summary (every ``SUMMARY_S``, and once more at stop)."""

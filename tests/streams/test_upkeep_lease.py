@@ -88,11 +88,11 @@ async def test_a_stopping_worker_lets_its_lease_go_and_no_other(redis: Redis, ke
     a, b = upkeep_of(redis, settings, keys, "a"), upkeep_of(redis, settings, keys, "b")
     await a.run()
     # When b, which holds nothing, lets go (a no-op), and then a stops
-    await b.lease.let_go([keys])
+    await b.lease.let_go()
     assert await redis.get(keys.upkeep) == "a"
     assert await Scripts(redis).upkeep_lease(keys=[keys.upkeep], args=["b", 0]) == 0  # another's lease is not b's to end
     assert await redis.get(keys.upkeep) == "a"
-    await a.lease.let_go([keys])
+    await a.lease.let_go()
     # Then the lease is gone at once, and the next round of b takes it
     assert await redis.exists(keys.upkeep) == 0
     await due_retry(redis, keys, "j1")
