@@ -35,7 +35,7 @@ PROMOTE_BATCH = 500
 TRIM_EVERY_S = 1.0
 LEASE_S = 3.0  # a partition's upkeep waits at most this (and ASK_EVERY_S) after its holder dies
 ASK_EVERY_S = 1.0  # how often a worker renews its lease, or asks for one another holds
-LET_GO_S = 2.0  # a stopping worker's wait to give its leases up
+LET_GO_S = 5.0  # a stopping process's wait to give its leases up
 LET_GO_FAILED: tuple[type[BaseException], ...] = (*REDIS_FAILED, TimeoutError)
 
 
@@ -49,27 +49,37 @@ class UpkeepLease:
         self._lease_ms = int(lease_s * 1000)
         self._ask_every_s = ask_every_s
         self._answers: dict[str, tuple[float, bool]] = {}  # lease key -> (when to ask again, held)
+        self._asked: set[str] = set()  # every lease asked for: an ask cut short (a cancel) may still have taken it
+        self._let_go = False
 
     async def held(self, lease: str) -> bool:
+        if self._let_go:
+            return False
         now = time.monotonic()
         answer = self._answers.get(lease)
         if answer is not None and now < answer[0]:
             return answer[1]
+        self._asked.add(lease)
         held = bool(await self._scripts.upkeep_lease(keys=[lease], args=[self._worker, self._lease_ms]))
+        if self._let_go:  # let go of while this ask was under way: what it took goes too
+            await self._scripts.upkeep_lease(keys=[lease], args=[self._worker, 0])
+            return False
         self._answers[lease] = (now + self._ask_every_s, held)
         return held
 
     async def let_go(self) -> None:
         """Give up the leases held (a stopping process), so another takes them up within a second, not LEASE_S; a
-        lease whose master does not answer within LET_GO_S lapses instead."""
-        held = [lease for lease, (_, mine) in self._answers.items() if mine]
+        lease whose master does not answer within LET_GO_S lapses instead. Every lease ever asked for is let go
+        (the script ends only the caller's own), and none is asked for after."""
+        self._let_go = True
         self._answers.clear()
+        leases = sorted(self._asked)
         try:
             async with asyncio.timeout(LET_GO_S):
-                for lease in held:
+                for lease in leases:
                     await self._scripts.upkeep_lease(keys=[lease], args=[self._worker, 0])
         except LET_GO_FAILED as exc:
-            log.info("upkeep leases of %d partitions left to lapse (in %.0fs): %s", len(held), LEASE_S, exc)
+            log.info("upkeep leases of %d partitions left to lapse (in %.0fs): %s", len(leases), LEASE_S, exc)
 
 
 class Upkeep:

@@ -82,6 +82,7 @@ async def run_notifier(settings: NotifierSettings) -> int:
              len(settings.subscriptions), settings.prefix,
              f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "")
     finished, handed_back = await serve_until_stopped(runtime, handler.committer, stop, settings.grace_s)
+    await handler.promotion_lease.let_go()
     handler.summary()
     log.info("notifier %s stopped: %d entries finished, %d handed back", name, finished, handed_back)
     await deliverer.aclose()

@@ -46,5 +46,5 @@ async def test_a_stopped_holder_lets_the_lease_go(redis, keys: Keys, workers: Wo
     # Then it let the lease go on its way out (left to lapse, it would name the holder for up to LEASE_S more): free,
     # or already the other worker's
     left = await redis.get(keys.upkeep)
-    assert left is None or f"-{holder.pid}-" not in left, left
+    assert left is None or f"-{holder.pid}-" not in left, f"{left} still holds it; its log:\n{holder.log_text()[-3000:]}"
     assert await holder_of(redis, keys, [other]) is other

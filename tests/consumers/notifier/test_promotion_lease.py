@@ -54,5 +54,5 @@ async def test_a_stopped_holder_lets_the_lease_go(redis: Redis, keys: Keys, noti
     assert holder.wait(30) == 0, holder.log_text()[-2000:]
     # Then it let the lease go on its way out (left to lapse, it would name the holder for up to LEASE_S more)
     left = await redis.get(keys.webhooks_upkeep)
-    assert left is None or f"-{holder.pid}-" not in left, left
+    assert left is None or f"-{holder.pid}-" not in left, f"{left} still holds it; its log:\n{holder.log_text()[-3000:]}"
     assert await holder_of(redis, keys, [other]) is other
