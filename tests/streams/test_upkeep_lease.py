@@ -87,8 +87,8 @@ async def test_a_stopping_worker_lets_its_lease_go_and_no_other(redis: Redis, ke
     # Given worker a holding the lease
     a, b = upkeep_of(redis, settings, keys, "a"), upkeep_of(redis, settings, keys, "b")
     await a.run()
-    # When b, which holds nothing, lets go (a no-op), and then a stops
-    await b.lease.let_go()
+    # When another worker b, which holds nothing, stops (its let-go ends no lease of a's), and then a stops
+    await upkeep_of(redis, settings, keys, "b").lease.let_go()
     assert await redis.get(keys.upkeep) == "a"
     assert await Scripts(redis).upkeep_lease(keys=[keys.upkeep], args=["b", 0]) == 0  # another's lease is not b's to end
     assert await redis.get(keys.upkeep) == "a"
@@ -132,9 +132,9 @@ async def test_idle_workers_leave_the_upkeep_to_one(own_redis: RedisServer) -> N
             alone = await calls_per_s(redis)
             async with idle_worker(redis, settings, keys, "w2"), idle_worker(redis, settings, keys, "w3"):
                 three = await calls_per_s(redis)
-                # Then the two others add about a call a second each (their lease asks), where each added the holder's
-                # whole upkeep before (three workers: three times one)
-                assert three <= alone + 2 * 1.5 + 2, f"{three:.1f} script calls/s with three idle workers, {alone:.1f} with one"
+                # Then the two others add about a call a second each (their lease asks: ~1.3x one worker's calls), where
+                # each added the holder's whole upkeep before (three times one worker's)
+                assert three < 2 * alone, f"{three:.1f} script calls/s with three idle workers, {alone:.1f} with one"
                 # And a retry that falls due is promoted, by the holder
                 await due_retry(redis, keys, "j1")
 
