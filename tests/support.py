@@ -359,3 +359,24 @@ def with_hosts(hosts: Path) -> list[str] | None:
     wrapper = ["unshare", "--mount", "sh", "-c", f'mount --bind "{hosts}" /etc/hosts && exec "$0" "$@"']
     done = subprocess.run([*wrapper, "true"], capture_output=True, timeout=10)
     return wrapper if done.returncode == 0 else None
+
+
+async def lease_holder(redis: Redis, lease: str, children: Sequence[Child]) -> Child:
+    """Of ``children``, the process whose consumer name (``...-<pid>-<hex>``) holds ``lease`` (streams.upkeep),
+    once one does."""
+    async def held() -> bool:
+        return await redis.get(lease) is not None
+    await wait_until(held, timeout=10, what=f"a process to take the lease {lease}")
+    name = await redis.get(lease)
+    (holder,) = [c for c in children if f"-{c.pid}-" in name]
+    return holder
+
+
+async def stopped_holder_lets_go(redis: Redis, lease: str, holder: Child, other: Child) -> None:
+    """SIGTERM ``holder`` and wait for its exit; it must have let ``lease`` go on its way out (left to lapse, the lease
+    would name it for up to streams.upkeep.LEASE_S more), and ``other`` must take it up."""
+    holder.terminate()
+    assert holder.wait(30) == 0, holder.log_text()[-2000:]
+    left = await redis.get(lease)
+    assert left is None or f"-{holder.pid}-" not in left, f"{left} still holds it; its log:\n{holder.log_text()[-3000:]}"
+    assert await lease_holder(redis, lease, [other]) is other
