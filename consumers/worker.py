@@ -134,7 +134,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
              f" partitions={settings.serve_partitions or 'all'} of {settings.partitions}" if settings.partitions > 1 else "",
              f" tenant_max_running={settings.tenant_max_running}" if settings.tenant_caps else "")
     finished, handed_back = await serve_until_stopped(runtime, processor.settler, stop, settings.grace_s)
-    await processor.let_go_of_upkeep()
+    await processor.upkeep_lease.let_go()
     log.info("worker %s stopped: %d in-flight jobs finished, %d handed back", name, finished, handed_back)
     pool.shutdown(wait=False, cancel_futures=True)
     await agents_llm.aclose()

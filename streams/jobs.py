@@ -123,7 +123,8 @@ class JobProcessor:
                                     moved=lambda stream, entry_id: self.settler.submit(drop_op(stream, entry_id)), refused=self._reject_invalid,
                                     failed=lambda stream, entry_id: runtime.release(stream, entry_id, settled=False))
         self._running: dict[Slot, Running] = {}
-        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, UpkeepLease(self._scripts, self.worker), self.caps,
+        self.upkeep_lease = UpkeepLease(self._scripts, self.worker)  # let go by the worker once stopped (streams.upkeep)
+        self._upkeep = Upkeep(self._scripts, self.workflows, settings, self.partitions, self.upkeep_lease, self.caps,
                               slow_slots_of(redis) if len(self.partitions) > 1 else None)
         self._tally = JobTally()
         self._summary_every_s = summary_every_s
@@ -360,10 +361,6 @@ class JobProcessor:
             await self.caps.renew([(self._keys_of[r.claimed.stream], r.claimed.request.tenant or "", r.claimed.job_id)
                                    for r in self._running.values() if self.caps.cap(r.claimed.request)])
         await self._upkeep.run()
-
-    async def let_go_of_upkeep(self) -> None:
-        """Once stopped: the partitions' upkeep leases held here go, for another worker to take up at once."""
-        await self._upkeep.lease.let_go()
 
     async def hand_back(self, slots: list[Slot]) -> int:
         """Put unfinished jobs back in their lanes at once, the interrupted attempt not counted, and let moves the

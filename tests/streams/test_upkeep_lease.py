@@ -108,7 +108,7 @@ async def idle_worker(redis: Redis, settings: StreamSettings, keys: Keys, name: 
     try:
         async with serving(runtime):
             yield processor
-        await processor.let_go_of_upkeep()
+        await processor.upkeep_lease.let_go()
     finally:
         await processor.settler.close(writer)
 
