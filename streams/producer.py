@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -25,6 +25,26 @@ from streams.slow_slots import SlotSlow, slot_of, slow_slots_of
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
 PUBLISH_CHUNK = 500
+# A chunk goes to publish.lua as one argument, each request's fields JSON-escaped once more: bounded in bytes too, so
+# many large requests together (a gateway batch of concurrent ones) never make one call over Redis' argument limit,
+# nor one that holds Redis up for every other client while it is read.
+PUBLISH_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def chunks_of(indexes: list[int], size_of: Callable[[int], int]) -> Iterator[list[int]]:
+    """``indexes`` in order, cut into calls of at most ``PUBLISH_CHUNK`` requests and ``PUBLISH_CHUNK_BYTES`` (one
+    larger request alone)."""
+    chunk: list[int] = []
+    size = 0
+    for i in indexes:
+        n = size_of(i)
+        if chunk and (len(chunk) >= PUBLISH_CHUNK or size + n > PUBLISH_CHUNK_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(i)
+        size += n
+    if chunk:
+        yield chunk
 RECORD_EXTRAS = ("tenant", "webhook", "traceparent")
 
 
@@ -183,8 +203,7 @@ class Producer:
         """Partition ``p``'s calls in turn, each request's outcome put in ``out``; returns the failure that stopped them
         (``failed``: one before them, so none is made)."""
         for lane_name, indexes in lanes.items():
-            for start in range(0, len(indexes), PUBLISH_CHUNK):
-                chunk = indexes[start:start + PUBLISH_CHUNK]
+            for chunk in chunks_of(indexes, lambda i: request_bytes(encoded[i][1])):
                 outcomes: list[Published | Exception] = [failed] * len(chunk) if failed else []
                 if not failed:
                     try:

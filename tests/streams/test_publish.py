@@ -110,3 +110,19 @@ async def test_out_of_range_attempt_bounds_are_refused_as_post_jobs_refuses_them
     # Then it is a ValueError naming the field, and nothing is queued
     assert field in str(refused.value)
     assert not await redis.exists(keys.lane("normal")) and not await redis.exists(keys.job("bounded"))
+
+
+async def test_many_large_requests_go_in_calls_redis_takes(own_redis: RedisServer) -> None:
+    # Given a Redis whose argument limit (proto-max-bulk-len) is 24 MB, and 20 requests of 0.9 MB of '"', each within
+    # the request limit, and each ~1.8 MB once JSON-escaped again in a publish call (a gateway batch of concurrent ones)
+    redis = Redis.from_url(own_redis.url, decode_responses=True)
+    try:
+        await redis.config_set("proto-max-bulk-len", 24 * 1024 * 1024)
+        keys = Keys("big")
+        requests = [JobRequest(agent="echo", data={"s": '"' * 450_000}, id=f"big-{i}") for i in range(20)]
+        # When they are published together
+        published = await Producer(redis, keys).publish_many(requests)
+        # Then every one is queued: the calls are cut by bytes too, not only by count (one call of all 20 was ~36 MB)
+        assert all(p.created for p in published) and await redis.xlen(keys.lane("normal")) == 20
+    finally:
+        await redis.aclose()
