@@ -19,9 +19,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from streams.errors import DecodeError
-from streams.job_ids import STEP_ID_RESERVED, check_job_id, is_step_entry, may_carry_id
+from streams.job_ids import STEP_ID_RESERVED, check_job_id, is_step_entry, may_carry_id, reserved_id_problem, takes_generated_id
 from streams.keys import LANES
-from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes, utf8_len
+from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes, request_field_count, utf8_len
 
 # Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
 INPUTS_OMITTED = "inputs_omitted"
@@ -80,27 +80,44 @@ INT_MIN, UINT_MAX = -(2**63), 2**64 - 1
 
 def has_wide_integer(text: str) -> bool:
     """Whether JSON ``text`` holds an integer beyond 64 bits (orjson would read it as a float, changing its
-    meaning). The regex keeps the exact parse, stdlib json's, to the rare text with a long run of digits."""
-    return bool(_LONG_INTEGER.search(text)) and _wide(json.loads(text))
+    meaning). The regex keeps the exact parse, stdlib json's, to the rare text with a long run of digits.
+
+    Raises :class:`TooDeep` for a text nested too deeply for that parse (orjson reads up to 1,023 levels).
+    """
+    if not _LONG_INTEGER.search(text):
+        return False
+    wide = False
+
+    def check(literal: str) -> int:
+        nonlocal wide
+        value = int(literal)
+        wide = wide or not INT_MIN <= value <= UINT_MAX
+        return value
+
+    try:
+        json.loads(text, parse_int=check)  # each integer literal as it is read: no walk of the result after
+    except RecursionError:
+        raise TooDeep("is nested too deeply to check its integers (an integer of 19 digits or more in data nested "
+                      "hundreds of levels deep); nest it less, or send long numbers as strings") from None
+    return wide
 
 
-def _wide(value: Any) -> bool:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return not INT_MIN <= value <= UINT_MAX
-    if isinstance(value, dict):
-        return any(_wide(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_wide(v) for v in value)
-    return False
+class TooDeep(ValueError):
+    """JSON nested deeper than a check of it can go (Python's recursion limit)."""
 
 
 def _has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_non_finite(v) for v in value)
+    """Whether any float in ``value`` is NaN or infinite; walked with a stack (data may nest 1,023 levels deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 
@@ -109,11 +126,18 @@ def now_ms() -> int:
 
 
 def entry_ms(entry_id: str) -> int:
-    """Milliseconds part of a stream entry ID (``1700000000000-0``)."""
+    """When an entry was added: the milliseconds part of its ID (``1700000000000-0``), or now for an ID that is no
+    time (past year 9999: a raw XADD may name any ID, and the lane's later ``*`` IDs then follow it)."""
     try:
-        return int(entry_id.split("-", 1)[0])
+        ms = int(entry_id.split("-", 1)[0])
     except ValueError:
         return now_ms()
+    return ms if ms <= MAX_EPOCH_MS else now_ms()
+
+
+def epoch_ms_or(text: str, fallback: int) -> int:
+    """``text`` as epoch milliseconds when it is one (ASCII digits, at most year 9999), else ``fallback``."""
+    return int(text) if text.isascii() and text.isdigit() and int(text) <= MAX_EPOCH_MS else fallback
 
 
 def entry_order(entry_id: str) -> tuple[int, int]:
@@ -230,8 +254,8 @@ class JobRequest(BaseModel):
         ``max_inputs_bytes`` (STREAMCREW_MAX_RESULT_BYTES) when it is given, not to ``max_bytes``: a step's
         request is its own data, and the results it depends on were each allowed up to that size.
         """
-        if len(raw) > MAX_REQUEST_FIELDS:
-            raise DecodeError(f"request has {len(raw)} fields, over the limit of {MAX_REQUEST_FIELDS}", raw)
+        if (count := request_field_count(raw)) > MAX_REQUEST_FIELDS:
+            raise DecodeError(f"request has {count} fields, over the limit of {MAX_REQUEST_FIELDS}", raw)
         if bad := not_utf8(raw):
             raise DecodeError(f"field {bad!r} is not valid UTF-8", raw)
         if max_bytes is not None:
@@ -253,8 +277,13 @@ class JobRequest(BaseModel):
             raise DecodeError(f"field 'data' is not JSON: {exc}", raw) from None
         if not isinstance(data, dict):
             raise DecodeError(f"field 'data' must be a JSON object, got {type(data).__name__}", raw)
-        if has_wide_integer(raw["data"]):
-            raise DecodeError("field 'data' holds an integer beyond 64 bits (it would be read as a float)", raw)
+        try:
+            if has_wide_integer(raw["data"]):
+                raise DecodeError("field 'data' holds an integer beyond 64 bits (it would be read as a float)", raw)
+        except TooDeep as exc:
+            raise DecodeError(f"field 'data' {exc}", raw) from None
+        if takes_generated_id(raw):  # refused as the gateway and the producer refuse it; named by its own entry
+            raise DecodeError(f"job id {raw['id'][:80]!r}: {reserved_id_problem(raw['id'])}", raw)
         values: dict[str, Any] = {k: v for k, v in raw.items() if k in REQUEST_FIELDS}
         values["data"] = data
         if INPUTS_OMITTED in raw:  # workflow.lua left them out rather than build and store a request that large

@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streams.envelope import dumps
-from streams.job_ids import is_valid_job_id, may_carry_id
+from streams.job_ids import is_valid_job_id, may_carry_id, takes_generated_id
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 
 
 def explicit_id(raw: Mapping[str, str]) -> str | None:
     """The job id a raw entry names, when it may be one: in the id alphabet, and with '::' only on a workflow's
-    step entry. Anything else (a bad id, another job's step id) leaves the job the entry's generated id."""
+    step entry, and of a generated shape only on a worker's re-add. Anything else (a bad id, another job's step id, a
+    raw entry's '<lane>:<entry ID>') leaves the job the entry's generated id."""
     job_id = raw.get("id")
-    if job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step")):
+    if (job_id is None or not is_valid_job_id(job_id) or not may_carry_id(job_id, raw.get("parent"), raw.get("step"))
+            or takes_generated_id(raw)):
         return None
     return job_id
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 from streams.keys import STEP_SEPARATOR
-from streams.raw import JOB_ID_MAX
+from collections.abc import Mapping
+
+from streams.raw import ENTRY_ID, JOB_ID_MAX, SOURCE_FIELD
 
 # One id alphabet everywhere (gateway, Python producer, CLI, raw XADD): ASCII that is safe in a URL path,
 # a Redis key and a ``webhook-id`` header. '::' joins a workflow's id and a step's id (contract §9).
@@ -38,6 +40,14 @@ def reserved_id_problem(value: str) -> str | None:
     return None
 
 
+def takes_generated_id(raw: Mapping[str, str]) -> bool:
+    """Whether a raw entry names a generated-shape id without being a worker's re-add (which names the entry its
+    producer wrote in ``source_id``): taken, it could hold the name an id-less job falls back to (start.lua),
+    and that job would end with no result."""
+    job_id = raw.get("id")
+    return job_id is not None and is_generated_id(job_id) and not ENTRY_ID.fullmatch(raw.get(SOURCE_FIELD, ""))
+
+
 STEP_ID_RESERVED = f"'{STEP_SEPARATOR}' is reserved: it joins a workflow's id and a step's id"
 
 
@@ -57,4 +67,4 @@ def may_carry_id(job_id: str, parent: str | None, step: str | None) -> bool:
 
 
 __all__ = ["JOB_ID_MAX", "JOB_ID_PATTERN", "JOB_ID_RULE", "STEP_ID_RESERVED", "check_job_id", "is_generated_id",
-           "is_step_entry", "is_valid_job_id", "may_carry_id", "reserved_id_problem"]
+           "is_step_entry", "is_valid_job_id", "may_carry_id", "reserved_id_problem", "takes_generated_id"]

@@ -20,11 +20,11 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import MAX_EPOCH_MS, JobRequest, Status, dumps, entry_ms, flat, now_ms, result_fields
+from streams.envelope import JobRequest, Status, dumps, entry_ms, epoch_ms_or, flat, now_ms, result_fields
 from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
-from streams.errors import DecodeError, Reject, RetryLater
+from streams.errors import DecodeError, Reject, RetryLater, refused_on_failure
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys, lane_of, partition_keys
@@ -149,7 +149,8 @@ class JobProcessor:
                 continue
             job_id = explicit_id(raw) or keys.generated_id(entry_id)
             try:
-                request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
+                with refused_on_failure(raw, "validation", job_id):  # never the whole batch's start
+                    request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
                 if home_partition(keys, self.settings.partitions, raw, request) is not None and not await self.redis.exists(keys.job(job_id)):
                     self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
@@ -158,8 +159,11 @@ class JobProcessor:
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
                     # past its deadline, never started: start.lua (with _start's later now) ends it expired (contract §2)
-                elif problem := self.executor.check(request):
-                    raise DecodeError(problem, raw)
+                else:
+                    with refused_on_failure(raw, f"agent {request.agent!r}'s input check", job_id):
+                        problem = self.executor.check(request)
+                    if problem:
+                        raise DecodeError(problem, raw)
             except DecodeError as exc:
                 self._reject_invalid(stream, origin, entry_id, job_id, raw, exc.reason)
                 continue
@@ -337,9 +341,9 @@ class JobProcessor:
         finished = now_ms()
         raw = repaired_fields(raw)  # bytes that were not UTF-8 become U+FFFD: the dead letter keeps the rest as sent
         agent = raw.get("agent", "")
-        submitted = raw.get("submitted_at", "")
+        submitted = epoch_ms_or(raw.get("submitted_at", ""), entry_ms(entry_id))  # '²' is a digit to str.isdigit, not to int()
         fields = {"id": job_id, "agent": agent, "status": "rejected", "error": reason, "attempts": "0",
-                  "submitted_at": submitted if submitted.isdigit() and int(submitted) <= MAX_EPOCH_MS else str(entry_ms(entry_id)),
+                  "submitted_at": str(submitted),
                   "finished_at": str(finished), "worker": self.worker}
         for name in ("webhook", "tenant", "traceparent", "parent", "step"):
             if raw.get(name):

@@ -32,6 +32,13 @@ def request_bytes(raw: Mapping[str, str]) -> int:
     return sum(utf8_len(k) + utf8_len(v) for k, v in raw.items() if not (k in READDED_FIELDS and len(v) <= JOB_ID_MAX))
 
 
+def request_field_count(raw: Mapping[str, str]) -> int:
+    """A request's field count; on an entry a worker re-added, without the fields it added (as :func:`request_bytes`)."""
+    if not ENTRY_ID.fullmatch(raw.get(SOURCE_FIELD, "")):
+        return len(raw)
+    return sum(1 for k in raw if k not in READDED_FIELDS)
+
+
 def not_utf8(raw: Mapping[str, str]) -> str | None:
     """The first field name or value that was not UTF-8 on the wire (the client decodes with surrogateescape), or None."""
     for key, value in raw.items():

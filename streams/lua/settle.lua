@@ -71,6 +71,9 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       end
     end
     local rec, has_error = record_of(key, res)
+    for i = 1, #res, 2 do  -- a run taken over counted its attempt in the record, and this one ended first: the count stands
+      if res[i] == 'attempts' and (tonumber(rec[3 + (i + 1) / 2]) or 0) > (tonumber(res[i + 1]) or 0) then res[i + 1] = rec[3 + (i + 1) / 2] end
+    end
     if fenced_by(rec, op[4]) then
       -- 1 when this very op ran before (a copy of the call, sent again after a lost reply): the record, still this
       -- entry's, holds all it writes. It wrote then; nothing is written twice.

@@ -180,6 +180,8 @@ async def test_a_run_taken_over_is_stopped_once_the_other_run_ended_the_job(redi
     # read start.lua's reply (the record said running, but its run began only once it was resumed, after the other)
     (result,) = await wait_results(redis, keys, 1, timeout=30)
     assert result.id == "twice" and result.status == "completed" and result.worker in (first_name, second_name), result
+    # both runs counted, whichever ended it: the take-over's attempt stands in the event and the record
+    assert result.attempts == 2 and await redis.hget(keys.job("twice"), "attempts") == "2", result
     winner, loser = (first, second) if result.worker == first_name else (second, first)
     loser_name = second_name if loser is second else first_name
     # Then the other worker stops its own run at its next renewal (its result would be fenced off) and says why,

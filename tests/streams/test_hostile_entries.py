@@ -134,3 +134,62 @@ async def test_long_digit_runs_that_fit_or_sit_in_strings_are_fine(redis, keys: 
     # Then the job runs with its numbers exactly as sent
     assert result.status == "completed", result
     assert result.result["echo"] == orjson.loads(data)
+
+
+async def test_an_entry_the_readers_fail_on_is_rejected_and_its_batch_runs(redis, keys: Keys, workers) -> None:
+    # Given entries a reader could trip on, read in one batch with good ones: a superscript digit as submitted_at
+    # (a digit to str.isdigit, not to int), and a long integer 400 levels deep (a recursive check's limit)
+    await redis.xgroup_create(keys.lane("normal"), "workers", id="0", mkstream=True)
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "odd-digit", "submitted_at": "\u00b2"})
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "good-1"})
+    deep = '{"a":' + "[" * 400 + "123456789012345678901234" + "]" * 400 + "}"
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": deep, "id": "deep-wide"})
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "good-2"})
+    # When a worker reads them
+    worker = workers.start()
+    got = {r.id: r for r in await wait_results(redis, keys, 4, timeout=30)}
+    # Then each bad one is rejected with its reason and a time, the good ones complete, and nothing stays pending
+    assert got["odd-digit"].status == "rejected" and "submitted_at" in (got["odd-digit"].error or ""), got["odd-digit"]
+    assert got["odd-digit"].submitted_at is not None and got["odd-digit"].submitted_at > 10**12
+    assert got["deep-wide"].status == "rejected" and "beyond 64 bits" in (got["deep-wide"].error or ""), got["deep-wide"]
+    assert got["good-1"].status == "completed" and got["good-2"].status == "completed"
+    assert (await redis.xpending(keys.lane("normal"), "workers"))["pending"] == 0
+    assert worker.alive(), worker.log_text()[-2000:]
+
+
+async def test_a_raw_entry_cannot_take_the_name_an_idless_job_falls_back_to(redis, keys: Keys, workers) -> None:
+    # Given an id-less job 5-0 on normal, and a raw entry naming 'high:5-0': the name an id-less entry 5-0 of the
+    # high lane falls back to (its own, 5-0, being taken)
+    workers.start()
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"n": 1}'}, id="5-0")
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"n": 2}', "id": "high:5-0"})
+    await wait_results(redis, keys, 2, timeout=20)
+    # When that id-less entry comes
+    await redis.xadd(keys.lane("high"), {"agent": "echo", "data": '{"n": 3}'}, id="5-0")
+    got = {r.id: r for r in await wait_results(redis, keys, 3, timeout=20)}
+    # Then it runs under that name, and the raw entry was refused (a generated shape is reserved), under its own
+    assert got["high:5-0"].status == "completed" and got["high:5-0"].result == {"echo": {"n": 3}}, got
+    (refused,) = [r for r in got.values() if r.status == "rejected"]
+    assert "reserved" in (refused.error or "") and refused.id not in ("5-0", "high:5-0"), refused
+
+
+async def test_a_request_at_the_field_limit_is_retried(redis, keys: Keys, workers) -> None:
+    # Given a request of 64 fields (the limit), an id among them, that fails its first attempt
+    workers.start()
+    fields = {"agent": "echo", "data": '{"fail_first": 1}', "id": "full"} | {f"x{i}": "1" for i in range(61)}
+    assert len(fields) == 64
+    await redis.xadd(keys.lane("normal"), fields)
+    # Then its retry (the worker adds submitted_at and source_id) is not refused for its fields: it completes
+    (result,) = await wait_results(redis, keys, 1, timeout=30)
+    assert result.status == "completed" and result.attempts == 2, result
+
+
+async def test_an_entry_id_past_year_9999_does_not_spoil_the_lanes_later_jobs(redis, keys: Keys, workers) -> None:
+    # Given a raw entry with an ID past year 9999: the lane's later '*' IDs follow it
+    workers.start()
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}", "id": "odd-id"}, id="300000000000000-0")
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"fail_first": 1}', "id": "ordinary"})
+    got = {r.id: r for r in await wait_results(redis, keys, 2, timeout=30)}
+    # Then both complete, the retried one too, with a submission time a reader can show (when it was read)
+    assert got["odd-id"].status == "completed" and got["ordinary"].status == "completed", got
+    assert got["ordinary"].attempts == 2 and got["ordinary"].submitted_at is not None and got["ordinary"].submitted_at <= now_ms()
