@@ -48,6 +48,11 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
         "100.100.100.200",  # Alibaba Cloud
         "168.63.129.16",  # Azure wire server
         "192.0.0.192",  # Oracle Cloud
+        "fd20:ce::254",  # GCP IPv6
+        "169.254.0.23",  # Tencent Cloud
+        "169.254.42.42",  # Scaleway
+        "fd00:42::42",  # Scaleway IPv6
+        "fe80::a9fe:a9fe",  # OpenStack IPv6
     )
 )
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
@@ -103,8 +108,19 @@ def ip_literal(host: str) -> IPAddress | None:
 
 
 def url_host(url: yarl.URL) -> str:
-    """The host as the rules see it: lower case, no trailing dot (``127.0.0.1.`` is ``127.0.0.1``)."""
-    return (url.host or "").lower().rstrip(".")
+    """The host as the rules see it: lower case, no trailing dot (``127.0.0.1.`` is ``127.0.0.1``), and a name in its
+    ASCII (IDNA) form, the one the connection resolves: the Unicode form of some (an emoji's) cannot be encoded again."""
+    return (url.raw_host or "").lower().rstrip(".")
+
+
+def ascii_host(name: str) -> str:
+    """An allow-list host or ``.suffix`` as :func:`url_host` spells it (``bücher.de`` is ``xn--bcher-kva.de``)."""
+    bare = name.lower().rstrip(".")
+    dot = "." if bare.startswith(".") else ""
+    try:
+        return dot + (yarl.URL.build(scheme="http", host=bare[len(dot):]).raw_host or "")
+    except (TypeError, ValueError, UnicodeError):
+        return bare  # never matches a host a URL parses to; as the operator wrote it
 
 
 class TargetRules:
@@ -119,7 +135,7 @@ class TargetRules:
             try:
                 self._nets.append(ipaddress.ip_network(item.strip("[]"), strict=False))
             except ValueError:
-                self._hosts.add(item.lower().rstrip("."))
+                self._hosts.add(ascii_host(item))
 
     def host_allowed(self, host: str) -> bool:
         return host in self._hosts or any(h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in self._hosts)

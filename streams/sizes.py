@@ -28,6 +28,8 @@ def too_large(encoded: str, limit: int) -> int:
 
 
 def short(text: str | None, limit: int = 300) -> str:
-    """A text as a log line quotes it."""
+    """A text as a log line quotes it: cut at ``limit`` characters, and its control and format characters escaped
+    (a newline in a hand-written job id, path or error must not start a forged log line of its own)."""
     text = text or ""
-    return text if len(text) <= limit else text[:limit] + "..."
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -23,6 +23,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.gateway.errors import redis_unavailable
+from streams.sizes import short
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -87,7 +88,7 @@ class AnswerDeadline:
         except asyncio.CancelledError:
             if not waiting.cancelled or task.uncancel() > 0:  # not ours, or cancelled by the server too
                 raise
-            log.warning("%s %s: no answer from Redis within %.1fs; answered 503", scope["method"], scope["path"], self.seconds)
+            log.warning("%s %s: no answer from Redis within %.1fs; answered 503", scope["method"], short(scope["path"]), self.seconds)
             await redis_unavailable(late_message(scope["method"], self.seconds))(scope, receive, send)
         finally:
             self._waiting.discard(waiting)

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.gateway.models import NAME_PATTERN
 from streams.outage import WritesHeldBack
+from streams.sizes import short
 
 log = logging.getLogger("streamcrew.gateway")
 
@@ -141,7 +142,7 @@ async def _cluster_client_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    log.exception("unhandled error on %s %s", request.method, short(request.url.path), exc_info=exc)
     return error_response(500, "internal_error", "internal server error")
 
 

@@ -186,7 +186,7 @@ class NotifierHandler:
         if a.kind is Kind.GONE or attempts >= self.settings.max_attempts:
             error = a.error if a.kind is Kind.GONE else f"{a.error} (attempt {attempts} of {self.settings.max_attempts})"
             return Decision(dead=self._dead(p, attempts, status, error), outcome=Outcome.FAILED)
-        delay_s = a.retry_after_s if a.retry_after_s is not None else self.backoff_s(attempts)
+        delay_s = max(a.retry_after_s or 0.0, self.backoff_s(attempts))  # more time when asked, never less (Retry-After: 0)
         later = Pending(p.id, p.url, p.event, attempts, status, a.error)
         return Decision(delayed=(now_ms() + int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
 

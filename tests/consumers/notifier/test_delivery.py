@@ -123,6 +123,17 @@ async def test_retry_after_is_honoured(redis: Redis, keys: Keys, notifiers: Noti
     assert second.at - first.at >= 0.95
 
 
+async def test_retry_after_zero_does_not_skip_the_backoff(redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver) -> None:
+    # Given an endpoint that answers 503 with Retry-After: 0, and a 1 s backoff (0.5 - 1 s with its jitter)
+    receiver.script("/eager", [Reply(503, headers={"retry-after": "0"})])
+    notifiers.start("--backoff", "1", "--lease", "2")
+    await add_result(redis, keys, "job-ra0", receiver.url("/eager"))
+    # When it is retried, it waits the backoff all the same: a receiver may ask for more time, not spend the attempts
+    await wait_until(lambda: receiver.count("/eager") == 2, timeout=10, what="the retry")
+    first, second = receiver.on("/eager")
+    assert second.at - first.at >= 0.45
+
+
 async def test_a_real_worker_result_is_delivered(
     redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver, producer: object, workers: object
 ) -> None:

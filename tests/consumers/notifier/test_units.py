@@ -60,6 +60,21 @@ async def test_public_addresses_pass() -> None:
         assert (await guard.check(url)).host
 
 
+@pytest.mark.parametrize("address", ["169.254.0.23", "169.254.42.42", "[fd20:ce::254]", "[fd00:42::42]", "[fe80::a9fe:a9fe]"])
+async def test_allow_private_keeps_every_clouds_metadata_refused(address: str) -> None:
+    # Tencent, Scaleway (v4 and v6), GCP's IPv6 and OpenStack's IPv6 metadata servers, as AWS's
+    with pytest.raises(Refused, match="cloud-metadata"):
+        await SsrfGuard(allow_private=True).check(f"http://{address}/")
+
+
+async def test_an_idn_host_is_checked_in_the_ascii_form_the_connection_uses() -> None:
+    # an emoji name has no IDNA 2008 form to encode again, so checked as Unicode it could never resolve
+    assert SsrfGuard.parse("https://\U0001f4a9.la/hook").host == "xn--ls8h.la"
+    assert SsrfGuard.parse("https://B\u00fccher.de./hook").host == "xn--bcher-kva.de"
+    listed = SsrfGuard(allow_list=[".b\u00fccher.de"])  # allow-list names are not resolved
+    await listed.check("http://hooks.b\u00fccher.de/")
+
+
 async def test_allow_private_keeps_metadata_refused_unless_allow_listed() -> None:
     guard = SsrfGuard(allow_private=True)
     await guard.check("http://127.0.0.1:9/")
