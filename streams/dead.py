@@ -18,7 +18,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import DeadLetter, entry_ms, entry_order
+from streams.envelope import MALFORMED_LETTER, DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, STEP_SEPARATOR, Keys, lane_of, partition_keys
@@ -148,6 +148,8 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if not entries:
         raise DeadLetterNotFound(f"no dead letter {entry_id}")
     letter = DeadLetter.from_entry(*entries[0])
+    if letter.reason == MALFORMED_LETTER:
+        raise StreamcrewError(f"dead letter {entry_id} cannot be replayed ({letter.error}); purge it")
     origin = keys.lane_name(letter.source_stream)  # a lane, or its resumed stream (replayed into the lane)
     lane = lane_of(origin)
     if letter.source_stream != f"{keys.lane_prefix}{origin}" or lane not in LANES:

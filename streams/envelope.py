@@ -28,6 +28,8 @@ INPUTS_OMITTED = "inputs_omitted"
 WORKFLOW_INPUTS_SHARES = 16  # workflow.lua's WF_INPUTS_SHARES: the workflow's steps' inputs together, in result limits
 
 
+# The reason a dead letter is listed with when its fields are not ones streamcrew writes: it cannot be replayed.
+MALFORMED_LETTER = "malformed"
 # Epoch milliseconds past year 9999 are no time a reader can show (a µs or ns value sent as ms, say).
 MAX_EPOCH_MS = 253_402_300_799_999
 # A request's attempt budget, bounded wherever a request is read (gateway, Python API, Kafka, a raw XADD's worker):
@@ -425,4 +427,9 @@ class DeadLetter(BaseModel):
         except orjson.JSONDecodeError:
             values["request"] = {}
         values["entry_id"] = entry_id
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # not written by streamcrew (a hand-made XADD): listed as such, never failing the list
+            return cls(entry_id=entry_id, id=str(raw.get("id", "")), agent=str(raw.get("agent", "")), reason=MALFORMED_LETTER,
+                       error=f"not a dead letter streamcrew wrote: {_describe(exc)}", source_stream=str(raw.get("source_stream", "")),
+                       source_id=str(raw.get("source_id", "")), dead_at=entry_ms(entry_id))

@@ -17,11 +17,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
 
 from consumers.notifier.store import Store
 from streams import dead
+from streams.envelope import entry_ms
 from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.keys import Keys, partition_keys
 
@@ -49,7 +50,11 @@ class WebhookDeadLetter(BaseModel):
             values["event"] = orjson.loads(raw.get("event", "null"))
         except orjson.JSONDecodeError:
             values["event"] = raw.get("event")
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:  # not written by the notifier (a hand-made XADD): listed as such, never failing the list
+            return cls(entry_id=entry_id, id=str(raw.get("id", "")), url="", error=f"not a webhook dead letter the notifier wrote: "
+                       f"{'; '.join(str(e['loc'][0]) + ': ' + e['msg'] for e in exc.errors())}", dead_at=entry_ms(entry_id))
 
 
 def _webhooks_dead(keys: Keys) -> str:

@@ -142,3 +142,22 @@ async def test_a_replay_redis_cuts_off_part_way_answers_503_with_what_went_back(
     assert (body["replayed"], body["skipped"]) == ([went_back], []), body
     # And Redis agrees: one went back, two are still dead letters
     assert (await redis.xlen(first), await redis.xlen(source)) == (1, 2)
+
+
+async def test_a_hand_written_dead_letter_is_listed_as_malformed_not_a_500(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given, among good ones, dead letters written by hand into both dead streams: no id, a time that is not one
+    await _dead(redis, keys, ["expired"])
+    odd = await redis.xadd(keys.dead, {"agent": "echo", "reason": "invalid", "dead_at": "soon"})
+    await _webhook_dead(redis, keys, 1)
+    odd_hook = await redis.xadd(keys.webhooks_dead, {"id": "job-x", "attempts": "many"})
+    gateway = await gateways.start(KEYS)
+    async with gateway.client("k-operator") as client:
+        # When an operator lists them, every one is listed: the odd ones as malformed, saying what is wrong
+        letters = {d["entry_id"]: d for d in (await client.get("/dead")).json()["dead_letters"]}
+        assert len(letters) == 2 and letters[odd]["reason"] == "malformed" and "'id'" in letters[odd]["error"], letters
+        hooks = {d["entry_id"]: d for d in (await client.get("/webhooks/dead")).json()["dead_letters"]}
+        assert len(hooks) == 2 and hooks[odd_hook]["id"] == "job-x" and "attempts" in hooks[odd_hook]["error"], hooks
+        # And the odd job dead letter is not replayed (it has no request to run), while the good one is
+        replayed = await client.post("/dead/replay")
+        assert replayed.status_code == 202 and replayed.json()["replayed"] == ["d0"], replayed.text
+        assert len(replayed.json()["skipped"]) == 1 and "purge it" in replayed.json()["skipped"][0]
