@@ -18,6 +18,7 @@ the range checks except for cloud-metadata addresses; an allow-list entry
 from __future__ import annotations
 
 import functools
+import re
 import time
 import typing
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ CACHE_MAX = 10_000
 # at 2,048 characters, a raw XADD has no cap, and the caches below keep their keys (RFC 1035: 253 for a name).
 MAX_URL_CHARS = 8192
 MAX_HOST_CHARS = 253
+# A host name as resolvers take it (RFC 1123 labels, '_' too: compose service names have them), in its ASCII form.
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*")
 
 
 class Refused(Exception):
@@ -82,6 +85,8 @@ def _parse_target(url: str) -> Target:
         raise Refused("URL has no host")
     if len(host) > MAX_HOST_CHARS:
         raise Refused(f"host name too long: {len(host):,} characters, the limit is {MAX_HOST_CHARS}")
+    if ip_literal(host) is None and not _HOST_NAME.fullmatch(host):  # no resolver takes it: dead-lettered now, not retried for minutes
+        raise Refused("host is not a valid name: labels of 1-63 letters, digits, '-' or '_', joined by single dots")
     return Target(parsed.scheme, host, port or (443 if parsed.scheme == "https" else 80))
 
 

@@ -67,6 +67,13 @@ async def test_allow_private_keeps_every_clouds_metadata_refused(address: str) -
         await SsrfGuard(allow_private=True).check(f"http://{address}/")
 
 
+@pytest.mark.parametrize("host", ["a..b", "exa%20mple.com", "a" * 64 + ".com", ".example.com", "-a.example.com", "a-.example.com"])
+async def test_a_host_no_resolver_takes_is_refused_at_once(host: str) -> None:
+    # refused (dead-lettered with the reason), not resolved, failed and retried for the attempts' minutes
+    with pytest.raises(Refused, match="not a valid name"):
+        await SsrfGuard(allow_private=True).check(f"http://{host}/hook")
+
+
 async def test_an_idn_host_is_checked_in_the_ascii_form_the_connection_uses() -> None:
     # an emoji name has no IDNA 2008 form to encode again, so checked as Unicode it could never resolve
     assert SsrfGuard.parse("https://\U0001f4a9.la/hook").host == "xn--ls8h.la"
