@@ -97,7 +97,7 @@ class Ops:
     async def _replay_named(self, entry_ids: list[str]) -> AsyncIterator[tuple[str | None, str]]:
         for entry in entry_ids:
             try:
-                job_id = await dead_letters.replay(self.redis, self.keys, entry, partitions=self.partitions)
+                job_id = (await dead_letters.replay(self.redis, self.keys, entry, partitions=self.partitions)).job_id
             except REDIS_DOWN:
                 raise
             except Exception as exc:  # noqa: BLE001 - reported per entry, the others still replay

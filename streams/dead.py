@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from redis.asyncio import Redis
 
@@ -136,10 +136,15 @@ async def locate(
     return found[0], entry_id
 
 
-async def replay(redis: Redis, keys: Keys, entry: str, *, partitions: int = 1) -> str:
-    """Send the dead letter named ``entry`` back to its lane with a fresh attempt budget; returns the job id."""
+class Replayed(NamedTuple):
+    job_id: str
+    entry: str  # the dead letter's name, as list shows it (a bare entry ID given, ':<p>' added in a partition)
+
+
+async def replay(redis: Redis, keys: Keys, entry: str, *, partitions: int = 1) -> Replayed:
+    """Send the dead letter named ``entry`` back to its lane with a fresh attempt budget."""
     where, entry_id = await locate(redis, keys, entry, partitions)
-    return await _replay_one(redis, where, entry_id)
+    return Replayed(await _replay_one(redis, where, entry_id), dead_name(where, entry_id))
 
 
 async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:

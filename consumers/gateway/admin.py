@@ -57,9 +57,9 @@ async def list_dead_letters(
 async def replay_dead_letter(entry_id: EntryId, state: State, _: Operator) -> Response:
     """Send the dead letter's job back to its lane with a fresh attempt budget (the job keeps its id)."""
     try:
-        job_id = await dead.replay(state.redis, state.keys, entry_id, partitions=state.settings.partitions)
+        job_id, name = await dead.replay(state.redis, state.keys, entry_id, partitions=state.settings.partitions)
     except DeadLetterNotFound:
         raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry_id}") from None
     except (StreamcrewError, ValidationError) as exc:
         raise ApiError(409, "cannot_replay", str(exc).splitlines()[0]) from None
-    return json_response(202, {"entry_id": entry_id, "job_id": job_id, "status": "queued", "links": job_links(job_id)})
+    return json_response(202, {"entry_id": name, "job_id": job_id, "status": "queued", "links": job_links(job_id)})

@@ -144,7 +144,7 @@ async def test_a_job_let_go_that_dies_is_replayed_into_its_lane(redis, keys: Key
     ((entry, letter),) = await redis.xrange(keys.dead)
     assert letter["source_stream"] == keys.resumed("normal")
     # When it is replayed, Then it runs again, from its lane, and completes
-    assert await replay(redis, keys, entry) == "d1"
+    assert (await replay(redis, keys, entry)).job_id == "d1"
     got = await wait_results(redis, keys, 3, timeout=30)
     assert [r.status for r in got if r.id == "d1"] == ["failed", "completed"], got
     assert await redis.xlen(keys.dead) == 0

@@ -68,12 +68,12 @@ async def test_dead_letters_are_named_by_partition_and_listed_merged(redis, keys
     assert paged == names
     assert await dead.count_dead(redis, keys, partitions=N) == 4
     # And a bare entry ID found in one partition replays; found in two it is ambiguous; unknown is not found
-    assert await dead.replay(redis, keys, "1700000000001-0", partitions=N) == "j3-1"
+    assert await dead.replay(redis, keys, "1700000000001-0", partitions=N) == ("j3-1", "1700000000001-0:3")  # named as listed
     with pytest.raises(StreamcrewError, match="1700000000005-0:0, 1700000000005-0:2"):
         await dead.replay(redis, keys, "1700000000005-0", partitions=N)
     with pytest.raises(DeadLetterNotFound):
         await dead.replay(redis, keys, "1700000000005-0:1", partitions=N)
-    assert await dead.replay(redis, keys, "1700000000005-0:2", partitions=N) == "j2-5"
+    assert await dead.replay(redis, keys, "1700000000005-0:2", partitions=N) == ("j2-5", "1700000000005-0:2")
     assert await redis.xlen(parts[3].lane("normal")) == 1 and await redis.xlen(parts[2].lane("normal")) == 1
     # And purge empties every partition
     assert await dead.purge(redis, keys, partitions=N) == 2

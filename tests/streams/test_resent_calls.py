@@ -124,7 +124,7 @@ async def test_a_replay_sent_again_during_a_stall_reports_the_replay(own_redis: 
             await client.stall
     # Then the call went out more than once, yet the replay is reported done (not "vanished") and made one request
     assert await evalsha_calls(client) - calls_before >= 2, "the stall did not make redis-py send the replay again"
-    assert replayed == "again"
+    assert replayed.job_id == "again"
     assert [f["id"] for _, f in await client.xrange(keys.lane("normal"))] == ["again"]
     assert await client.xlen(keys.dead) == 0
     assert await client.hget(keys.job("again"), "status") == "queued"

@@ -131,7 +131,7 @@ async def test_an_idless_workflow_replayed_from_its_partition_resumes_there(redi
     assert record is not None and record.status == "failed"
     # When its dead letter is replayed from its partition
     (letter,) = [d for d in await list_dead(redis, part) if d.id == wid]
-    assert letter.entry_id is not None and await replay(redis, part, letter.entry_id) == wid
+    assert letter.entry_id is not None and (await replay(redis, part, letter.entry_id)).job_id == wid
     # Then only the failed step and its dependent run again, and the workflow completes where it was
     await wait_until(lambda: ended(2), timeout=30, what=f"workflow {wid} replayed")
     record = await get_job(redis, keys, wid, partitions=PARTITIONS)

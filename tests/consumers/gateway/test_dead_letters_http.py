@@ -161,3 +161,18 @@ async def test_a_hand_written_dead_letter_is_listed_as_malformed_not_a_500(gatew
         replayed = await client.post("/dead/replay")
         assert replayed.status_code == 202 and replayed.json()["replayed"] == ["d0"], replayed.text
         assert len(replayed.json()["skipped"]) == 1 and "purge it" in replayed.json()["skipped"][0]
+
+
+async def test_a_replay_by_bare_entry_id_answers_the_name_the_list_shows(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given four partitions and a dead letter in partition 3, listed as '<entry ID>:3'
+    part = keys.in_partition(3)
+    await redis.xadd(part.dead, {"id": "p3-job", "agent": "echo", "reason": "expired", "error": "e", "source_stream": part.lane("low"),
+                                 "source_id": "1-0", "attempts": "1", "dead_at": "1", "request": json.dumps({"agent": "echo", "data": "{}"})},
+                     id="1700000000001-0")
+    gateway = await gateways.start({**KEYS, "STREAMCREW_PARTITIONS": "4"})
+    async with gateway.client("k-operator") as client:
+        (listed,) = (await client.get("/dead")).json()["dead_letters"]
+        # When it is replayed by its bare entry ID
+        replayed = await client.post("/dead/1700000000001-0/replay")
+        # Then the answer names it as the list did
+        assert replayed.status_code == 202 and replayed.json()["entry_id"] == listed["entry_id"] == "1700000000001-0:3", replayed.text
