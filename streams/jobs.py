@@ -339,6 +339,7 @@ class JobProcessor:
 
     def _reject_invalid(self, stream: str, origin: str, entry_id: str, job_id: str, raw: dict[str, str], reason: str) -> None:
         finished = now_ms()
+        reason = bounded_error(reason)  # a list of every problem of a 1,000-step workflow ran to 69,000 characters
         raw = repaired_fields(raw)  # bytes that were not UTF-8 become U+FFFD: the dead letter keeps the rest as sent
         agent = raw.get("agent", "")
         submitted = epoch_ms_or(raw.get("submitted_at", ""), entry_ms(entry_id))  # '²' is a digit to str.isdigit, not to int()

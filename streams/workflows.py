@@ -94,6 +94,11 @@ class WorkflowStarter:
             except WorkflowInvalid as exc:
                 self.reject(stream, lane, c.entry_id, c.job_id, c.raw, str(exc))
                 continue
+            except Exception as exc:  # the planner's own failure on a hostile one (step data past the 255 levels orjson
+                # writes): that workflow is rejected; let out, it failed its whole batch's start at every reclaim
+                log.error("workflow=%s: planning it failed (%s); it is rejected", c.job_id, type(exc).__name__, exc_info=True)
+                self.reject(stream, lane, c.entry_id, c.job_id, c.raw, f"the workflow could not be planned: {type(exc).__name__}: {exc}")
+                continue
             batch.append(c)
             plans.append(plan)
         # Chunks of about START_STEPS steps: one script call blocks Redis, so none may run long.

@@ -528,3 +528,37 @@ async def test_a_step_whose_input_check_raises_rejects_the_workflow_not_the_work
     assert (await wait_event(redis, keys, "after-raises")).status == "completed"
     counts = await event_counts(redis, keys)
     assert "wf-raises::a" not in counts and counts["wf-raises"] == 1, counts
+
+
+async def test_a_workflow_whose_step_data_cannot_be_written_rejects_it_not_its_batch(redis, keys: Keys, workers: WorkerFactory) -> None:
+    # Given, XADDed raw in one go, a job, a workflow whose step's data nests 256 levels (orjson reads 1,023, writes 255),
+    # a second job and a good workflow: one read of the worker takes them all
+    await redis.xgroup_create(keys.lane("normal"), "workers", id="0", mkstream=True)
+    deep = '{"steps": [{"id": "s1", "agent": "echo", "data": ' + '{"a":' * 256 + "1" + "}" * 256 + "}]}"
+    good = '{"steps": [{"id": "s1", "agent": "echo", "data": {}}]}'
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xadd(keys.lane("normal"), {"agent": "echo", "id": "job-before", "data": "{}"})
+        pipe.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-deep", "data": deep})
+        pipe.xadd(keys.lane("normal"), {"agent": "echo", "id": "job-after", "data": "{}"})
+        pipe.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-fine", "data": good})
+        await pipe.execute()
+    # When a worker takes them
+    start_workers(workers, 1, "--concurrency", "8")
+    # Then that workflow is rejected with the reason, and everything read with it ends as it should
+    deep_event = await wait_event(redis, keys, "wf-deep", timeout=20)
+    assert deep_event.status == "rejected" and "could not be planned" in (deep_event.error or ""), deep_event
+    for job_id in ("job-before", "job-after", "wf-fine"):
+        assert (await wait_event(redis, keys, job_id, timeout=20)).status == "completed", job_id
+    assert (await redis.xpending(keys.lane("normal"), "workers"))["pending"] == 0
+
+
+async def test_the_reason_a_large_workflow_is_rejected_is_bounded(redis, keys: Keys, workers: WorkerFactory) -> None:
+    # Given a workflow of 1,000 steps, each with an empty agent: 1,000 problems
+    steps = [{"id": f"s{i}", "agent": "", "data": {}} for i in range(1000)]
+    await redis.xadd(keys.lane("normal"), {"agent": "workflow", "id": "wf-many-bad", "data": JobRequest(agent="x", data={"steps": steps}).to_fields()["data"]})
+    start_workers(workers, 1)
+    # Then it is rejected with an error of bounded size, in the event and the dead letter alike
+    event = await wait_event(redis, keys, "wf-many-bad", timeout=20)
+    assert event.status == "rejected" and "characters cut" in (event.error or "") and len(event.error or "") < 5000, len(event.error or "")
+    (letter,) = [d for d in await list_dead(redis, keys) if d.id == "wf-many-bad"]
+    assert letter.error == event.error
