@@ -79,8 +79,12 @@ class LLMClient:
         self.model = settings.model
         self._url = yarl.URL(providers.endpoint(settings.base_url, settings.provider))
         self._url_secrets = url_secrets(self._url)  # a provider may quote them back in an error
+        # and in an answer (a proxy that reports an error as a completion, an endpoint echoing its request): only what is
+        # surely ours there, the URL's credentials and its long query values (a token, not an api-version date)
+        credentials = set(url_secrets(self._url.with_query(None)))
+        self._answer_secrets = [x for x in self._url_secrets if len(x) >= (8 if x in credentials else 16)]
         self.endpoint = f"{self._url.host}:{self._url.port}"  # what errors name: never credentials or the query
-        if self._url.user is not None and settings.provider == "openai" and settings.api_keys:
+        if (self._url.user is not None or self._url.password is not None) and settings.provider == "openai" and settings.api_keys:
             self._url = self._url.with_user(None)  # the key's Bearer header is the authorization
         self.keys = KeyPool([k.get_secret_value() for k in settings.api_keys], max_concurrency=settings.max_concurrency)
         self._prices = prices or PriceTable.load(settings.price_file, settings.prices)
@@ -244,10 +248,23 @@ class LLMClient:
         return _AUTH_VALUE.sub(r"\1 [redacted]", _KEYLIKE.sub("[redacted]", text))
 
     def _result(self, reply: Reply) -> ChatResult:
-        cost = self._prices.cost(self.model, reply.prompt_tokens, reply.completion_tokens)
+        cost = self._prices.cost(self.model, reply.prompt_tokens, reply.completion_tokens) if reply.counted else None
         metrics.record_call(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
         record_usage(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
-        return ChatResult(reply.content, self.model, reply.prompt_tokens, reply.completion_tokens, cost, reply.tool_calls, reply.finish_reason)
+        content = None if reply.content is None else self._scrub(reply.content)
+        calls = [{**c, "function": {**c["function"], "arguments": self._scrub(c["function"]["arguments"])}} for c in reply.tool_calls]
+        return ChatResult(content, self.model, reply.prompt_tokens, reply.completion_tokens, cost, calls, reply.finish_reason)
+
+    def _scrub(self, text: str) -> str:
+        """An answer's text without our API keys (their labels instead) or the endpoint URL's secrets: it goes to the
+        job's result, record and webhook, which tenants and receivers read."""
+        for key in self.keys.keys:
+            if key.secret and key.secret in text:
+                text = text.replace(key.secret, key.label)
+        for secret in self._answer_secrets:
+            if secret in text:
+                text = text.replace(secret, "[redacted]")
+        return text
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:

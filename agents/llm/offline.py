@@ -34,7 +34,7 @@ class OfflineModel:
     def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None) -> ChatResult:
         """The same answer ``chat`` gives, callable from sync code (no I/O happens)."""
         body = providers.openai_body(OFFLINE_MODEL, messages, tools, None, None, None)
-        content, calls, finish, prompt_tokens, completion_tokens = providers.parse_openai(mock_logic.openai_response(body))
+        content, calls, finish, prompt_tokens, completion_tokens, _ = providers.parse_openai(mock_logic.openai_response(body))
         metrics.LLM_REQUESTS.labels(OFFLINE_MODEL, "offline").inc()
         metrics.record_call(OFFLINE_MODEL, prompt_tokens, completion_tokens, 0.0)
         record_usage(OFFLINE_MODEL, prompt_tokens, completion_tokens, 0.0, offline=True)

@@ -138,13 +138,21 @@ def anthropic_body(model: str, messages: list[dict[str, Any]], tools: list[dict[
 
 
 class Reply(NamedTuple):
-    """One response, read: what ``ChatResult`` needs from the provider."""
+    """One response, read: what ``ChatResult`` needs from the provider. ``counted``: it reported both token counts
+    (an answer without them is no free call: its cost is unknown, not $0)."""
 
     content: str | None
     tool_calls: list[dict[str, Any]]
     finish_reason: str | None
     prompt_tokens: int
     completion_tokens: int
+    counted: bool = True
+
+
+# What an answer may hold of what is read: only the first choice is used, so only it is validated (a body of 290,000
+# choices took seconds of the event loop to validate), and tool calls or content blocks past these are refused.
+MAX_TOOL_CALLS = 256
+MAX_CONTENT_BLOCKS = 1024
 
 
 _Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL)] | None
@@ -217,6 +225,14 @@ def _malformed(what: str, exc: ValidationError) -> ValueError:
 
 
 def parse_openai(data: dict[str, Any]) -> Reply:
+    choices = data.get("choices")
+    if isinstance(choices, list) and len(choices) > 1:
+        data = {**data, "choices": choices[:1]}
+        choices = data["choices"]
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    calls_sent = message.get("tool_calls") if isinstance(message, dict) else None
+    if isinstance(calls_sent, list) and len(calls_sent) > MAX_TOOL_CALLS:
+        raise ValueError(f"a malformed chat completion ({len(calls_sent)} tool calls, over the {MAX_TOOL_CALLS} read)")
     try:
         r = OpenAIResponse.model_validate(data)
     except ValidationError as exc:
@@ -226,7 +242,8 @@ def parse_openai(data: dict[str, Any]) -> Reply:
         {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
         for c in choice.message.tool_calls or []
     ]
-    return Reply(choice.message.content, calls, choice.finish_reason, usage.prompt_tokens or 0, usage.completion_tokens or 0)
+    return Reply(choice.message.content, calls, choice.finish_reason, usage.prompt_tokens or 0, usage.completion_tokens or 0,
+                 counted=usage.prompt_tokens is not None and usage.completion_tokens is not None)
 
 
 def _arguments(value: str | dict[str, Any] | None) -> str:
@@ -234,6 +251,9 @@ def _arguments(value: str | dict[str, Any] | None) -> str:
 
 
 def parse_anthropic(data: dict[str, Any]) -> Reply:
+    blocks = data.get("content")
+    if isinstance(blocks, list) and len(blocks) > MAX_CONTENT_BLOCKS:
+        raise ValueError(f"a malformed message ({len(blocks)} content blocks, over the {MAX_CONTENT_BLOCKS} read)")
     try:
         r = AnthropicResponse.model_validate(data)
     except ValidationError as exc:
@@ -244,4 +264,5 @@ def parse_anthropic(data: dict[str, Any]) -> Reply:
         for b in r.content if b.type == "tool_use"
     ]
     usage = r.usage or AnthropicUsage()
-    return Reply(("".join(texts) if texts else None), calls, r.stop_reason, usage.input_tokens or 0, usage.output_tokens or 0)
+    return Reply(("".join(texts) if texts else None), calls, r.stop_reason, usage.input_tokens or 0, usage.output_tokens or 0,
+                 counted=usage.input_tokens is not None and usage.output_tokens is not None)

@@ -54,8 +54,8 @@ class LLMSettings(BaseSettings):
     max_concurrency: int = Field(1024, ge=1, description="in-flight requests per API key in this process")
     max_connections: int | None = Field(None, ge=1, description="open sockets; default keys x max_concurrency")
     max_response_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024,
-        description="largest answer read from the endpoint, in bytes (8 MiB); a longer one fails the try like a 502 and is retried",
+        2 * 1024 * 1024, ge=1024,
+        description="largest answer read from the endpoint, in bytes (2 MiB); a longer one fails the try like a 502 and is retried",
     )
     max_tokens: int = Field(
         1024, ge=1,

@@ -351,3 +351,76 @@ async def test_a_well_formed_answer_with_null_usage_books_zero_tokens(peer: Star
     assert result.tool_calls == [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "ORD-1"}'}}]
     assert (result.prompt_tokens, result.completion_tokens, result.finish_reason) == (0, 0, "tool_calls")
     assert ledger.calls == 1
+
+
+# A well-formed 200 that is costly to read, or that quotes our secrets, or that counts no tokens.
+
+async def answering(peer: Start, body: object) -> str:
+    """An endpoint that answers every call 200 with ``body``; its URL."""
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(openai_200(body))
+        await writer.drain()
+        return True
+
+    return (await peer(answer)).url
+
+
+async def test_only_the_first_choice_is_read(peer: Start) -> None:
+    # Given an answer with 20,000 choices, all but the first not even well formed: only the first is ever used, so only
+    # it is read (validating all of 290,000 took seconds of the event loop, every other job of the worker waiting)
+    many = [{"message": {"role": "assistant", "content": "choice 0"}}] + [{"message": f"choice {i}"} for i in range(1, 20_000)]
+    client = client_for(await answering(peer, {"choices": many, "usage": {"prompt_tokens": 1, "completion_tokens": 1}}))
+    try:
+        # When a call is made, then it answers with the first choice
+        assert (await client.chat(HELLO)).content == "choice 0"
+    finally:
+        await client.aclose()
+
+
+async def test_an_answer_with_hundreds_of_tool_calls_is_malformed(peer: Start, ledger: UsageLedger) -> None:
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(300)]
+    url = await answering(peer, {"choices": [{"message": {"role": "assistant", "tool_calls": calls}}]})
+    caught = await failed_call(client_for(url, max_retries=0), LLMUnavailable)
+    assert "300 tool calls, over the 256 read" in str(caught.value), str(caught.value)
+    assert ledger.calls == 0
+
+
+async def test_an_answer_without_token_counts_costs_unknown_not_zero(peer: Start, ledger: UsageLedger) -> None:
+    # Given a priced model, and an endpoint whose answer reports no usage
+    url = await answering(peer, {"choices": [{"message": MESSAGE}]})
+    client = client_for(url, prices={"hostile-model": [0.42, 0.42]})
+    try:
+        result = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the call's cost, and so the job's, is unknown (null), not a free call
+    assert result.cost_usd is None and ledger.calls == 1 and ledger.cost_usd is None
+
+
+async def test_an_answer_quoting_our_key_or_url_secrets_reaches_the_result_without_them(peer: Start) -> None:
+    # Given an endpoint that echoes the request's key and URL in its answer (a proxy reporting an error as a completion)
+    quoted = f"auth=Bearer {SECRET} user=llmuser:ZZPASSWORD77 url=/v1/chat/completions?token=QQTOKEN5551-abcdefgh&api-version=2024-06-01"
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": orjson.dumps({"k": SECRET}).decode()}}
+    url = await answering(peer, {"choices": [{"message": {"role": "assistant", "content": quoted, "tool_calls": [call]}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    host = url.removeprefix("http://")
+    client = client_for(url, base_url=f"http://llmuser:ZZPASSWORD77@{host}/v1?token=QQTOKEN5551-abcdefgh&api-version=2024-06-01")
+    try:
+        result = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the answer (the job's result, record and webhook) holds none of them; an api-version date stays as it was
+    text = (result.content or "") + result.tool_calls[0]["function"]["arguments"]
+    for secret in (SECRET, "ZZPASSWORD77", "QQTOKEN5551-abcdefgh"):
+        assert secret not in text, (secret, text)
+    assert "key#1" in text and "api-version=2024-06-01" in text, text
+
+
+async def test_a_base_url_with_a_password_only_sends_the_key_alone(peer: Start) -> None:
+    # Given a base URL with a password and no user, and an API key (before: every call failed with a bare ValueError)
+    url = await answering(peer, {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    client = client_for(url, base_url=f"http://:ZZPASSWORD77@{url.removeprefix('http://')}/v1")
+    try:
+        assert (await client.chat(HELLO)).content == "hi"
+    finally:
+        await client.aclose()
