@@ -71,7 +71,14 @@ for _, w in ipairs(cjson.decode(ARGV[8])) do
           local late = redis.call('HGET', h, sid .. '|use')
           if late then redis.call('HSET', h, sid .. '|use0', late) end
           redis.call('HDEL', h, sid .. '|res', sid .. '|err', sid .. '|use', sid .. '|dead')
-          redis.call('HSET', h, sid .. '|st', 'pending')
+          local alone = redis.call('HGET', job_prefix .. wf_step_id(jid, sid), 'status')
+          if alone == 'queued' or alone == 'running' or alone == 'retrying' then
+            -- replayed alone and not ended: that run is this one's, it settles into it. Published again, it was taken
+            -- over and its result fenced off: no event for the replay, and a second run of the job paid for.
+            redis.call('HSET', h, sid .. '|st', 'queued')
+          else
+            redis.call('HSET', h, sid .. '|st', 'pending')
+          end
         end
       end
       done = ok
