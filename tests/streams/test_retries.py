@@ -41,7 +41,7 @@ async def test_replay_runs_again_with_a_fresh_budget(redis, keys: Keys, producer
     await wait_results(redis, keys, 1, timeout=20)
     (letter,) = await list_dead(redis, keys)
     # When an operator replays it
-    assert await replay(redis, keys, letter.entry_id) == "second-chance"
+    assert (await replay(redis, keys, letter.entry_id)).job_id == "second-chance"
     # Then it runs again with a fresh budget of 2, attempts counting on: 3 fails, 4 completes
     got = await wait_results(redis, keys, 2, timeout=20)
     assert [r.status for r in got] == ["failed", "completed"]
@@ -74,7 +74,7 @@ async def test_replaying_an_expired_job_runs_it(redis, keys: Keys, producer, wor
     assert expired.status == "expired"
     (letter,) = await list_dead(redis, keys)
     # When an operator replays it
-    assert await replay(redis, keys, letter.entry_id) == "late-again"
+    assert (await replay(redis, keys, letter.entry_id)).job_id == "late-again"
     # Then it runs: the passed deadline is not carried into the replay (it would expire the job again at once)
     got = await wait_results(redis, keys, 2, timeout=20)
     assert [r.status for r in got] == ["expired", "completed"], [r.error for r in got]
@@ -122,7 +122,7 @@ async def test_a_replay_onto_an_expired_record_belongs_to_its_tenant_from_the_st
     await redis.delete(keys.job("late"))
     worker.stop()  # so the replayed job waits, queued, where its record can be read
     # When it is replayed
-    assert await replay(redis, keys, letter.entry_id) == "late"
+    assert (await replay(redis, keys, letter.entry_id)).job_id == "late"
     # Then its record says whose it is before any worker took it (a tenant's key reads it; before: no tenant, 404)
     record = await get_job(redis, keys, "late")
     assert record is not None and (record.status, record.tenant) == ("queued", "acme")
