@@ -18,7 +18,7 @@ def kafka_bridge(
     requests_topic: Annotated[str | None, typer.Option(help="topic of requests \\[env STREAMCREW_KAFKA_REQUESTS_TOPIC, default streamcrew-requests]")] = None,
     results_topic: Annotated[str | None, typer.Option(help="topic of result events \\[env STREAMCREW_KAFKA_RESULTS_TOPIC, default streamcrew-results]")] = None,
     group_id: Annotated[str | None, typer.Option(help="Kafka consumer group of the requests topic \\[env STREAMCREW_KAFKA_GROUP_ID, default streamcrew-kafka-bridge]")] = None,
-    topic_partitions: Annotated[int | None, typer.Option(help="partitions of the Kafka topics the bridge creates \\[env STREAMCREW_KAFKA_TOPIC_PARTITIONS, default 8]")] = None,
+    topic_partitions: Annotated[int | None, typer.Option(help="no effect, kept for compatibility: the bridge creates no topics (docs/kafka.md) \\[env STREAMCREW_KAFKA_TOPIC_PARTITIONS]")] = None,
     security_protocol: Annotated[str | None, typer.Option(help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL \\[env STREAMCREW_KAFKA_SECURITY_PROTOCOL]")] = None,
     sasl_mechanism: Annotated[str | None, typer.Option(help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 \\[env STREAMCREW_KAFKA_SASL_MECHANISM]")] = None,
     sasl_username: Annotated[str | None, typer.Option(help="SASL user \\[env STREAMCREW_KAFKA_SASL_USERNAME]")] = None,

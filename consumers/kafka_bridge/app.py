@@ -184,10 +184,12 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
 
 
 def _quiet_libraries(level: str) -> None:
-    """faust, mode and aiokafka narrate every service start at INFO; ours say what matters."""
+    """faust, mode and aiokafka narrate every service start at INFO; ours say what matters. aiokafka's connection
+    logger stays above DEBUG at every level: there it logs each request, the SASL password's among them."""
     if level.lower() != "debug":
         for name in ("faust", "mode", "aiokafka"):
             logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("aiokafka.conn").setLevel(max(logging.INFO, logging.getLogger("aiokafka.conn").getEffectiveLevel()))
 
 
 def close_unused_thread_loop(app: faust.App) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from streams.envelope import REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, has_wide_integer, lane_for_priority, now_ms
+from streams.envelope import MAX_EPOCH_MS, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, TooDeep, has_wide_integer, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
 
@@ -79,8 +79,11 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
         return Invalid(f"value is not JSON: {exc}", fallback_id)
     if not isinstance(body, dict):
         return Invalid(f"value must be a JSON object, got {type(body).__name__}", fallback_id)
-    if has_wide_integer(_text(value) or ""):  # orjson read it as a float: the agent would get another number
-        return Invalid(WIDE_INTEGER, fallback_id)
+    try:
+        if has_wide_integer(_text(value) or ""):  # orjson read it as a float: the agent would get another number
+            return Invalid(WIDE_INTEGER, fallback_id)
+    except TooDeep as exc:  # let out, it crashed the agent, and faust acked its whole batch unpublished
+        return Invalid(f"value {exc}", fallback_id)
     agent = body.get("agent") if isinstance(body.get("agent"), str) else ""
     unknown = sorted(set(body) - set(RECORD_FIELDS) - set(ROUTING_FIELDS))
     if unknown:
@@ -100,10 +103,14 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
             fields["data"] = orjson.loads(fields["data"])
         except orjson.JSONDecodeError as exc:
             return Invalid(f"field 'data' is not JSON: {exc}", str(job_id), agent)
-        if has_wide_integer(body["data"]):
-            return Invalid(WIDE_INTEGER, str(job_id), agent)
+        try:
+            if has_wide_integer(body["data"]):
+                return Invalid(WIDE_INTEGER, str(job_id), agent)
+        except TooDeep as exc:
+            return Invalid(f"field 'data' {exc}", str(job_id), agent)
     if fields.get("submitted_at") is None:  # null is no time either: it gets the default an absent one does
-        fields["submitted_at"] = where.timestamp_ms or now_ms()
+        stamp = where.timestamp_ms  # -1 is Kafka's "no timestamp"
+        fields["submitted_at"] = stamp if stamp is not None and 0 < stamp <= MAX_EPOCH_MS else now_ms()
     try:
         request = JobRequest.model_validate(fields, strict=False)
     except ValidationError as exc:
@@ -159,5 +166,6 @@ def result_record(fields: dict[str, str]) -> tuple[bytes, bytes]:
     result = JobResult.from_fields(fields)
     try:
         return result.id.encode(), orjson.dumps(result.to_json_dict())
-    except (orjson.JSONEncodeError, UnicodeEncodeError) as exc:
+    except (orjson.JSONEncodeError, UnicodeEncodeError, ValueError, TypeError, RecursionError) as exc:
+        # ValueError: pydantic's dump of a result nested past its depth ("Circular reference detected")
         raise DecodeError(f"result event cannot be written as JSON: {exc}", fields) from None

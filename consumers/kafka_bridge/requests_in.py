@@ -67,7 +67,13 @@ class RequestsIn:
         seen: set[str] = set()
         repeats: list[str] = []  # a key again in this batch: the batch is published lane by lane, so without this
         for record in records:  # the copy in an earlier-published lane, not the first record, would be the job
-            parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
+            try:
+                parsed = parse_request(record.key, record.value, record.where, max_bytes=self.max_request_bytes)
+            except Exception as exc:  # the parser's own failure on a hostile record: that record is dead-lettered; let
+                # out, it crashed the agent, and faust acked the whole batch with nothing published
+                log.error("kafka-bridge: reading record %s failed (%s); it is dead-lettered", record.where.job_id, type(exc).__name__,
+                          exc_info=True)
+                parsed = Invalid(f"record could not be read ({type(exc).__name__})", record.where.job_id)
             if not isinstance(parsed, Parsed):
                 invalid.append((parsed, record))
             elif (job_id := parsed.request.id) is not None and job_id in seen:

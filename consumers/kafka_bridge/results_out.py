@@ -65,6 +65,17 @@ def guard(keys: Keys, entry_id: str) -> str:
 TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
 
 
+def refused_for_size(ack: object) -> bool:
+    """Whether a send failed for a record Kafka takes at no size: faust wraps aiokafka's error (ProducerSendError
+    raised from it), so the chain is walked, not only the error at its top."""
+    seen = 0
+    while isinstance(ack, BaseException) and seen < 10:
+        if isinstance(ack, TOO_LARGE):
+            return True
+        ack, seen = ack.__cause__ or ack.__context__, seen + 1
+    return False
+
+
 class ResultsOut:
     """Produces result batches and XACKs each entry only after Kafka acknowledged it.
 
@@ -102,7 +113,7 @@ class ResultsOut:
     async def _forward(self, batch: ResultBatch) -> list[str]:
         acks = await asyncio.gather(*(self._send(r) for r in batch.records))
         sent = [r.entry_id for r, ack in zip(batch.records, acks, strict=True) if not isinstance(ack, BaseException)]
-        too_large = [(r, ack) for r, ack in zip(batch.records, acks, strict=True) if isinstance(ack, TOO_LARGE) and batch.stream in self.keys_of]
+        too_large = [(r, ack) for r, ack in zip(batch.records, acks, strict=True) if refused_for_size(ack) and batch.stream in self.keys_of]
         if too_large:  # acked with their letters
             await self._dead_letters(batch.stream, too_large)
         done = sent + [r.entry_id for r, _ in too_large]

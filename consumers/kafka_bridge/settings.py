@@ -30,7 +30,7 @@ class KafkaBridgeSettings(ServesMetrics):
     )
     kafka_topic_partitions: int = Field(
         default=8, ge=1, le=10_000,
-        description="partitions of the topics when the bridge creates them (existing topics keep theirs)",
+        description="no effect, kept for compatibility: the bridge creates no topics (docs/kafka.md: create them, or the broker's auto-create does)",
     )
     kafka_security_protocol: SecurityProtocol = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
     kafka_sasl_mechanism: SaslMechanism = Field(default="PLAIN", description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols)")

@@ -393,3 +393,80 @@ async def test_a_malformed_result_is_dead_lettered_once_when_its_write_is_sent_a
     assert [(f["id"], f["reason"], f["source_id"]) for f in letters] == [("broken", "invalid", entries[0][0])]
     await client.aclose()
     shutil.rmtree(bridge.datadir, ignore_errors=True)
+
+
+async def refusing_big_0_wrapped(key: bytes, value: bytes) -> asyncio.Future[object]:
+    """Kafka's send as faust makes it: aiokafka's too-large refusal wrapped in faust's ProducerSendError."""
+    from faust.exceptions import ProducerSendError
+
+    if key == b"big-0":
+        try:
+            raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized which is larger than max_request_size")
+        except MessageSizeTooLargeError as exc:
+            raise ProducerSendError(f"Error while sending: {exc!r}") from exc
+    return await refusing_big_0(key, value)
+
+
+async def test_a_result_too_large_for_kafka_is_dead_lettered_when_faust_wraps_the_refusal(bridge: Any, redis: Any, keys: Any) -> None:
+    # Given two result events, the first refused as too large the way faust reports it (before: pending for good)
+    reply, batch = await two_results_read(redis, keys, "big")
+    acked = await forwarded(bridge, batch, refusing_big_0_wrapped)
+    # Then it is dead-lettered and both entries are acked, as when aiokafka's error comes bare
+    assert sorted(acked) == sorted(e[0] for e in reply[0][1])
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert (letter["id"], letter["reason"]) == ("big-0", "too_large")
+
+
+DEEP_WIDE = b'{"agent": "echo", "data": ' + b'{"a":' * 1000 + b"1234567890123456789012" + b"}" * 1000 + b"}"
+
+
+async def test_a_record_too_deep_to_check_is_dead_lettered_and_its_batch_published(redis: Any, keys: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+
+    # Given a batch with a record nested 1,000 levels around a long number (orjson reads it; the exact check cannot)
+    records = [RecordIn(b"job-a", request(), Coordinates("t", 0, 0)), RecordIn(b"job-deep", DEEP_WIDE, Coordinates("t", 0, 1)),
+               RecordIn(b"job-b", request(), Coordinates("t", 0, 2))]
+    # When it is handled (before: the check's error crashed the agent, and faust acked the batch with nothing published)
+    outcome = await RequestsIn(redis, keys, max_request_bytes=100_000).handle(records)
+    # Then that record is dead-lettered with the reason, and the others are published
+    assert outcome.published == ["job-a", "job-b"] and outcome.invalid == ["job-deep"], outcome
+    (letter,) = [f for _, f in await redis.xrange(keys.dead)]
+    assert "nested too deeply" in letter["error"], letter
+
+
+async def test_a_record_without_a_kafka_timestamp_gets_the_time_it_was_read(redis: Any, keys: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+    from streams.envelope import now_ms
+
+    # Given a record whose timestamp is Kafka's "none" (-1); before: dead-lettered, submitted_at -1 out of range
+    before = now_ms()
+    outcome = await RequestsIn(redis, keys, max_request_bytes=10_000).handle([RecordIn(b"job-nots", request(), Coordinates("t", 0, 0, timestamp_ms=-1))])
+    assert outcome.published == ["job-nots"], outcome
+    assert int(await redis.hget(keys.job("job-nots"), "submitted_at")) >= before
+
+
+def test_a_result_nested_past_what_json_writes_is_a_decode_error() -> None:
+    from consumers.kafka_bridge.records import result_record
+    from streams.errors import DecodeError
+
+    fields = {**JobResult(id="deep", agent="echo", status=Status.COMPLETED, attempts=1).to_fields(), "result": '{"a":' * 300 + "1" + "}" * 300}
+    with pytest.raises(DecodeError, match="cannot be written as JSON"):
+        result_record(fields)
+
+
+def test_the_kafka_connection_log_stays_above_debug_even_at_debug() -> None:
+    import logging
+
+    from consumers.kafka_bridge.app import _quiet_libraries
+
+    # aiokafka logs every request at DEBUG there, a SASL PLAIN authentication's password among them
+    root = logging.getLogger().level
+    logging.getLogger().setLevel(logging.DEBUG)
+    try:
+        _quiet_libraries("debug")
+        assert not logging.getLogger("aiokafka.conn").isEnabledFor(logging.DEBUG)
+    finally:
+        logging.getLogger().setLevel(root)
+        logging.getLogger("aiokafka.conn").setLevel(logging.NOTSET)
