@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from streams.config import StreamSettings
+from streams.connection import url_option_problem
 from streams.errors import ConfigError, StreamcrewError
 from streams.outage import REDIS_DOWN, WritesHeldBack, quiet_cluster_refresh_errors
 from streams.seeds import seed_urls
@@ -118,6 +119,8 @@ def _redis_url_problem(url: str) -> str | None:
             parse_url(seed)  # type: ignore[no-untyped-call]
         except ValueError as exc:
             return str(exc)  # a bad query option: redis-py names the option, not its value
+        if problem := url_option_problem(seed):
+            return problem
     return None
 
 

@@ -58,7 +58,7 @@ def dead_list(
     letters = run(go())
     if as_json:
         for letter in letters:
-            print(letter.model_dump_json())
+            print(json.dumps(letter.model_dump(mode="json")))  # ASCII: a submitter's text cannot drive the terminal
     else:
         out.print(dead_table(letters))
 
@@ -155,7 +155,7 @@ def webhooks_dead_list(
     letters = run(_with_redis(settings, lambda r, k: list_webhook_dead(r, k, count, partitions=settings.partitions)))
     if as_json:
         for letter in letters:
-            print(letter.model_dump_json())
+            print(json.dumps(letter.model_dump(mode="json")))  # ASCII: a submitter's text cannot drive the terminal
     else:
         out.print(webhook_dead_table(letters))
 

@@ -18,6 +18,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from streams.sizes import visible
+
 TITLE = "Queue Performance Report"
 Fetch = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -70,18 +72,19 @@ def report_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def as_text(*cells: str) -> list[Text]:
-    """Table cells shown as written: tenants, models, agents and errors come from submitters, never rich markup."""
-    return [Text(cell) for cell in cells]
+    """Table cells shown as written: tenants, models, agents and errors come from submitters, never rich markup,
+    and never a control sequence for the terminal (``visible``: rich passes ESC and bidi overrides through)."""
+    return [Text(visible(cell)) for cell in cells]
 
 
 def _heading(figures: dict[str, Any]) -> str:
     now = datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"{TITLE} (prefix {figures['prefix']}, {now})"
+    return f"{TITLE} (prefix {visible(figures['prefix'])}, {now})"
 
 
 def plain_report(figures: dict[str, Any]) -> str:
     lines = [f"=== {_heading(figures)} ==="]
-    lines += [f"{name}: {value}" for name, value in report_rows(figures)]
+    lines += [visible(f"{name}: {value}") for name, value in report_rows(figures)]
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ Every call covers every partition of the prefix (contract §10), on one Redis or
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -17,13 +18,17 @@ from streams.config import StreamSettings
 from streams.dead import Replay
 from streams.connection import connect_detected
 from streams.envelope import DeadLetter, JobResult
+from streams.errors import DecodeError
 from streams.keys import Keys, partition_keys
 from streams.layout import check_layout
 from streams.outage import REDIS_DOWN
 from streams.partition_stats import partitioned_queue_stats
 from streams.producer import Producer, Published
 from streams.records import JobRecord, get_job, wait_for_terminal
+from streams.sizes import short
 from streams.window import DEFAULT_WINDOW
+
+log = logging.getLogger("streamcrew.cli")
 
 WATCH_BLOCK_MS = 200  # how long a round waits for a result when the last one found none
 
@@ -71,7 +76,12 @@ class Ops:
                     for eid, fields in entries:
                         last[i], block = eid, None
                         seen += 1
-                        yield JobResult.from_fields(fields)
+                        try:
+                            result = JobResult.from_fields(fields)
+                        except DecodeError as exc:  # a hand-made entry: said, and passed by (it stopped every follower)
+                            log.warning("result entry %s of %s is not a result event (%s); skipped", eid, streams[i], short(exc.reason))
+                            continue
+                        yield result
                         if count is not None and seen >= count:
                             return
 

@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from streams.keys import Keys
 from streams.records import JobRecord, get_job
+from streams.sizes import visible
 
 POLL_S = 0.2
 
@@ -28,7 +29,7 @@ async def follow_workflow(
             if seen.get(step["id"]) != step["status"]:
                 seen[step["id"]] = step["status"]
                 detail = f" ({step['error'][:120]})" if step.get("error") else ""
-                show(f"{count}  {step['id']:<24} {step['agent']:<12} {step['status']}{detail}")
+                show(visible(f"{count}  {step['id']:<24} {step['agent']:<12} {step['status']}{detail}"))  # a step's error is an agent's text
                 shown = count
         if record is not None and record.terminal:
             if count != shown:  # the last steps were read settled before the count caught up with them

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
@@ -123,6 +123,18 @@ def guarded(connection_class: type[AbstractConnection]) -> type[AbstractConnecti
     return _GUARDED[connection_class]
 
 
+def url_option_problem(url: str) -> str | None:
+    """Why redis-py's connection takes no option of ``url``'s query (``?bogus=1``, ``?ssl_cert_reqs=`` on redis://),
+    or None: checked on a connection object, not connected, so it is one line at the start, not a TypeError at the
+    first command. Quotes the option's name only, never the URL (it may hold a password)."""
+    pool = ConnectionPool.from_url(url)
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except TypeError as exc:
+        return f"it has an option redis-py does not take ({str(exc).split('argument ')[-1]})"
+    return None
+
+
 def connect(url: str, *, max_connections: int | None = None, retries: int = 2, timeout_s: float = SOCKET_TIMEOUT_S) -> Redis:
     """A client for ``url`` (redis://, rediss:// or unix://) that decodes replies to ``str``.
 
@@ -131,7 +143,12 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
     """
     if len(seed_urls(url)) > 1:
         raise ConfigError("this Redis URL lists several nodes, which only a Redis Cluster client can use")
-    client = Redis.from_url(url, max_connections=max_connections, **_client_options(retries, timeout_s))
+    options = _client_options(retries, timeout_s)
+    if url.lower().startswith("unix:"):  # no TCP: redis-py's socket connection takes no keepalive option
+        options.pop("socket_keepalive")
+    if problem := url_option_problem(url):
+        raise ConfigError(f"invalid Redis URL: {problem}")
+    client = Redis.from_url(url, max_connections=max_connections, **options)
     pool = client.connection_pool
     pool.connection_class = guarded(pool.connection_class)
     return client

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from streams.errors import DecodeError
 from streams.job_ids import STEP_ID_RESERVED, check_job_id, is_step_entry, may_carry_id, reserved_id_problem, takes_generated_id
 from streams.keys import LANES
-from streams.raw import MAX_REQUEST_FIELDS, not_utf8, request_bytes, request_field_count, utf8_len
+from streams.raw import MAX_REQUEST_FIELDS, not_utf8, repaired_fields, request_bytes, request_field_count, utf8_len
 
 # Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
 INPUTS_OMITTED = "inputs_omitted"
@@ -421,6 +421,7 @@ class DeadLetter(BaseModel):
 
     @classmethod
     def from_entry(cls, entry_id: str, raw: Mapping[str, str]) -> DeadLetter:
+        raw = repaired_fields(raw)  # a hand-made letter's bytes that are not UTF-8: U+FFFD, so any JSON can show it
         values: dict[str, Any] = dict(raw)
         try:
             values["request"] = orjson.loads(raw.get("request", "{}"))

@@ -31,5 +31,10 @@ def short(text: str | None, limit: int = 300) -> str:
     """A text as a log line quotes it: cut at ``limit`` characters, and its control and format characters escaped
     (a newline in a hand-written job id, path or error must not start a forged log line of its own)."""
     text = text or ""
-    text = text if len(text) <= limit else text[:limit] + "..."
+    return visible(text if len(text) <= limit else text[:limit] + "...")
+
+
+def visible(text: str) -> str:
+    """``text`` with its control and format characters (ESC, CR, a bidi override, a lone surrogate) as escapes: what
+    a submitter wrote, shown in a log or on an operator's terminal, cannot drive it (clear it, plant a link)."""
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -25,6 +25,7 @@ from streams import dead
 from streams.envelope import entry_ms
 from streams.errors import DeadLetterNotFound, StreamcrewError
 from streams.keys import Keys, partition_keys
+from streams.raw import repaired_fields
 
 
 class WebhookDeadLetter(BaseModel):
@@ -43,6 +44,7 @@ class WebhookDeadLetter(BaseModel):
 
     @classmethod
     def from_entry(cls, entry_id: str, raw: Mapping[str, str]) -> WebhookDeadLetter:
+        raw = repaired_fields(raw)  # a hand-made letter's bytes that are not UTF-8: U+FFFD, so any JSON can show it
         values: dict[str, Any] = dict(raw)
         values["entry_id"] = entry_id
         values["last_status"] = raw.get("last_status") or None

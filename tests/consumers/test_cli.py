@@ -3,6 +3,7 @@
 import asyncio
 import json
 import subprocess
+import time
 
 import pytest
 import redis as sync_redis
@@ -201,6 +202,7 @@ async def test_redis_going_away_mid_webhook_replay_is_exit_4_and_says_what_was_r
     ("notifier", "redis://:s3cretPW@127.0.0.1:70000/0", "its port is not a number from 0 to 65535"),
     ("watch", "redis://:s3cret/PW@127.0.0.1:1/0", "its port is not a number from 0 to 65535"),  # a '/' ends the host: 's3cret' reads as the port
     ("submit", "redis://:s3cretPW@127.0.0.1:1/0?socket_timeout=soon", "Invalid value for 'socket_timeout' in connection URL."),
+    ("stats", "redis://:s3cretPW@127.0.0.1:1/0?bogus=1", "it has an option redis-py does not take ('bogus')"),  # was a TypeError traceback
 ])
 def test_a_bad_redis_url_is_one_line_without_its_password(prefix: str, command: str, url: str, problem: str) -> None:
     # Given STREAMCREW_REDIS_URL that redis-py would refuse
@@ -424,3 +426,47 @@ async def test_submit_whose_id_less_job_finds_both_names_taken_says_so_and_exits
     # Then it says in one line that nothing was queued, and exits 1
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no free id for this job" in done.stderr and done.stdout == "", done.stdout + done.stderr
+
+
+async def test_dead_list_json_shows_a_letter_that_is_not_utf8(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a hand-made dead letter with bytes that are not UTF-8, beside a good one (before: a traceback, exit 1)
+    await redis.xadd(keys.dead, {b"id": b"dx\xff", b"agent": b"a\xfe", b"reason": b"invalid", b"error": b"e\xff",
+                                 b"source_stream": keys.lane("normal").encode(), b"source_id": b"1-0", b"dead_at": b"1"})
+    await redis.xadd(keys.dead, {"id": "good", "agent": "echo", "reason": "expired", "error": "late", "source_stream": keys.lane("normal"),
+                                 "source_id": "2-0", "attempts": "1", "dead_at": "1", "request": '{"agent": "echo", "data": "{}"}'})
+    done = cli(redis_url, prefix, "dead", "list", "--json")
+    # Then every letter is a line of JSON, the undecodable bytes shown as U+FFFD, and the output is ASCII
+    assert done.returncode == 0, done.stderr
+    letters = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [d["id"] for d in letters] == ["dx\ufffd", "good"] and done.stdout.isascii()
+
+
+async def test_watch_passes_a_result_entry_that_is_not_a_result(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a hand-made entry in the results stream between two results (before: watch stopped there, exit 2)
+    good = {"id": "r1", "agent": "echo", "status": "completed", "attempts": "1", "result": "{}"}
+    await redis.xadd(keys.results, good)
+    await redis.xadd(keys.results, {**good, "id": "odd", "usage": "[1, 2]"})
+    await redis.xadd(keys.results, {**good, "id": "r2"})
+    done = cli(redis_url, prefix, "watch", "--from-start", "--count", "3", timeout=30)
+    # Then it says so and goes on to the next
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["r1", "r2"]
+    assert "is not a result event" in done.stderr
+
+
+def test_a_unix_socket_url_connects(prefix: str, redis_binary: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Given a Redis listening on a unix socket only (before: redis-py refused the TCP keepalive option, a traceback)
+    sock = tmp_path / "r.sock"
+    server = subprocess.Popen([redis_binary, "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # no event to await: the socket file appears when redis-server listens
+        assert sock.exists(), f"redis-server made no socket in 10 s (exit code {server.poll()})"
+        done = cli(f"unix://{sock}", prefix, "stats", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["dead_letters"] == 0
+    finally:
+        server.kill()
+        server.wait(timeout=10)

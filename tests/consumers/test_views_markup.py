@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from consumers.monitor import rich_report
+from consumers.monitor import plain_report, rich_report
 from consumers.views import dead_table, stats_table
 from streams import dead
 from streams.groups import ensure_groups, standard_groups
@@ -39,3 +39,25 @@ async def test_stats_monitor_and_dead_list_show_submitted_names_as_text(redis, k
     # Then each shows the names as they were written
     for table in (stats_table(figures), rich_report(figures), dead_table(await dead.list_dead(redis, keys))):
         assert HOSTILE in shown(table).replace("\n", "")
+
+
+ESCAPES = "\x1b[2J\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\\u202eLIVE\r"
+
+
+async def test_submitted_names_cannot_drive_the_operators_terminal(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a result and a dead letter whose tenant, agent and error hold terminal escapes (clear screen, an OSC 8 link,
+    # a bidi override, a carriage return): rich reads no markup in plain Text, but passes ESC and U+202E through
+    await ensure_groups(redis, standard_groups(keys))
+    await redis.xadd(keys.results, {"id": "j1", "agent": "echo", "status": "completed", "attempts": "1", "tenant": f"acme{ESCAPES}",
+                                    "submitted_at": "1700000000000", "started_at": "1700000000010", "finished_at": "1700000000100"})
+    await redis.xadd(keys.dead, {"id": "j2", "agent": f"echo{ESCAPES}", "reason": "exhausted", "error": f"boom{ESCAPES}",
+                                 "source_stream": keys.lane("normal"), "source_id": "1-0", "attempts": "1", "dead_at": "1700000000000",
+                                 "request": '{"agent": "echo", "data": "{}"}'})
+    figures = await queue_stats(redis, keys)
+    figures["prefix"] = "odd[/prefix]"
+    # When the CLI's tables and the plain monitor report are drawn
+    tables = [shown(t) for t in (stats_table(figures), rich_report(figures), dead_table(await dead.list_dead(redis, keys)))]
+    # Then no escape reaches the output: each is shown as its escape sequence, so the operator sees it was there
+    for text in [*tables, plain_report(figures)]:
+        assert "\x1b" not in text and "\u202e" not in text, repr(text[:300])
+    assert "\\x1b[2J" in "".join(tables).replace("\n", "") and "odd[/prefix]" in tables[0]
