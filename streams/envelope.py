@@ -92,6 +92,9 @@ def has_wide_integer(text: str) -> bool:
 
     def check(literal: str) -> int:
         nonlocal wide
+        if len(literal) > 21:  # past any 64-bit integer (20 digits and a sign); int() refuses 4,300 digits outright
+            wide = True
+            return 0
         value = int(literal)
         wide = wide or not INT_MIN <= value <= UINT_MAX
         return value

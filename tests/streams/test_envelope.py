@@ -69,3 +69,22 @@ def test_priority_maps_to_lanes(priority: int | str | None, lane: str) -> None:
 def test_priority_out_of_range_is_an_error() -> None:
     with pytest.raises(ValueError, match="0-10"):
         lane_for_priority(11)
+
+
+@pytest.mark.parametrize(("data", "wide"), [
+    ('{"n": ' + "9" * 5000 + "}", True),  # past the 4,300 digits int() converts (a ValueError before; orjson, read
+    # first where a request is, refuses it as infinity: this is the check's own guard)
+    ('{"n": -9223372036854775808, "m": 18446744073709551615}', False),  # the ends of the 64-bit ranges
+    ('{"n": 18446744073709551616}', True),
+    ('{"s": "' + "9" * 5000 + '"}', False),  # digits in a string are text
+])
+def test_a_wide_integer_is_told_at_any_length(data: str, wide: bool) -> None:
+    from streams.envelope import has_wide_integer
+
+    assert has_wide_integer(data) is wide
+    raw = {"agent": "echo", "data": data}
+    if wide:
+        with pytest.raises(DecodeError, match="beyond 64 bits|infinity"):
+            JobRequest.from_fields(raw)
+    else:
+        JobRequest.from_fields(raw)
