@@ -17,9 +17,8 @@ StreamcrewError                 root of everything streamcrew raises on purpose
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 
 class StreamcrewError(Exception):
@@ -47,18 +46,12 @@ class DecodeError(StreamcrewError):
         self.raw = dict(raw)
 
 
-@contextlib.contextmanager
-def refused_on_failure(raw: Mapping[str, str], what: str, job_id: str) -> Iterator[None]:
-    """Inside, any exception but a DecodeError (a reader's own bug on a hostile entry) becomes that entry's
-    DecodeError: it is rejected and dead-lettered with the reason, and the batch read with it goes on."""
-    try:
-        yield
-    except DecodeError:
-        raise
-    except Exception as exc:
-        logging.getLogger("streamcrew.jobs").error("job=%s: %s failed on its request (%s); the request is rejected",
-                                                   job_id, what, type(exc).__name__, exc_info=True)
-        raise DecodeError(f"the request could not be read: {what} failed ({type(exc).__name__})", raw) from None
+def refusal(raw: Mapping[str, str], what: str, job_id: str, exc: Exception) -> DecodeError:
+    """The DecodeError of an entry a reader failed on (its own bug on a hostile entry), said in the log: the entry is
+    rejected and dead-lettered with the reason, and the batch read with it goes on."""
+    logging.getLogger("streamcrew.jobs").error("job=%s: %s failed on its request (%s); the request is rejected",
+                                               job_id, what, type(exc).__name__, exc_info=exc)
+    return DecodeError(f"the request could not be read: {what} failed ({type(exc).__name__})", raw)
 
 
 class RequestTooLarge(StreamcrewError):

@@ -24,7 +24,7 @@ from streams.envelope import JobRequest, Status, dumps, entry_ms, epoch_ms_or, f
 from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
-from streams.errors import DecodeError, Reject, RetryLater, refused_on_failure
+from streams.errors import DecodeError, Reject, RetryLater, refusal
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys, lane_of, partition_keys
@@ -149,8 +149,7 @@ class JobProcessor:
                 continue
             job_id = explicit_id(raw) or keys.generated_id(entry_id)
             try:
-                with refused_on_failure(raw, "validation", job_id):  # never the whole batch's start
-                    request = JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
+                request = self._read(raw, job_id)
                 if home_partition(keys, self.settings.partitions, raw, request) is not None and not await self.redis.exists(keys.job(job_id)):
                     self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
@@ -159,11 +158,8 @@ class JobProcessor:
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
                     # past its deadline, never started: start.lua (with _start's later now) ends it expired (contract §2)
-                else:
-                    with refused_on_failure(raw, f"agent {request.agent!r}'s input check", job_id):
-                        problem = self.executor.check(request)
-                    if problem:
-                        raise DecodeError(problem, raw)
+                elif problem := self._check(request, raw, job_id):
+                    raise DecodeError(problem, raw)
             except DecodeError as exc:
                 self._reject_invalid(stream, origin, entry_id, job_id, raw, exc.reason)
                 continue
@@ -174,6 +170,22 @@ class JobProcessor:
             await self.workflows.start(keys, stream, origin, workflows)
         if claimed:
             await self._start(stream, origin, claimed)
+
+    def _read(self, raw: dict[str, str], job_id: str) -> JobRequest:
+        """The request, or a DecodeError: never another exception, which failed the start of the whole batch."""
+        try:
+            return JobRequest.from_fields(raw, max_bytes=self.settings.max_request_bytes, max_inputs_bytes=self.settings.max_result_bytes)
+        except DecodeError:
+            raise
+        except Exception as exc:  # '²' as submitted_at, say: a digit to str.isdigit, not to int()
+            raise refusal(raw, "validation", job_id, exc) from None
+
+    def _check(self, request: JobRequest, raw: dict[str, str], job_id: str) -> str | None:
+        """The agent's word on the request's input; an exception of its check refuses the request, as :meth:`_read`."""
+        try:
+            return self.executor.check(request)
+        except Exception as exc:
+            raise refusal(raw, f"agent {request.agent!r}'s input check", job_id, exc) from None
 
     async def _started_in_time(self, keys: Keys, origin: str, entry_id: str, job_id: str) -> bool:
         """Whether this entry is a replay of a workflow that started before its deadline: it resumes, as a job that

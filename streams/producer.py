@@ -25,9 +25,9 @@ from streams.slow_slots import SlotSlow, slot_of, slow_slots_of
 from streams.workflow import WORKFLOW_AGENT, Workflow
 
 PUBLISH_CHUNK = 500
-# A chunk goes to publish.lua as one argument, each request's fields JSON-escaped once more: bounded in bytes too, so
-# many large requests together (a gateway batch of concurrent ones) never make one call over Redis' argument limit,
-# nor one that holds Redis up for every other client while it is read.
+# A chunk goes to publish.lua as one argument, each request's fields JSON-escaped once more: bounded in size too, so
+# many large requests together (a gateway batch of concurrent ones) never make one call over Redis' argument limit
+# (512 MB by default: counting characters, not bytes, is near enough), nor one that holds Redis up while it is read.
 PUBLISH_CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -203,7 +203,7 @@ class Producer:
         """Partition ``p``'s calls in turn, each request's outcome put in ``out``; returns the failure that stopped them
         (``failed``: one before them, so none is made)."""
         for lane_name, indexes in lanes.items():
-            for chunk in chunks_of(indexes, lambda i: request_bytes(encoded[i][1])):
+            for chunk in chunks_of(indexes, lambda i: sum(map(len, encoded[i][1].values()))):  # characters: near enough
                 outcomes: list[Published | Exception] = [failed] * len(chunk) if failed else []
                 if not failed:
                     try:
