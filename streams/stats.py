@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.keys import LANES, NOTIFIER_GROUP, WORKERS_GROUP, Keys
+from streams.raw import repaired
 from streams.tenant_cap import parked_tenants_key
 from streams.window import DEFAULT_WINDOW, window_figures
 
@@ -55,7 +56,7 @@ async def _stream_stats(redis: Redis, stream: str, group: str, now_ms: int) -> d
         "last_delivered_id": info.get("last-delivered-id") if info else None,
         "oldest_pending_age_s": _age_s(oldest_pending, now_ms),
         "consumers": [
-            {"name": c["name"], "pending": int(c["pending"]), "idle_s": int(c["idle"]) / 1000}
+            {"name": repaired(c["name"]), "pending": int(c["pending"]), "idle_s": int(c["idle"]) / 1000}  # XGROUP CREATECONSUMER takes any bytes
             for c in consumers
         ],
     }

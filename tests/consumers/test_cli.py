@@ -470,3 +470,14 @@ def test_a_unix_socket_url_connects(prefix: str, redis_binary: str, tmp_path) ->
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+async def test_stats_json_shows_a_consumer_name_that_is_not_utf8(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a consumer made by hand with a name that is not UTF-8 (XGROUP CREATECONSUMER takes any bytes)
+    await redis.xgroup_create(keys.lane("normal"), "workers", id="0", mkstream=True)
+    await redis.execute_command("XGROUP", "CREATECONSUMER", keys.lane("normal"), "workers", b"c\xff")
+    done = cli(redis_url, prefix, "stats", "--json")
+    # Then stats --json is strict JSON with the bytes shown as U+FFFD (before: a lone surrogate escape, '\\udcff')
+    assert done.returncode == 0, done.stderr
+    assert "\\udcff" not in done.stdout
+    assert [c["name"] for c in json.loads(done.stdout)["lanes"]["normal"]["consumers"]] == ["c\ufffd"]
