@@ -215,8 +215,6 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
     redis = await connect_when_reachable(settings.effective_redis_url, "kafka-bridge start")  # a Redis Cluster is found, not configured
     await hold_layout("kafka-bridge start", redis, keys, settings.partitions)  # another N: refused
     bridge = build_bridge(settings, redis)
-    for partition in bridge.partitions:
-        await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)
     if settings.metrics_port:
         register_stream_gauges(settings.effective_redis_url, keys, partitions=settings.partitions)
         serve_metrics(settings.metrics_port, settings.metrics_host)
@@ -235,6 +233,10 @@ async def run_bridge(settings: KafkaBridgeSettings) -> int:
         log.error("kafka-bridge: cannot reach Kafka at %s: %s", broker, problem)
         code, started = UNAVAILABLE, False
     if started:
+        # The results group only once Kafka answered: made by a bridge that never reached Kafka, it would hold every
+        # result back from the trim (trim_results.lua keeps what a group has not read) for a reader that never comes
+        for partition in bridge.partitions:
+            await ensure_group(redis, partition.results, KAFKA_BRIDGE_GROUP)
         run_task = asyncio.create_task(bridge.runtime.run())
         log.info("kafka-bridge %s ready: %s -> lanes, results -> %s, broker %s, prefix %s%s", bridge.runtime.consumer,
                  settings.kafka_requests_topic, settings.kafka_results_topic, broker, settings.prefix,

@@ -1,6 +1,6 @@
-"""Writes deploy/k8s/cluster/keda-partitions.yaml: KEDA triggers for every partition's lanes on a Redis Cluster.
+"""Writes deploy/k8s-cluster/keda-partitions.yaml: KEDA triggers for every partition's lanes on a Redis Cluster.
 
-    .venv/bin/python -m tests.deploy.keda_partitions > deploy/k8s/cluster/keda-partitions.yaml
+    .venv/bin/python -m tests.deploy.keda_partitions > deploy/k8s-cluster/keda-partitions.yaml
 
 The file is generated because it holds two triggers per lane and resumed stream per partition (144 for 12 partitions);
 tests/deploy/test_cluster_deploy.py checks it still equals what this renders from the overlay's

@@ -24,7 +24,8 @@ K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "docker-compose.yml"
 CLUSTER_COMPOSE = DEPLOY / "docker-compose.cluster.yml"
 CLUSTER_INIT = DEPLOY / "redis-cluster-init.sh"
-K8S_CLUSTER = K8S / "cluster"
+K8S_CLUSTER = DEPLOY / "k8s-cluster"  # overlays beside the base, not in it: kustomize refuses a root inside the one it builds on
+K8S_KAFKA = DEPLOY / "k8s-kafka"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "streamcrew.json"
@@ -59,7 +60,7 @@ def only(path: Path, kind: str) -> dict[str, Any]:
 
 
 def cluster_overlay_settings() -> tuple[str, int, int]:
-    """(prefix, partitions, worker concurrency) of deploy/k8s/cluster: the base's prefix and worker, the overlay's N."""
+    """(prefix, partitions, worker concurrency) of deploy/k8s-cluster: the base's prefix and worker, the overlay's N."""
     prefix = only(K8S / "configmap.yaml", "ConfigMap")["data"]["STREAMCREW_PREFIX"]
     partitions = int(only(K8S_CLUSTER / "configmap-partitions.yaml", "ConfigMap")["data"]["STREAMCREW_PARTITIONS"])
     (worker,) = only(K8S / "worker.yaml", "Deployment")["spec"]["template"]["spec"]["containers"]

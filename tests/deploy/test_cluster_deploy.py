@@ -274,8 +274,8 @@ def overlay() -> dict[str, Any]:
 
 def test_cluster_overlay_builds_on_the_base_and_names_existing_objects() -> None:
     kustomization = overlay()
-    assert ".." in kustomization["resources"]
-    listed = {r for r in kustomization["resources"] if r != ".."} | {p["path"] for p in kustomization["patches"] if "path" in p}
+    assert "../k8s" in kustomization["resources"]  # beside the base: kustomize refuses a root inside the one it builds on
+    listed = {r for r in kustomization["resources"] if r != "../k8s"} | {p["path"] for p in kustomization["patches"] if "path" in p}
     assert listed == {p.name for p in K8S_CLUSTER.glob("*.yaml")} - {"kustomization.yaml", "secret-redis-cluster.example.yaml"}
     # no Secret, listed or patched: an apply would put example values back over the operator's keys
     assert not [o for r in listed for o in load_yaml_all(K8S_CLUSTER / r) if o.get("kind") == "Secret"]
@@ -287,7 +287,7 @@ def test_cluster_overlay_builds_on_the_base_and_names_existing_objects() -> None
         if target.get("$patch") == "delete":
             deleted.add((target["kind"], target["metadata"]["name"]))
     assert deleted == {("StatefulSet", "redis"), ("Service", "redis"), ("ScaledObject", "worker")}
-    added = [o for r in kustomization["resources"] if r != ".." for o in load_yaml_all(K8S_CLUSTER / r)]
+    added = [o for r in kustomization["resources"] if r != "../k8s" for o in load_yaml_all(K8S_CLUSTER / r)]
     scaled = [o for o in added if o["kind"] == "ScaledObject"]
     assert len(scaled) == 1 and scaled[0]["spec"]["scaleTargetRef"]["name"] == "worker"
     assert (scaled[0]["kind"], scaled[0]["metadata"]["name"]) not in base
@@ -306,7 +306,7 @@ def test_keda_partitions_file_is_current() -> None:
     prefix, partitions, concurrency = cluster_overlay_settings()
     path = K8S_CLUSTER / "keda-partitions.yaml"
     assert path.read_text() == render(prefix, partitions, concurrency), (
-        "stale: run .venv/bin/python -m tests.deploy.keda_partitions > deploy/k8s/cluster/keda-partitions.yaml")
+        "stale: run .venv/bin/python -m tests.deploy.keda_partitions > deploy/k8s-cluster/keda-partitions.yaml")
     assert only(path, "ScaledObject") == scaled_object(prefix, partitions, concurrency)
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import redis as sync_redis
+
 from consumers.processes import streamcrew_cmd
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,6 +65,10 @@ def test_an_unreachable_broker_is_one_clear_line_and_exit_4(redis_url: str, pref
     done = run_cli("kafka-bridge", "--broker", "kafka://127.0.0.1:9", "--metrics-port", "0", "--redis-url", redis_url, "--prefix", prefix)
     assert done.returncode == 4, done.stderr[-2000:]
     assert "cannot reach Kafka at kafka://127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
+    # and it left no group on the results stream: one that no bridge reads holds every result back from the trim
+    with sync_redis.Redis.from_url(redis_url, decode_responses=True) as r:
+        groups = r.xinfo_groups(f"{prefix}:results") if r.exists(f"{prefix}:results") else []
+    assert "kafka-bridge" not in [g["name"] for g in groups], groups
 
 
 def test_a_failed_start_leaves_no_event_loop_open(redis_url: str, prefix: str) -> None:
