@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from streams.entries import Entry, Slot
-from streams.outage import REDIS_FAILED
+from streams.outage import BACKOFF_MAX_S, REDIS_FAILED
 from streams.slow_slots import SlotSlow
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ class Leases:
         self._cursors = {s: "0-0" for s in runtime.streams}
         self._taking_up = asyncio.Lock()
         self._reported: set[Slot] = set()  # taken over, already in a warning: each renewal finds them again
+        self._away = False  # a sweep met an outage: the next one waits for Redis to answer, then holds off
+        self._hold_until = 0.0
 
     async def renew(self) -> list[Slot]:
         """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns those still at work here that
@@ -71,32 +73,60 @@ class Leases:
         take, set ``runtime.stalled``: the read loop then sweeps into the next freed slots before it reads anything
         new."""
         async with self._taking_up:  # the timer's sweep and the read loop's never take the same slots twice
-            rt = self.runtime
-            total = 0
-            stalled = False
-            unswept: list[str] = []
-            min_idle_ms = int(rt.lease_s * 1000)
-            for stream in rt.streams:
-                free = min(rt.free_slots(), RECLAIM_BATCH)
-                if free <= 0:
-                    unswept.append(stream)
-                    continue
-                if not rt.accepting:
-                    break
-                try:
-                    reply = await rt.on_slot(stream, functools.partial(rt.redis.xautoclaim, stream, rt.group, rt.consumer, min_idle_ms,
-                                                                       self._cursors[stream], count=free),
-                                             on_late=functools.partial(self._late_reclaimed, stream))
-                except SlotSlow:  # its master hangs: swept once it answers
-                    continue
-                entries = await self._reclaimed(stream, reply)
-                total += len(entries)
-                stalled = stalled or len(entries) >= free
-            unswept = [stream for stream in unswept if not rt.slot_slow(stream)]
-            if unswept and not stalled and rt.accepting:
-                stalled = await self._any_stalled(unswept, min_idle_ms)
-            rt.stalled = stalled
-            return total
+            try:
+                if await self._holding_off():
+                    return 0
+                return await self._sweep()
+            except REDIS_FAILED:
+                self._away = True
+                raise
+
+    async def _holding_off(self) -> bool:
+        """Whether sweeps wait, after an outage, for live consumers to renew first.
+
+        Redis keeps an entry's idle time as a clock: over an outage longer than the lease (a restart loading its AOF,
+        a paused VM), every entry of a live consumer looks stalled, and a sweep that came back before their owners'
+        renewals would take healthy runs over (one more attempt counted, the owner's run stopped; a job allowed one
+        ended failed). So once Redis answers again, no sweep for a renewal period and a backoff's longest sleep."""
+        rt = self.runtime
+        if self._away:
+            try:
+                await rt.on_slot(rt.streams[0], lambda: rt.redis.xlen(rt.streams[0]))  # raises while Redis is still away
+            except SlotSlow:  # that stream's master hangs: not back yet
+                return True
+            self._away = False
+            self._hold_until = time.monotonic() + rt.lease_s / 4 + BACKOFF_MAX_S + 1.0
+            log.info("%s: Redis answers again; the reclaim sweep waits %.0fs for live consumers to renew their leases first",
+                     rt.group, self._hold_until - time.monotonic())
+        return time.monotonic() < self._hold_until
+
+    async def _sweep(self) -> int:
+        rt = self.runtime
+        total = 0
+        stalled = False
+        unswept: list[str] = []
+        min_idle_ms = int(rt.lease_s * 1000)
+        for stream in rt.streams:
+            free = min(rt.free_slots(), RECLAIM_BATCH)
+            if free <= 0:
+                unswept.append(stream)
+                continue
+            if not rt.accepting:
+                break
+            try:
+                reply = await rt.on_slot(stream, functools.partial(rt.redis.xautoclaim, stream, rt.group, rt.consumer, min_idle_ms,
+                                                                   self._cursors[stream], count=free),
+                                         on_late=functools.partial(self._late_reclaimed, stream))
+            except SlotSlow:  # its master hangs: swept once it answers
+                continue
+            entries = await self._reclaimed(stream, reply)
+            total += len(entries)
+            stalled = stalled or len(entries) >= free
+        unswept = [stream for stream in unswept if not rt.slot_slow(stream)]
+        if unswept and not stalled and rt.accepting:
+            stalled = await self._any_stalled(unswept, min_idle_ms)
+        rt.stalled = stalled
+        return total
 
     async def _reclaimed(self, stream: str, reply: Any) -> list[Entry]:
         """Hand on what an XAUTOCLAIM took (also one answered late: streams.slow_slots)."""

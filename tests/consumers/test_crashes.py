@@ -4,13 +4,15 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
+from redis.asyncio import Redis
 
 from consumers.processes import Child, streamcrew_cmd
 from streams.connection import connect
-from streams.embedded import RedisServer
+from streams.embedded import RedisServer, free_port
 from streams.envelope import JobRequest
 from streams.keys import Keys
 from streams.producer import Producer
@@ -224,3 +226,51 @@ async def test_a_dead_workers_jobs_are_reclaimed_before_a_steady_backlog_drains(
 
 async def _count_running_ids(redis, keys: Keys, ids: list[str]) -> bool:
     return [await redis.hget(keys.job(i), "status") for i in ids].count("running") == len(ids)
+
+
+async def test_live_runs_are_not_taken_over_after_redis_comes_back_from_an_outage_longer_than_the_lease(
+    workers, redis_binary: str, tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    # Given a Redis of its own that keeps its data (AOF), two workers with a 2 s lease, and 20 jobs of 12 s, each allowed
+    # one attempt, all running
+    port = free_port()
+    command = [redis_binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
+               "--appendonly", "yes", "--appendfsync", "always"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    redis = Redis.from_url(url, decode_responses=True)
+    try:
+        await wait_until(lambda: _answers(redis), timeout=10, what="the test's Redis to answer")
+        env = {"STREAMCREW_REDIS_URL": url}
+        for _ in range(2):
+            workers.start("--lease", "2", "--concurrency", "20", env=env)
+        keys = Keys(workers.prefix)
+        for i in range(20):
+            await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"sleep_s": 12}', "id": f"long-{i}", "max_attempts": "1"})
+
+        async def all_running() -> bool:
+            return all([await redis.hget(keys.job(f"long-{i}"), "status") == "running" for i in range(20)])
+
+        await wait_until(all_running, timeout=20, what="the 20 jobs to run")
+        # When Redis dies and comes back 5 s later with its data: every entry's idle time then spans the outage
+        server.kill()
+        server.wait(timeout=10)
+        await asyncio.sleep(5)  # the outage itself, longer than the lease (the scenario, not a synchronisation)
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await wait_until(lambda: _answers(redis), timeout=20, what="the test's Redis to answer again")
+        # Then no live run was taken over: every job completed in its one attempt (before: the first sweep back could
+        # beat its owner's renewal, take the job over, and end it failed, "attempts exhausted")
+        got = {r.id: r for r in await wait_results(redis, keys, 20, timeout=60)}
+        assert {r.status for r in got.values()} == {"completed"}, {i: (r.status, r.error) for i, r in got.items() if r.status != "completed"}
+        assert {r.attempts for r in got.values()} == {1}
+    finally:
+        await redis.aclose()
+        server.kill()
+        server.wait(timeout=10)
+
+
+async def _answers(redis) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return bool(await redis.ping())
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
