@@ -14,7 +14,7 @@ from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks de
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
-from streams.envelope import has_wide_integer
+from streams.strict_json import has_wide_integer
 from streams.workflow import WORKFLOW_AGENT
 
 __all__ = ["app", "main"]

@@ -7,9 +7,6 @@ the raw fields so a malformed entry can be dead-lettered with its reason.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import time
 from collections.abc import Mapping
 from enum import StrEnum
@@ -22,6 +19,7 @@ from streams.errors import DecodeError
 from streams.job_ids import STEP_ID_RESERVED, check_job_id, is_step_entry, may_carry_id, reserved_id_problem, takes_generated_id
 from streams.keys import LANES
 from streams.raw import MAX_REQUEST_FIELDS, not_utf8, repaired_fields, request_bytes, request_field_count, utf8_len
+from streams.strict_json import TooDeep, encode_data, has_wide_integer, json_default
 
 # Set by workflow.lua instead of 'inputs' when a step's inputs together pass the result limit: the step is rejected.
 INPUTS_OMITTED = "inputs_omitted"
@@ -58,72 +56,6 @@ REQUEST_FIELDS = (
 
 # Validation context key: ``data`` was already found strict JSON (parsed by orjson, or checked at the edge).
 DATA_CHECKED = "data_checked"
-
-
-def encode_data(data: Any) -> str:
-    """``data`` as strict JSON, or a ValueError naming what no JSON reader could take back.
-
-    orjson refuses integers beyond 64 bits and writes NaN and Infinity (which ``1e400`` parses to)
-    as ``null``; a request must not change its meaning on the way, so both are refused.
-    """
-    try:
-        encoded = orjson.dumps(data, default=_default)
-    except orjson.JSONEncodeError as exc:
-        raise ValueError(f"not encodable as JSON: {exc}") from None
-    if b"null" in encoded and _has_non_finite(data):
-        raise ValueError("holds NaN or Infinity (a number like 1e400 overflows to Infinity); JSON has neither")
-    return encoded.decode()
-
-
-# An integer literal of 19 digits or more: maybe beyond 64 bits, which orjson reads as a float.
-_LONG_INTEGER = re.compile(r"-?\d{19,}")
-INT_MIN, UINT_MAX = -(2**63), 2**64 - 1
-
-
-def has_wide_integer(text: str) -> bool:
-    """Whether JSON ``text`` holds an integer beyond 64 bits (orjson would read it as a float, changing its
-    meaning). The regex keeps the exact parse, stdlib json's, to the rare text with a long run of digits.
-
-    Raises :class:`TooDeep` for a text nested too deeply for that parse (orjson reads up to 1,023 levels).
-    """
-    if not _LONG_INTEGER.search(text):
-        return False
-    wide = False
-
-    def check(literal: str) -> int:
-        nonlocal wide
-        if len(literal) > 21:  # past any 64-bit integer (20 digits and a sign); int() refuses 4,300 digits outright
-            wide = True
-            return 0
-        value = int(literal)
-        wide = wide or not INT_MIN <= value <= UINT_MAX
-        return value
-
-    try:
-        json.loads(text, parse_int=check)  # each integer literal as it is read: no walk of the result after
-    except RecursionError:
-        raise TooDeep("is nested too deeply to check its integers (an integer of 19 digits or more in data nested "
-                      "hundreds of levels deep); nest it less, or send long numbers as strings") from None
-    return wide
-
-
-class TooDeep(ValueError):
-    """JSON nested deeper than a check of it can go (Python's recursion limit)."""
-
-
-def _has_non_finite(value: Any) -> bool:
-    """Whether any float in ``value`` is NaN or infinite; walked with a stack (data may nest 1,023 levels deep)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
 
 
 def now_ms() -> int:
@@ -194,13 +126,7 @@ def flat(fields: Mapping[str, str]) -> list[str]:
 
 
 def dumps(value: Any) -> str:
-    return orjson.dumps(value, default=_default).decode()
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return orjson.dumps(value, default=json_default).decode()
 
 
 class JobRequest(BaseModel):

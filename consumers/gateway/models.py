@@ -18,9 +18,10 @@ from pydantic import (
 )
 
 from consumers.webhook_targets import webhook_url_problem
-from streams.envelope import MAX_ATTEMPTS, MAX_EPOCH_MS, MAX_TIMEOUT_S, JobResult, Status, encode_data
+from streams.envelope import MAX_ATTEMPTS, MAX_EPOCH_MS, MAX_TIMEOUT_S, JobResult, Status
 from streams.job_ids import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, reserved_id_problem
 from streams.keys import LANES
+from streams.strict_json import encode_data
 
 # One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.
 ID_PATTERN = JOB_ID_PATTERN

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from streams.envelope import MAX_EPOCH_MS, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, TooDeep, has_wide_integer, lane_for_priority, now_ms
+from streams.envelope import MAX_EPOCH_MS, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
 from streams.producer import check_not_generated
+from streams.strict_json import TooDeep, has_wide_integer
 
 ROUTING_FIELDS = ("priority", "lane")
 # Contract §2's fields: a workflow step's parent, step and inputs are written by the workflow script only (a record

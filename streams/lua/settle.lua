@@ -27,14 +27,20 @@ local function fenced_by(rec, src)
   return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
 end
 -- The record's status, source and error, then its values of the result's fields (in their order);
--- and whether the result carries an error of its own.
+-- and whether the result carries an error of its own. A run taken over counted its attempt in the record, and
+-- this one ended first: the record's count stands in the result too.
 local function record_of(key, res)
-  local names, has_error = {'status', 'source', 'error'}, false
+  local names, has_error, attempts = {'status', 'source', 'error'}, false, nil
   for i = 1, #res, 2 do
     names[#names + 1] = res[i]
-    if res[i] == 'error' then has_error = true end
+    if res[i] == 'error' then has_error = true elseif res[i] == 'attempts' then attempts = i end
   end
-  return redis.call('HMGET', key, unpack(names)), has_error
+  local rec = redis.call('HMGET', key, unpack(names))
+  if attempts then
+    local kept = rec[3 + (attempts + 1) / 2]
+    if (tonumber(kept) or 0) > (tonumber(res[attempts + 1]) or 0) then res[attempts + 1] = kept end
+  end
+  return rec, has_error
 end
 -- The record fields the result changes: a replica is sent every field written, so the ones the record
 -- already holds (agent, submitted_at, started_at, worker, ...) are not written again. The id is the key's.
@@ -71,9 +77,6 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
       end
     end
     local rec, has_error = record_of(key, res)
-    for i = 1, #res, 2 do  -- a run taken over counted its attempt in the record, and this one ended first: the count stands
-      if res[i] == 'attempts' and (tonumber(rec[3 + (i + 1) / 2]) or 0) > (tonumber(res[i + 1]) or 0) then res[i + 1] = rec[3 + (i + 1) / 2] end
-    end
     if fenced_by(rec, op[4]) then
       -- 1 when this very op ran before (a copy of the call, sent again after a lost reply): the record, still this
       -- entry's, holds all it writes. It wrote then; nothing is written twice.

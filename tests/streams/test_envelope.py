@@ -79,7 +79,7 @@ def test_priority_out_of_range_is_an_error() -> None:
     ('{"s": "' + "9" * 5000 + '"}', False),  # digits in a string are text
 ])
 def test_a_wide_integer_is_told_at_any_length(data: str, wide: bool) -> None:
-    from streams.envelope import has_wide_integer
+    from streams.strict_json import has_wide_integer
 
     assert has_wide_integer(data) is wide
     raw = {"agent": "echo", "data": data}

@@ -1,0 +1,89 @@
+"""Data as strict JSON: what a request's ``data`` may hold so that no reader on the way changes its meaning.
+
+orjson reads integers past 64 bits as floats and writes NaN and Infinity as ``null``; stdlib json reads each
+integer exactly. These checks keep a request's numbers as they were sent (every edge: gateway, producer, CLI,
+Kafka, a raw XADD's worker).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+
+def json_default(value: Any) -> Any:
+    """orjson's fallback: pydantic models as their JSON form."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode_data(data: Any) -> str:
+    """``data`` as strict JSON, or a ValueError naming what no JSON reader could take back.
+
+    orjson refuses integers beyond 64 bits and writes NaN and Infinity (which ``1e400`` parses to)
+    as ``null``; a request must not change its meaning on the way, so both are refused.
+    """
+    try:
+        encoded = orjson.dumps(data, default=json_default)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"not encodable as JSON: {exc}") from None
+    if b"null" in encoded and _has_non_finite(data):
+        raise ValueError("holds NaN or Infinity (a number like 1e400 overflows to Infinity); JSON has neither")
+    return encoded.decode()
+
+
+# An integer literal of 19 digits or more: maybe beyond 64 bits, which orjson reads as a float.
+_LONG_INTEGER = re.compile(r"-?\d{19,}")
+INT_MIN, UINT_MAX = -(2**63), 2**64 - 1
+
+
+def has_wide_integer(text: str) -> bool:
+    """Whether JSON ``text`` holds an integer beyond 64 bits (orjson would read it as a float, changing its
+    meaning). The regex keeps the exact parse, stdlib json's, to the rare text with a long run of digits.
+
+    Raises :class:`TooDeep` for a text nested too deeply for that parse (orjson reads up to 1,023 levels).
+    """
+    if not _LONG_INTEGER.search(text):
+        return False
+    wide = False
+
+    def check(literal: str) -> int:
+        nonlocal wide
+        if len(literal) > 21:  # past any 64-bit integer (20 digits and a sign); int() refuses 4,300 digits outright
+            wide = True
+            return 0
+        value = int(literal)
+        wide = wide or not INT_MIN <= value <= UINT_MAX
+        return value
+
+    try:
+        json.loads(text, parse_int=check)  # each integer literal as it is read: no walk of the result after
+    except RecursionError:
+        raise TooDeep("is nested too deeply to check its integers (an integer of 19 digits or more in data nested "
+                      "hundreds of levels deep); nest it less, or send long numbers as strings") from None
+    return wide
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than a check of it can go (Python's recursion limit)."""
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether any float in ``value`` is NaN or infinite; walked with a stack (data may nest 1,023 levels deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
