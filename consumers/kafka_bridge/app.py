@@ -161,7 +161,7 @@ def build_bridge(settings: KafkaBridgeSettings, redis: Redis, *, consumer: str |
             records = []
             for event in events:
                 m = event.message
-                records.append(RecordIn(event.key, event.value, Coordinates(m.topic, m.partition, m.offset, int(m.timestamp * 1000) if m.timestamp else None)))
+                records.append(RecordIn(event.key, event.value, Coordinates(m.topic, m.partition, m.offset, round(m.timestamp * 1000) if m.timestamp else None)))
                 processed[m.tp] = max(processed.get(m.tp, -1), m.offset)
             yield await requests_in.handle(records)
 

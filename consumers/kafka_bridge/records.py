@@ -38,7 +38,12 @@ class Coordinates:
 
     @property
     def job_id(self) -> str:
-        return f"kafka-{self.topic}-{self.partition}-{self.offset}"
+        """A keyless, id-less record's job id: the same at every redelivery, and with the record's timestamp so a
+        recreated topic's offsets (which start again at 0) do not meet the old topic's jobs, whose records live on for
+        ``STREAMCREW_JOB_TTL_S`` and would turn every new record into a duplicate, never run."""
+        if self.timestamp_ms is None or self.timestamp_ms < 0:  # -1 is Kafka's "no timestamp"
+            return f"kafka-{self.topic}-{self.partition}-{self.offset}"
+        return f"kafka-{self.topic}-{self.partition}-{self.offset}-{self.timestamp_ms}"
 
     @property
     def token(self) -> str:

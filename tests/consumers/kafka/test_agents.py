@@ -260,6 +260,24 @@ async def test_the_first_record_of_a_key_in_a_batch_is_the_job(redis: Any, keys:
     assert entry[1]["id"] == "job-key" and orjson.loads(entry[1]["data"]) == {"n": 1}
 
 
+async def test_a_recreated_topics_keyless_records_are_new_jobs_and_a_redelivery_is_not(redis: Any, keys: Any) -> None:
+    from consumers.kafka_bridge.records import Coordinates
+    from consumers.kafka_bridge.requests_in import RecordIn, RequestsIn
+
+    # Given a keyless, id-less record published, then a topic deleted and created again: its offsets start at 0 again
+    # while the old jobs' records live on (STREAMCREW_JOB_TTL_S)
+    requests_in = RequestsIn(redis, keys, max_request_bytes=10_000)
+    first = await requests_in.handle([RecordIn(None, request(data={"n": 1}), Coordinates("t", 0, 0, 1_700_000_000_000))])
+    # When the old record comes again (a redelivery) and the new topic's first record arrives at the same offset
+    again = await requests_in.handle([RecordIn(None, request(data={"n": 1}), Coordinates("t", 0, 0, 1_700_000_000_000))])
+    recreated = await requests_in.handle([RecordIn(None, request(data={"n": 2}), Coordinates("t", 0, 0, 1_700_000_900_000))])
+    # Then the redelivery is the same job, and the new record a job of its own, run: not a duplicate of the old one
+    assert first.published == ["kafka-t-0-0-1700000000000"] and again.duplicates == first.published, (first, again)
+    assert recreated.published == ["kafka-t-0-0-1700000900000"] and not recreated.duplicates, recreated
+    entries = await redis.xrange(keys.lane("normal"))
+    assert [orjson.loads(f["data"]) for _, f in entries] == [{"n": 1}, {"n": 2}]
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("attempts", "9" * 30),  # validates as an int, but orjson writes none past 64 bits
     ("error", b"bad \xff byte"),  # not UTF-8: read back as a lone surrogate, which orjson refuses
