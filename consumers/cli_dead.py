@@ -203,7 +203,7 @@ async def _with_redis(settings: StreamSettings, call: Any) -> Any:
     from streams.keys import Keys
     from streams.layout import check_layout
 
-    redis = await connect_detected(settings.effective_redis_url)
+    redis = await connect_detected(settings.effective_redis_url, one_shot=True)
     try:
         await check_layout(redis, Keys(settings.prefix), settings.partitions)
         return await call(redis, Keys(settings.prefix))

@@ -122,7 +122,7 @@ class Ops:
 @asynccontextmanager
 async def open_ops(settings: StreamSettings) -> AsyncIterator[Ops]:
     """:class:`Ops` on a client for ``settings``' Redis (a cluster client when the server is a cluster node), closed after."""
-    ops = Ops(settings, await connect_detected(settings.effective_redis_url))
+    ops = Ops(settings, await connect_detected(settings.effective_redis_url, one_shot=True))
     try:
         await check_layout(ops.redis, ops.keys, ops.partitions)  # another N would look for jobs where they are not
         yield ops

@@ -34,6 +34,11 @@ SOCKET_TIMEOUT_S = 15.0
 # longest block (a 2 s watch). ``?socket_timeout=`` in the URL overrides either.
 CLUSTER_SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 5.0
+# A one-shot command (the CLI's stats, dead, job): a person waits for it, so a Redis that hangs ends it in seconds with
+# a clear line. redis-py retries a command's connect as well as the command, so tries multiply: `stats` against a
+# SIGSTOPped Redis took 137 s at the long-running processes' settings (3 x 3 tries x 15 s) and 20 s with one retry.
+ONE_SHOT_TIMEOUT_S = 5.0
+ONE_SHOT_RETRIES = 0
 # A listed node silent this long at a start: the next listed one is asked too (far above a healthy answer, milliseconds,
 # far under the socket timeout a node that hangs would otherwise cost; streams.slow_slots.SLOW_CALL_S alike)
 NEXT_SEED_AFTER_S = 1.0
@@ -154,7 +159,8 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
     return client
 
 
-def connect_cluster(url: str, *, max_connections: int | None = None) -> StreamsCluster:
+def connect_cluster(url: str, *, max_connections: int | None = None, retries: int = 2,
+                    timeout_s: float = CLUSTER_SOCKET_TIMEOUT_S) -> StreamsCluster:
     """A Redis Cluster client for ``url`` (any one node, or several: streams.seeds), with the timeouts of :func:`connect`.
 
     The client follows MOVED/ASK and refreshes its slot map after a failover; our reconnect
@@ -164,7 +170,7 @@ def connect_cluster(url: str, *, max_connections: int | None = None) -> StreamsC
     require_cluster_redis_py()
     first, others = first_and_others(url)
     client = cast(StreamsCluster, StreamsCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
-                                     max_connections=max_connections or 100, **_client_options(timeout_s=CLUSTER_SOCKET_TIMEOUT_S)))
+                                     max_connections=max_connections or 100, **_client_options(retries, timeout_s)))
     # Nodes learnt later are built from connection_kwargs; the startup nodes exist already.
     client.connection_kwargs["connection_class"] = guarded(client.connection_kwargs["connection_class"])
     for node in client.nodes_manager.startup_nodes.values():
@@ -211,7 +217,7 @@ async def cluster_enabled(url: str) -> bool:
     return await answering_cluster_node(url) is not None
 
 
-async def answering_cluster_node(url: str) -> str | None:
+async def answering_cluster_node(url: str, *, timeout_s: float | None = None, retries: int = 2) -> str | None:
     """The one-node URL of the first node ``url`` lists that answers, if it is a Redis Cluster node; None for a
     single Redis (see :func:`cluster_enabled`).
 
@@ -224,13 +230,13 @@ async def answering_cluster_node(url: str) -> str | None:
     """
     seeds = seed_urls(url)
     if len(seeds) > 1:
-        return await _first_answer(seeds, listed=len(seeds), timeout_s=CLUSTER_SOCKET_TIMEOUT_S)
+        return await _first_answer(seeds, listed=len(seeds), timeout_s=timeout_s or CLUSTER_SOCKET_TIMEOUT_S, retries=retries)
     if addresses := await address_seeds(url):  # maybe a single Redis (localhost's two): its own timeout, as below
-        return await _first_answer(addresses, listed=1, timeout_s=SOCKET_TIMEOUT_S)
-    return await _probe_seed(url, timeout_s=SOCKET_TIMEOUT_S, retries=2)
+        return await _first_answer(addresses, listed=1, timeout_s=timeout_s or SOCKET_TIMEOUT_S, retries=retries)
+    return await _probe_seed(url, timeout_s=timeout_s or SOCKET_TIMEOUT_S, retries=retries)
 
 
-async def _first_answer(seeds: list[str], *, listed: int, timeout_s: float) -> str | None:
+async def _first_answer(seeds: list[str], *, listed: int, timeout_s: float, retries: int) -> str | None:
     """What the first of ``seeds`` to answer says (:func:`_probe_seed`), each asked ``NEXT_SEED_AFTER_S`` after the one
     before went silent, or at once when it failed; every one failing raises the last one's failure."""
     asked: dict[asyncio.Task[str | None], int] = {}
@@ -240,7 +246,7 @@ async def _first_answer(seeds: list[str], *, listed: int, timeout_s: float) -> s
             if len(asked) < len(seeds):
                 last = len(asked) == len(seeds) - 1  # the last hope retries a blip, as a single node does
                 seed = seeds[len(asked)]
-                asked[asyncio.create_task(_probe_seed(seed, timeout_s=timeout_s, retries=2 if last else 0,
+                asked[asyncio.create_task(_probe_seed(seed, timeout_s=timeout_s, retries=retries if last else 0,
                                                         listed=listed))] = len(asked)
             running = [task for task in asked if not task.done()]
             more = len(asked) < len(seeds)
@@ -274,15 +280,19 @@ async def _probe_seed(seed: str, *, timeout_s: float, retries: int, listed: int 
     return seed if clustered else None
 
 
-async def connect_detected(url: str, *, max_connections: int | None = None) -> Redis:
+async def connect_detected(url: str, *, max_connections: int | None = None, one_shot: bool = False) -> Redis:
     """:func:`connect`, or :func:`connect_cluster` when the server says it is a cluster node (no setting needed).
+
+    ``one_shot``: for a command a person waits for (the CLI), which a Redis that hangs ends in seconds
+    (``ONE_SHOT_TIMEOUT_S``, no retry: the person runs it again) instead of riding it out as the long-running processes do.
 
     The cluster client speaks the commands streamcrew uses with the same signatures, so it is typed as ``Redis``.
     """
-    if (node := await answering_cluster_node(url)) is not None:
+    patience: dict[str, Any] = {"timeout_s": ONE_SHOT_TIMEOUT_S, "retries": ONE_SHOT_RETRIES} if one_shot else {}
+    if (node := await answering_cluster_node(url, **patience)) is not None:
         # From the node that just answered alone: redis-py would ask the listed ones in a random order, waiting out
         # any that hangs; once started it knows every node of the cluster (its startup nodes follow the slot map).
-        client = connect_cluster(node, max_connections=max_connections)
+        client = connect_cluster(node, max_connections=max_connections, **patience)
         client.seed_url = url
         # Learn the slot map now: redis-py's lazy first-use initialisation races concurrent first commands
         # (one can be sent on a node object the initialisation just replaced: AttributeError on writelines).
@@ -303,7 +313,7 @@ async def connect_detected(url: str, *, max_connections: int | None = None) -> R
         if (answered_node := client.get_node(host=answered.hostname, port=answered.port)) is not None:
             client.set_default_node(answered_node)
         return client  # type: ignore[return-value]
-    return connect(url, max_connections=max_connections)
+    return connect(url, max_connections=max_connections, **patience)
 
 
 async def server_version(redis: Redis) -> tuple[int, ...]:

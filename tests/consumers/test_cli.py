@@ -233,6 +233,28 @@ def test_unreachable_redis_is_one_clear_line(prefix: str, command: list[str]) ->
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("command", [["stats"], ["job", "some-id"], ["dead", "list"], ["submit", "echo", "--data", "{}"]])
+def test_a_redis_that_hangs_ends_a_command_in_seconds_with_one_clear_line(own_redis, prefix: str, command: list[str]) -> None:
+    """A paused host or VM: the kernel accepts the connection, nothing answers. redis-py retries a command's connect and
+    the command itself, each at the socket timeout: a command waited 137 s before (3 x 3 tries x 15 s)."""
+    import os
+    import signal
+
+    from streams.connection import ONE_SHOT_TIMEOUT_S
+
+    assert own_redis.process is not None
+    os.kill(own_redis.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        done = cli(own_redis.url, prefix, *command, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+    assert done.returncode == 4, done.stderr
+    assert "Redis unavailable (TimeoutError" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert took < 4 * ONE_SHOT_TIMEOUT_S, f"the command waited {took:.1f} s for a Redis that hangs"
+
+
 def test_submit_sets_deadline_and_attempt_timeout(redis_url: str, prefix: str, workers) -> None:
     workers.start("--agents", "echo")
     late = cli(redis_url, prefix, "submit", "echo", "--id", "cli-late", "--deadline", "1", "--wait", "--timeout", "20")
