@@ -21,12 +21,15 @@ log = logging.getLogger("streamcrew.gateway")
 State = Annotated[GatewayState, Depends(gateway_state)]
 
 
+# HEAD as well: load balancers and uptime checkers probe with it (a 405 read as "down"); the schema lists the GET
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", response_model=Health, summary="Liveness")
 async def healthz() -> Response:
     """200 while the process serves requests; never touches Redis."""
     return json_response(200, {"status": "ok"})
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get("/readyz", response_model=Health, summary="Readiness", responses=errors(503))
 async def readyz(state: State) -> Response:
     """200 when Redis answers PING within ``ready_timeout_s``; 503 otherwise."""

@@ -29,6 +29,10 @@ async def test_readyz_fails_while_redis_is_stopped_and_recovers(gateways: Gatewa
         port = own_redis.url.rsplit(":", 1)[1].split("/")[0]
         assert port not in down.text and "127.0.0.1" not in down.text, down.text
         assert await status("/healthz") == 200
+        # And a HEAD probe (load balancers, uptime checkers) gets the same status, without a body
+        for path, expected in (("/healthz", 200), ("/readyz", 503)):
+            head = await client.head(path)
+            assert (head.status_code, head.content) == (expected, b""), (path, head.status_code, head.content)
         refused = await client.post("/jobs", json={"agent": "echo", "data": {}})
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "redis_unavailable"
 
@@ -37,6 +41,7 @@ async def test_readyz_fails_while_redis_is_stopped_and_recovers(gateways: Gatewa
         # Then /readyz recovers and submissions work again
         await wait_until(lambda: _is(status("/readyz"), 200), timeout=10, what="/readyz to recover")
         assert (await client.post("/jobs", json={"agent": "echo", "data": {}})).status_code == 202
+        assert (await client.head("/readyz")).status_code == 200
 
 
 async def _is(status: object, expected: int) -> bool:
