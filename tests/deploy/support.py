@@ -64,7 +64,7 @@ def cluster_overlay_settings() -> tuple[str, int, int]:
     prefix = only(K8S / "configmap.yaml", "ConfigMap")["data"]["STREAMCREW_PREFIX"]
     partitions = int(only(K8S_CLUSTER / "configmap-partitions.yaml", "ConfigMap")["data"]["STREAMCREW_PARTITIONS"])
     (worker,) = only(K8S / "worker.yaml", "Deployment")["spec"]["template"]["spec"]["containers"]
-    concurrency = int({e["name"]: e["value"] for e in worker["env"]}["STREAMCREW_CONCURRENCY"])
+    concurrency = int({e["name"]: e["value"] for e in worker["env"] if "value" in e}["STREAMCREW_CONCURRENCY"])
     return prefix, partitions, concurrency
 
 

@@ -270,12 +270,35 @@ def test_k8s_probes_and_ports_match_the_code() -> None:
     assert services["kafka-bridge-metrics"]["spec"]["ports"][0]["targetPort"] == DEFAULT_KAFKA_BRIDGE_METRICS_PORT
 
 
+# The Secret's keys each process reads, and the settings classes that read them there
+SECRET_KEYS = {"worker": ({"STREAMCREW_REDIS_URL", "STREAMCREW_LLM_API_KEYS"}, {"WorkerSettings", "LLMSettings"}),
+               "notifier": ({"STREAMCREW_REDIS_URL", "STREAMCREW_WEBHOOK_SECRET"}, {"NotifierSettings"}),
+               "gateway": ({"STREAMCREW_REDIS_URL", "STREAMCREW_API_KEYS"}, {"GatewaySettings"}),
+               "kafka-bridge": ({"STREAMCREW_REDIS_URL", "STREAMCREW_KAFKA_SASL_PASSWORD"}, {"KafkaBridgeSettings"})}
+
+
+def test_k8s_each_process_gets_only_the_secret_keys_it_reads() -> None:
+    # envFrom a whole Secret gave the internet-facing gateway the LLM keys and the webhook signing secret too
+    d, readers = deployments(), env_vars()
+    secret_keys = {k for o in k8s_objects() if o.get("kind") == "Secret" for k in o.get("stringData", {})}
+    secret_keys |= set(yaml.safe_load((K8S / "secret.example.yaml").read_text())["stringData"])
+    for name, (expected, classes) in SECRET_KEYS.items():
+        c = container(d[name])
+        assert not [s for s in c.get("envFrom", []) if "secretRef" in s], f"{name} takes the whole Secret"
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+        assert set(refs) == expected, (name, sorted(refs))
+        for key, ref in refs.items():
+            assert ref["name"] == "streamcrew" and ref["key"] == key and key in secret_keys, (name, ref)
+            assert set(readers[key]) & classes, f"{name} is given {key}, which none of {sorted(classes)} reads"
+            assert ref.get("optional", False) == (key != "STREAMCREW_REDIS_URL"), (name, ref)  # only the URL is required
+
+
 def test_k8s_termination_grace_outlasts_the_drain() -> None:
     shared = configmap()
     for name, settings in GRACE_SETTINGS.items():
         deployment = deployments()[name]
         c = container(deployment)
-        env = {**shared, **{e["name"]: e["value"] for e in c.get("env", [])}}
+        env = {**shared, **{e["name"]: e["value"] for e in c.get("env", []) if "value" in e}}
         grace = effective_grace_s(name, env, check_invocation(c["args"], name))
         assert settings.model_fields["grace_s"] is not None
         assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 5, name
@@ -289,7 +312,7 @@ def test_k8s_workers_scale_on_every_lane_and_resumed_stream_from_one() -> None:
     keys = Keys(configmap()["STREAMCREW_PREFIX"])
     triggers = spec["triggers"]
     assert {t["type"] for t in triggers} == {"redis-streams"}
-    concurrency = {e["name"]: e["value"] for e in container(deployments()["worker"]).get("env", [])}["STREAMCREW_CONCURRENCY"]
+    concurrency = {e["name"]: e["value"] for e in container(deployments()["worker"]).get("env", []) if "value" in e}["STREAMCREW_CONCURRENCY"]
     # the resumed streams too: a capped tenant's backlog ends as jobs let go from its parked list, run from there while
     # the lanes are empty, and a scale to zero then would cut them off and strand the rest
     assert {t["metadata"]["stream"] for t in triggers} == set(keys.work_streams)
