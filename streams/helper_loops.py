@@ -84,6 +84,8 @@ class HelperLoops:
             lost = await rt.leases.renew()
             if lost and rt.handler is not None:
                 await rt.handler.taken_over(lost)
+            if rt.leases.renew_failure is not None:  # the other streams were renewed: now back off and say why
+                raise rt.leases.renew_failure
         await self._every(max(0.1, rt.lease_s / 4), "lease renewal", step)
 
     async def _sweep_loop(self) -> None:

@@ -35,18 +35,26 @@ class Leases:
         self._reported: set[Slot] = set()  # taken over, already in a warning: each renewal finds them again
         self._away = False  # a sweep met an outage: the next one waits for Redis to answer, then holds off
         self._hold_until = 0.0
+        # What the last renewal met on a stream it could not renew; the other streams were renewed all the same
+        self.renew_failure: BaseException | None = None
 
     async def renew(self) -> list[Slot]:
         """Reset the idle time of every held entry (XCLAIM ... JUSTID); returns those still at work here that
         another consumer took over.
 
         An entry whose work ended is held until its settle batch is written, and a batch written while the
-        renewal was on its way makes the entry no longer pending: that is our own settle, not a loss."""
+        renewal was on its way makes the entry no longer pending: that is our own settle, not a loss.
+
+        A stream whose renewal fails (its master down or hanging in a cluster, its group gone) does not stop the
+        others': the failure is kept in ``renew_failure`` for the caller to report. Before, the first one ended the
+        renewal, so on a cluster with one shard down the runs on the healthy shards lost their leases too, and were
+        taken over and run again (paid LLM calls made twice)."""
         rt = self.runtime
         by_stream: dict[str, list[str]] = {}
         for stream, eid in rt.held():
             by_stream.setdefault(stream, []).append(eid)
         gone: list[Slot] = []
+        self.renew_failure = None
         for stream, ids in by_stream.items():
             for start in range(0, len(ids), 1000):
                 chunk = ids[start : start + 1000]
@@ -54,6 +62,9 @@ class Leases:
                     gone += [(stream, eid) for eid in await rt.on_slot(
                         stream, lambda: rt.scripts.renew(keys=[stream], args=[rt.group, rt.consumer, *chunk]))]
                 except SlotSlow:  # its master hangs: renewed once it answers (the others' leases go on meanwhile)
+                    break
+                except REDIS_FAILED as exc:
+                    self.renew_failure = self.renew_failure or exc
                     break
         working = rt.working() if gone else set()
         lost = [slot for slot in gone if slot in working]

@@ -189,3 +189,30 @@ async def test_a_renewal_reports_as_taken_over_only_entries_still_at_work(redis:
         assert caplog.text.count("entries still at work here were taken over by another consumer") == 1, caplog.text
         assert "1 entries still at work here were taken over by another consumer" in caplog.text
         handler.ends[taken].set()
+
+
+async def test_a_stream_whose_renewal_fails_does_not_stop_the_others_being_renewed(redis: Redis) -> None:
+    """On a cluster with one shard down (or a group gone), the runs held on the other partitions keep their leases:
+    before, the first stream's failure ended the renewal, and they were taken over and run again."""
+    # Given a runtime holding an entry of each of two streams, both idle for long (as after a few skipped renewals)
+    first, second = "renew-apart:a", "renew-apart:b"
+    for stream in (first, second):
+        await redis.xgroup_create(stream, "g", id="0", mkstream=True)
+    runtime = GroupRuntime(redis, streams=[first, second], group="g", consumer="me", concurrency=10, lease_s=30, block_ms=100)
+    handler = Working(runtime)
+    ids = [await redis.xadd(stream, {"n": "1"}, id=eid) for stream, eid in ((first, "1-1"), (second, "1-2"))]  # Working keys by id
+    async with running(runtime):
+        await wait_until(lambda: len(handler.tasks) == 2, timeout=10, what="the runtime to read both entries")
+        assert [stream for stream, _ in runtime.held()] == [first, second]
+        for stream, eid in zip((first, second), ids, strict=True):
+            await redis.execute_command("XCLAIM", stream, "g", "me", 0, eid, "IDLE", 100_000, "JUSTID")
+        # When the first stream's renewal fails (here: its key no longer a stream)
+        await redis.delete(first)
+        await redis.set(first, "not a stream")
+        lost = await runtime.leases.renew()
+        # Then the second stream's entry is renewed all the same, and the failure is kept for the loop to report
+        (pending,) = await redis.xpending_range(second, "g", min="-", max="+", count=10)
+        assert pending["time_since_delivered"] < 10_000, pending
+        assert lost == [] and "WRONGTYPE" in str(runtime.leases.renew_failure), (lost, runtime.leases.renew_failure)
+        for end in handler.ends.values():
+            end.set()
