@@ -26,11 +26,11 @@ class StreamSettings(BaseSettings):
     )
     results_maxlen: int = Field(
         default=1_000_000, gt=0,
-        description="result events kept once every consumer group has acknowledged them; events a group still needs are kept beyond it",
+        description="result events kept (per partition) once every consumer group has acknowledged them; events a group still needs are kept beyond it",
     )
     results_hard_maxlen: int = Field(
         default=5_000_000, gt=0,
-        description="hard cap of the results stream: past it even events a group has not acknowledged are cut, counted in streamcrew_results_dropped_total",
+        description="hard cap of the results stream (per partition): past it even events a group has not acknowledged are cut, counted in streamcrew_results_dropped_total",
     )
     job_ttl_s: int = Field(default=7 * 24 * 3600, gt=0, description="seconds a job record lives after the job ends")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="first retry delay of a failed job, doubled per attempt, with jitter")

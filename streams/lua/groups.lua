@@ -63,14 +63,24 @@ local function stream_groups(key)
   if behind then repair_read_counters(key, groups) end
   return groups
 end
--- The oldest entry of `key` any group still needs: its oldest pending entry, or the first after its last
--- delivered ID; nil when no group does.
+-- The oldest entry of `key` any group still needs: its oldest pending entry still in the stream, or the first after
+-- its last delivered ID; nil when no group does. A pending entry deleted meanwhile (the results' hard cap cut it, a
+-- user's XDEL or XTRIM) is needed no more: counted, it held the trim at a deleted ID for good, and the stream then
+-- sat at its hard cap, every later event cut counted as dropped.
 local function oldest_needed(key, groups)
-  local floor = nil
+  local floor, first = nil, nil
   for _, info in ipairs(groups) do
     local need
     if tonumber(info['pending']) > 0 then
       need = redis.call('XPENDING', key, info['name'])[2]
+      if first == nil then
+        local head = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+        first = head[1] and head[1][1] or false  -- false: the stream is empty
+      end
+      if not first or id_older(need, first) then
+        local kept = first and redis.call('XPENDING', key, info['name'], first, '+', 1) or {}
+        need = kept[1] and kept[1][1] or id_after(info['last-delivered-id'])
+      end
     else
       need = id_after(info['last-delivered-id'])  -- nil: it has read the last ID there can be, it needs none
     end

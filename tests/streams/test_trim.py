@@ -90,6 +90,39 @@ async def test_the_hard_cap_cuts_unread_results_and_counts_them(redis, keys: Key
     assert REGISTRY.get_sample_value("streamcrew_results_dropped_total") == before + 1500
 
 
+async def test_a_pending_entry_the_hard_cap_cut_no_longer_holds_the_trim(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given 60 results both groups read and acknowledged, but one the audit group's consumer crashed on (pending)
+    ids = await _results(redis, keys, 60)
+    for group in ("notifier", "audit"):
+        await redis.xgroup_create(keys.results, group, id="0")
+        read = await redis.xreadgroup(group, "c", {keys.results: ">"})
+        await redis.xack(keys.results, group, *[eid for eid, _ in read[0][1]][group == "audit":])
+    scripts = Scripts(redis)
+    # When the hard cap cuts it (with everything after it: the trim keeps what a group still needs, up to the cap)
+    assert await trim_results(scripts, keys, keep=10, hard_cap=50) == (0, 10)
+    assert (await redis.xpending(keys.results, "audit"))["min"] == ids[0]  # its pending record stays
+    # Then later trims go by the stream as it is: acknowledged events go down to `keep`, none counted as dropped
+    more = await _results(redis, keys, 20)
+    for group in ("notifier", "audit"):
+        read = await redis.xreadgroup(group, "c", {keys.results: ">"})
+        await redis.xack(keys.results, group, *[eid for eid, _ in read[0][1]])
+    assert await trim_results(scripts, keys, keep=10, hard_cap=50) == (60, 0)
+    assert [e[0] for e in await redis.xrange(keys.results)] == more[10:]
+
+
+async def test_a_lane_entry_deleted_while_pending_no_longer_holds_its_trim(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a lane whose first entry is pending and the rest acknowledged, and that entry then deleted (an XDEL)
+    lane = keys.lane("normal")
+    ids = [await redis.xadd(lane, {"n": str(i)}) for i in range(5)]
+    await redis.xgroup_create(lane, "workers", id="0")
+    await redis.xreadgroup("workers", "w", {lane: ">"})
+    await redis.xack(lane, "workers", *ids[1:])
+    await redis.xdel(lane, ids[0])
+    # When the upkeep trims it, Then the acknowledged entries go
+    assert await Scripts(redis).trim(keys=[lane]) == 4
+    assert await redis.xlen(lane) == 0
+
+
 async def test_acknowledged_results_are_trimmed_to_keep_in_batches(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
     # Given 2,500 results the notifier group read and acknowledged
     pipe = redis.pipeline(transaction=False)
