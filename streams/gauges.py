@@ -29,6 +29,7 @@ from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 from streams.addresses import address_seeds_now
 from streams.connection import hello_facts, says_cluster
 from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys, partition_keys
+from streams.raw import repaired
 from streams.seeds import seed_urls
 from streams.tenant_cap import parked_tenants_key
 
@@ -85,7 +86,10 @@ class StreamGauges(Collector):
         list, would ask the nodes in a random order and wait out a silent one in most scrapes' first.
         """
         if self._redis is None:
-            options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 2, "socket_connect_timeout": 2}
+            # surrogateescape: a name or entry holding bytes that are not UTF-8 (a raw XADD, XGROUP CREATECONSUMER takes
+            # any) decodes instead of failing the whole scrape with a 500 (streams.connection does the same)
+            options: dict[str, Any] = {"decode_responses": True, "encoding_errors": "surrogateescape",
+                                       "socket_timeout": 2, "socket_connect_timeout": 2}
             listed = seed_urls(self._url)
             # one name of several addresses (streams.addresses): each in turn, as a listed set
             seeds = (address_seeds_now(self._url) or listed) if len(listed) == 1 else listed
@@ -175,7 +179,7 @@ class StreamGauges(Collector):
             if isinstance(members, list):
                 consumers.add_metric(labels, len(members))
                 for c in members:
-                    idle.add_metric([name, group, c["name"], part], int(c["idle"]) / 1000)
+                    idle.add_metric([name, group, repaired(str(c["name"])), part], int(c["idle"]) / 1000)  # a label is UTF-8
             lookups.append((i, str(info.get("last-delivered-id") or "0-0")))
 
         pipe = redis.pipeline(transaction=False)

@@ -143,3 +143,21 @@ async def test_jobs_let_go_from_a_parked_list_show_as_their_lanes_resumed_stream
     v = _values(registry)
     assert v[("streamcrew_stream_length", (("partition", "0"), ("stream", "resumed-normal")))] == 2
     assert v[("streamcrew_group_pending", (("group", "workers"), ("partition", "0"), ("stream", "resumed-normal")))] == 0
+
+
+async def test_bytes_that_are_not_utf8_in_a_stream_or_a_consumer_name_leave_every_gauge_scraped(redis, redis_url: str, keys: Keys) -> None:
+    # Given a raw XADD with a byte that is not UTF-8, waiting in a lane and in the results stream, and a consumer
+    # created under such a name (XGROUP CREATECONSUMER takes any)
+    lane = keys.lane("normal")
+    for stream, group in ((lane, "workers"), (keys.results, "notifier")):
+        await redis.xgroup_create(stream, group, id="0", mkstream=True)
+        await redis.xadd(stream, {"agent": "echo", "data": "{}", "tenant": b"caf\xe9"})
+    await redis.xreadgroup("workers", b"w\xff", {lane: ">"})
+    registry = CollectorRegistry()
+    registry.register(StreamGauges(redis_url, keys, cache_s=0))
+    # When Prometheus scrapes, Then every gauge is there (the scrape failed: /metrics answered 500, every metric lost)
+    v = _values(registry)
+    labels = (("group", "workers"), ("partition", "0"), ("stream", "normal"))
+    assert v[("streamcrew_group_pending", labels)] == 1 and v[("streamcrew_stream_length", (("partition", "0"), ("stream", "results")))] == 1, v
+    idle = [dict(labels) for name, labels in v if name == "streamcrew_consumer_idle_seconds"]
+    assert {"stream": "normal", "group": "workers", "consumer": "w\ufffd", "partition": "0"} in idle, idle
