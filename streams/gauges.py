@@ -155,7 +155,7 @@ class StreamGauges(Collector):
         length = GaugeMetricFamily("streamcrew_stream_length", "Entries in the stream", labels=["stream", "partition"])
         pending = GaugeMetricFamily("streamcrew_group_pending", "Entries delivered and not yet acknowledged", labels=["stream", "group", "partition"])
         lag = GaugeMetricFamily("streamcrew_group_lag", "Entries not yet delivered to the group (Redis >= 7)", labels=["stream", "group", "partition"])
-        oldest_pending = GaugeMetricFamily("streamcrew_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry", labels=["stream", "group", "partition"])
+        oldest_pending = GaugeMetricFamily("streamcrew_oldest_pending_age_seconds", "Age (since it was added) of the oldest entry claimed and not yet acknowledged", labels=["stream", "group", "partition"])
         oldest_waiting = GaugeMetricFamily("streamcrew_oldest_undelivered_age_seconds", "Age of the oldest entry not yet delivered", labels=["stream", "group", "partition"])
         consumers = GaugeMetricFamily("streamcrew_group_consumers", "Consumers in the group", labels=["stream", "group", "partition"])
         idle = GaugeMetricFamily("streamcrew_consumer_idle_seconds", "Seconds since the consumer last read", labels=["stream", "group", "consumer", "partition"])
