@@ -133,6 +133,9 @@ def _rounded(spend: Spend) -> Spend:
     return {**spend, "cost_usd": None if cost is None else round(cost, 9)}
 
 
+UNKNOWN_USAGE = '{"cost_usd": null}'
+
+
 async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int = DEFAULT_WINDOW) -> list[JobResult]:
     """The last ``window`` result events, newest first; entries that do not decode are skipped.
 
@@ -150,10 +153,16 @@ async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int 
     for _, fields in entries:
         if not_utf8(fields):  # a raw XADD's bytes: as lone surrogates a tenant or model name failed the JSON (a 500)
             fields = repaired_fields(fields)
+        fields.pop("result", None)  # no figure reads the output: parsed, 1,000 outputs of 1 MiB took seconds and GBs
         try:
             out.append(JobResult.from_fields(fields))
         except DecodeError:
-            continue
+            if "usage" not in fields:
+                continue
+            try:  # a usage that is no JSON object (a raw XADD's NaN, a list): the result still counts, its cost unknown
+                out.append(JobResult.from_fields({**fields, "usage": UNKNOWN_USAGE}))
+            except DecodeError:
+                continue
     return out
 
 

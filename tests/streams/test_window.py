@@ -148,3 +148,19 @@ def test_usage_amounts_out_of_a_ledgers_bounds_do_not_reach_the_sums() -> None:
     assert figures["by_model"]["m"] == figures["by_tenant"]["acme"] == {"results": 4, "tokens": 15, "cost_usd": 0.001, "unpriced": 3}
     json.dumps(figures, allow_nan=False)
     orjson.dumps(figures)
+
+
+async def test_a_usage_that_is_no_json_object_leaves_its_result_counted_with_an_unknown_cost(redis, keys: Keys) -> None:
+    # Given a real LLM result and users' raw XADDs whose usage is Python's NaN, a number past a float's range, a list
+    real = result(1, usage={"model": "m", "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.001}, tenant="acme")
+    await redis.xadd(keys.results, real.to_fields())
+    for usage in ('{"model": "m", "cost_usd": NaN}', '{"cost_usd": 1e400}', "[1, 2]"):
+        await redis.xadd(keys.results, {**result(2, tenant="acme").to_fields(), "usage": usage})
+    # When the figures are computed
+    figures = await window_figures(redis, keys)
+    # Then every entry is a result (they were skipped: completed count, latency and tenant figures lost with them),
+    # the three with an unknown cost, the real spend intact
+    assert figures["window"]["results"] == 4 and figures["completed"] == 4, figures
+    assert (figures["unpriced"], figures["cost_usd"], figures["tokens"]) == (3, 0.001, 15), figures
+    assert figures["by_tenant"]["acme"]["results"] == 4
+    json.dumps(figures)
