@@ -45,7 +45,8 @@ def report_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     """(name, value) pairs, in the design's order, then what streamcrew adds."""
     lanes = depth(figures)
     resumed, resumed_running = figures.get("resumed", 0), figures.get("resumed_running", 0)  # let go or handed back
-    shown = {**lanes, **({"resumed": resumed} if resumed else {})}
+    parked = figures.get("parked", 0)  # waiting over their tenant's cap (STREAMCREW_TENANT_MAX_RUNNING): queued too
+    shown = {**lanes, **({"resumed": resumed} if resumed else {}), **({"parked": parked} if parked else {})}
     window = figures["window"]
     rows = [
         ("Queue Depth", f"{sum(shown.values()):,} ({', '.join(f'{k} {v:,}' for k, v in shown.items())})"),

@@ -164,7 +164,9 @@ async def test_a_job_let_go_behind_a_backlog_longer_than_its_reservation_keeps_i
     await wait_until(lambda: _holds(redis, running, "r1"), timeout=15, what="r1 let go, holding A's slot")
     reserved_until = await redis.zscore(running, "r1")
     figures = await queue_stats(redis, keys)  # what `streamcrew stats` and `streamcrew monitor` show
-    assert figures["resumed"] == 1 and "resumed 1" in dict(report_rows(figures))["Queue Depth"], figures
+    depth = dict(report_rows(figures))["Queue Depth"]
+    assert figures["resumed"] == 1 and "resumed 1" in depth, figures
+    assert figures["parked"] == 2 and "parked 2" in depth, (depth, figures)  # r2 and r3 wait too
     # Then once the reservation ran out (the upkeep looks every second) r1 still holds the slot, since it still waits to
     # be read: the upkeep did not give it to r2 (r1, reaching a worker, would have been parked again behind r3)
     await wait_until(lambda: _looked_at_again(redis, running, "r1", reserved_until), timeout=10,
