@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis._parsers import BaseParser
 from redis.backoff import ExponentialBackoff
@@ -45,6 +45,8 @@ NEXT_SEED_AFTER_S = 1.0
 # What redis-py's cluster client raises (a plain RedisClusterException) when the nodes it asked do not cover every slot.
 NOT_COVERED = "slots are not covered"
 MIN_REDIS = (6, 2, 0)
+# Connections of a single Redis's client at most (redis-py 8's default); more calls at once wait for one to free.
+POOL_CONNECTIONS = 100
 
 
 class NoticingRetry(Retry):
@@ -153,10 +155,12 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
         options.pop("socket_keepalive")
     if problem := url_option_problem(url):
         raise ConfigError(f"invalid Redis URL: {problem}")
-    client = Redis.from_url(url, max_connections=max_connections, **options)
-    pool = client.connection_pool
+    # A pool that waits for a free connection (up to the socket timeout) instead of failing: redis-py 8's pool stops at
+    # 100 and raises MaxConnectionsError for the 101st call at once, and a Producer shared across tasks (an
+    # asyncio.gather of many publishes, get_job or wait_for_terminal calls) makes one call per task.
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections or POOL_CONNECTIONS, timeout=timeout_s, **options)
     pool.connection_class = guarded(pool.connection_class)
-    return client
+    return Redis.from_pool(pool)
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None, retries: int = 2,

@@ -126,3 +126,18 @@ async def test_many_large_requests_go_in_calls_redis_takes(own_redis: RedisServe
         assert all(p.created for p in published) and await redis.xlen(keys.lane("normal")) == 20
     finally:
         await redis.aclose()
+
+
+async def test_a_producer_shared_by_many_tasks_at_once_publishes_every_request(redis, keys: Keys, producer: Producer) -> None:  # type: ignore[no-untyped-def]
+    """The first design's pattern: one Producer, an asyncio.gather of many publishes. redis-py 8's pool stops at 100
+    connections and failed the 101st call at once (MaxConnectionsError); the pool now waits for a free one."""
+    import asyncio
+
+    from streams.records import get_job
+
+    published = await asyncio.gather(*(producer.publish("echo", {"i": i}, id=f"many-{i}") for i in range(300)), return_exceptions=True)
+    failed = [p for p in published if isinstance(p, BaseException)]
+    assert not failed, f"{len(failed)} of 300 failed, e.g. {failed[0]!r}"
+    assert await redis.xlen(keys.lane("normal")) == 300
+    records = await asyncio.gather(*(get_job(redis, keys, f"many-{i}") for i in range(300)), return_exceptions=True)
+    assert all(r is not None and not isinstance(r, BaseException) and r.status == "queued" for r in records)
