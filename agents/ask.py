@@ -17,6 +17,9 @@ class AskInput(BaseModel):
 
     prompt: str = Field(min_length=1, max_length=100_000, description="the user message sent to the model")
     system: str | None = Field(None, max_length=20_000, description="a system message sent before the prompt")
+    # Contract §13: a priority in `data` picks the lane when the producer was given none; the crews take it too. Refused
+    # as an unknown field, it ended a job a producer had just queued by it `rejected`.
+    priority: int | None = Field(None, ge=0, le=10, strict=True, description="0-10; chooses the lane when the producer was given none")
 
 
 async def ask(data: AskInput, ctx: AgentContext) -> dict[str, Any]:

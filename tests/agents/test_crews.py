@@ -115,6 +115,13 @@ async def test_offline_by_default_and_the_result_says_so(no_internet: list[str],
     assert no_internet == []
 
 
+async def test_a_priority_in_data_that_picked_the_lane_is_no_invalid_input_for_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Contract §13: a producer given no priority takes the lane from `data`'s; the job then ran `rejected` ("Extra inputs")
+    monkeypatch.delenv("STREAMCREW_LLM_BASE_URL", raising=False)
+    output, _ = await run_agent(REGISTRY.get("ask"), {"prompt": "hello", "priority": 8}, ctx("ask"))
+    assert output["model"] == "offline-mock" and output["answer"]
+
+
 async def test_a_missing_order_is_an_answer() -> None:
     output, _ = await run_agent(REGISTRY.get("order"), {"order_id": "ORD-404"}, ctx("order"))
     assert "no order ORD-404" in output["answer"]
@@ -134,6 +141,7 @@ async def test_support_without_an_order_number_asks_for_it() -> None:
     ("support", {"query": "hi"}),
     ("support", {"query": "hi", "customer_id": "C1", "extra": 1}),
     ("ask", {"prompt": ""}),
+    ("ask", {"prompt": "hi", "priority": 11}),
 ])
 async def test_invalid_input_is_rejected(agent: str, data: dict[str, Any]) -> None:
     with pytest.raises(Reject):
