@@ -20,21 +20,13 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated
 
 import yarl
-from pydantic import AfterValidator, AnyHttpUrl, BeforeValidator, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator
 from pydantic_settings import NoDecode
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-NOT_A_WEBHOOK = "webhook must be an absolute http:// or https:// URL"
-_HTTP_URL = TypeAdapter(AnyHttpUrl)
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+from streams.request_checks import NOT_A_WEBHOOK, webhook_url_problem  # noqa: F401 - the producers' edge check, kept importable here
 
-def webhook_url_problem(url: str) -> str | None:
-    """Why ``url`` is no webhook a producer's edge (the gateway, ``streamcrew submit``) should accept, or None."""
-    try:
-        _HTTP_URL.validate_python(url)
-    except ValidationError:
-        return NOT_A_WEBHOOK
-    return None
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(

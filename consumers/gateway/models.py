@@ -21,11 +21,11 @@ from consumers.webhook_targets import webhook_url_problem
 from streams.envelope import MAX_ATTEMPTS, MAX_EPOCH_MS, MAX_TIMEOUT_S, JobResult, Status
 from streams.job_ids import JOB_ID_MAX, JOB_ID_PATTERN, JOB_ID_RULE, reserved_id_problem
 from streams.keys import LANES
+from streams.request_checks import NAME_PATTERN
 from streams.strict_json import encode_data
 
 # One id alphabet everywhere (streams.envelope): ASCII safe in URL paths, Redis keys and webhook-id headers.
 ID_PATTERN = JOB_ID_PATTERN
-NAME_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
 ENTRY_ID_PATTERN = r"^\d{1,19}-\d{1,19}$"
 _ENTRY_ID = re.compile(ENTRY_ID_PATTERN)
 _ID = re.compile(ID_PATTERN)

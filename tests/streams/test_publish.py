@@ -141,3 +141,20 @@ async def test_a_producer_shared_by_many_tasks_at_once_publishes_every_request(r
     assert await redis.xlen(keys.lane("normal")) == 300
     records = await asyncio.gather(*(get_job(redis, keys, f"many-{i}") for i in range(300)), return_exceptions=True)
     assert all(r is not None and not isinstance(r, BaseException) and r.status == "queued" for r in records)
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"webhook": "example.com/hook"}, "webhook must be an absolute http:// or https:// URL"),
+    ({"webhook": "ftp://example.com/hook"}, "webhook must be an absolute http:// or https:// URL"),
+    ({"tenant": "acme corp"}, "tenant must not contain whitespace or control characters"),
+    ({"tenant": "x" * 201}, "tenant must be 1-200 characters"),
+])
+async def test_the_python_api_refuses_what_the_gateway_refuses_before_anything_is_queued(  # type: ignore[no-untyped-def]
+    redis, keys: Keys, producer: Producer, options: dict[str, str], words: str,
+) -> None:
+    # A job queued with either ran (its LLM calls paid) and its webhook was dead-lettered, never delivered
+    with pytest.raises(InvalidRequest, match=words):
+        await producer.publish("echo", {}, **options)
+    with pytest.raises(InvalidRequest, match=words):
+        await producer.publish_many([JobRequest(agent="echo", data={}, id="fine"), JobRequest(agent="echo", data={}, **options)])
+    assert not await redis.exists(keys.lane("normal"), keys.job("fine"))
