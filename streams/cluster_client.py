@@ -1,9 +1,11 @@
-"""redis-py's asyncio cluster client with streamcrew's three needs: reads placed by their keys without asking a node,
-a loop's backoff told at once of a call that timed out, and the cluster found again under the URL's name when none of
-the nodes it learnt answers. Made by streams.connection.connect_cluster."""
+"""redis-py's asyncio cluster client with streamcrew's needs: reads placed by their keys without asking a node,
+a loop's backoff told at once of a call that timed out, calls past a node's connections waiting for one, and the
+cluster found again under the URL's name when none of the nodes it learnt answers. Made by
+streams.connection.connect_cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import re
@@ -28,6 +30,9 @@ NO_NODE_ANSWERS = "cannot be connected"
 # StreamsCluster wraps to find a cluster restarted on new addresses again; the cluster suite runs on it. Before it
 # the wrapper is never called and a process asks the old addresses until restarted. A single Redis needs the base floor.
 MIN_REDIS_PY = (8, 2)
+
+# A node's connections kept out of the calls' gate (StreamsCluster._gate), for the pipelines that take theirs directly.
+PIPELINE_CONNECTIONS = 10
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +134,22 @@ class StreamsCluster(RedisCluster):
         (streams.connection.NoticingRetry's job on a single Redis): the cluster client retries in a loop of its own, which
         only reads the retry object's count and backoff, so before, a loop learnt of a hung master after every
         try (3 × 5 s), or never when the promoted replica answered a later one. (Pipelines read on tasks of their
-        own: their loops still learn of it once the tries are spent.)"""
+        own: their loops still learn of it once the tries are spent.)
+
+        Calls past a node's connections wait for one to free (:meth:`_gate`) instead of failing."""
         sent_at = time.monotonic()
         try:
-            return await super()._execute_command(target_node, *args, **kwargs)
+            async with self._gate(target_node):
+                return await super()._execute_command(target_node, *args, **kwargs)
         except RedisTimeoutError as exc:
             call_failing(exc, sent_at)
             raise
+
+    def _gate(self, node: ClusterNode) -> asyncio.Semaphore:
+        """How many calls may be on ``node`` at once: redis-py holds a node to ``max_connections`` and fails the call past
+        them at once (MaxConnectionsError), and a Producer shared across tasks (an asyncio.gather of many publishes)
+        makes one call per task. A few connections stay for pipelines, which take theirs without a call."""
+        gates: dict[str, asyncio.Semaphore] = self.__dict__.setdefault("_node_gates", {})
+        if (gate := gates.get(node.name)) is None:
+            gate = gates[node.name] = asyncio.Semaphore(max(1, node.max_connections - PIPELINE_CONNECTIONS))
+        return gate

@@ -106,3 +106,21 @@ async def test_stats_sum_the_partitions_and_show_each(cluster: LocalCluster, clu
         assert each == [sum(partition_of(f"s-{i}", PARTITIONS) == p for i in range(40)) for p in range(PARTITIONS)]
     finally:
         await redis.aclose()
+
+
+async def test_a_producer_shared_by_many_tasks_at_once_publishes_every_request_on_a_cluster(cluster: LocalCluster, cluster_prefix: str) -> None:
+    """redis-py holds a cluster node to 100 connections and failed every call past them at once (MaxConnectionsError):
+    an asyncio.gather of 600 publishes over 3 masters lost about half. Calls past them now wait for a free one."""
+    import asyncio
+
+    redis = await connect_detected(cluster.url)
+    keys = Keys(cluster_prefix)
+    try:
+        producer = Producer(redis, keys, partitions=PARTITIONS)
+        published = await asyncio.gather(*(producer.publish("echo", {"i": i}, id=f"many-{i}") for i in range(600)), return_exceptions=True)
+        failed = [p for p in published if isinstance(p, BaseException)]
+        assert not failed, f"{len(failed)} of 600 failed, e.g. {failed[0]!r}"
+        records = await asyncio.gather(*(get_job(redis, keys, f"many-{i}", partitions=PARTITIONS) for i in range(600)), return_exceptions=True)
+        assert all(r is not None and not isinstance(r, BaseException) for r in records)
+    finally:
+        await redis.aclose()
