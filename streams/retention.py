@@ -1,4 +1,5 @@
-"""Results-stream retention: acknowledged events go past ``results_maxlen``, needed ones only past the hard cap.
+"""Stream retention: lanes lose what every group acknowledged; the results stream keeps ``results_maxlen``
+acknowledged events and cuts needed ones only past the hard cap.
 
 The results stream is trimmed like the lanes, to what every consumer group has
 acknowledged, so a notifier (or a group of yours) that is down loses nothing;
@@ -20,6 +21,21 @@ log = logging.getLogger("streamcrew.retention")
 # Acknowledged entries one script call removes (it reads their IDs); calls repeat while a batch was full.
 TRIM_BATCH = 1000
 MAX_CALLS = 100
+# A lane's acknowledged entries behind a pending one (the bulk trim stops at it) are deleted one by one once this old:
+# a run of hours held every entry after it; runs shorter than this wait for the bulk trim, as cheap as it gets.
+PINNED_AFTER_MS = 60_000
+
+
+async def trim_lanes(scripts: Scripts, keys: Keys, *, pinned_after_ms: int = PINNED_AFTER_MS) -> int:
+    """Trim a partition's lanes and resumed streams (one slot: one call for them all, repeated while a sweep behind a
+    pending entry was full); returns how many entries went."""
+    removed = 0
+    for _ in range(MAX_CALLS):
+        gone, more = (int(x) for x in await scripts.trim(keys=list(keys.work_streams), args=[TRIM_BATCH, pinned_after_ms]))
+        removed += gone
+        if not more:
+            break
+    return removed
 
 
 async def trim_results(scripts: Scripts, keys: Keys, *, keep: int, hard_cap: int) -> tuple[int, int]:

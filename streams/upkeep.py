@@ -23,7 +23,7 @@ from streams.config import StreamSettings
 from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.outage import REDIS_FAILED
-from streams.retention import trim_results
+from streams.retention import trim_lanes, trim_results
 from streams.scripts import Scripts
 from streams.slow_slots import SlowRounds, SlowSlots, slot_of
 from streams.tenant_cap import TenantCapper
@@ -122,7 +122,7 @@ class Upkeep:
         if not await self.lease.held(keys.upkeep):
             return
         if trim:
-            await self._scripts.trim(keys=list(keys.work_streams))  # one slot: one call for the partition's six
+            await trim_lanes(self._scripts, keys)
             await trim_results(self._scripts, keys, keep=self._settings.results_maxlen, hard_cap=self._settings.results_hard_maxlen)
         await self._workflows.expire_due(keys)
         if unpark and self._caps is not None:

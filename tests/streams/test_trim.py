@@ -4,7 +4,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from streams.keys import Keys
-from streams.retention import trim_results
+from streams.retention import trim_lanes, trim_results
 from streams.scripts import Scripts
 
 
@@ -17,14 +17,14 @@ async def test_trim_keeps_pending_and_undelivered_entries(redis, keys: Keys) -> 
     for eid, _ in delivered[0][1][:2]:
         await redis.xack(lane, "workers", eid)
     # workers: 0,1 acked, 2,3 pending, 4,5 undelivered; audit: everything after 0 undelivered
-    await Scripts(redis).trim(keys=[lane])
+    await Scripts(redis).trim(keys=[lane], args=[0, 0])
     assert [e[0] for e in await redis.xrange(lane)] == ids[1:]
     await redis.xgroup_destroy(lane, "audit")
-    await Scripts(redis).trim(keys=[lane])
+    await Scripts(redis).trim(keys=[lane], args=[0, 0])
     assert [e[0] for e in await redis.xrange(lane)] == ids[2:]
     for eid in ids[2:4]:
         await redis.xack(lane, "workers", eid)
-    await Scripts(redis).trim(keys=[lane])
+    await Scripts(redis).trim(keys=[lane], args=[0, 0])
     assert [e[0] for e in await redis.xrange(lane)] == ids[4:]
 
 
@@ -38,7 +38,7 @@ async def test_one_call_trims_each_of_a_partitions_streams_to_its_own_need(redis
         read = await redis.xreadgroup("workers", "w", {lane: ">"}, count=acked)
         await redis.xack(lane, "workers", *[eid for eid, _ in read[0][1]])
     # When the upkeep trims them in one call (the streams of one slot)
-    removed = await Scripts(redis).trim(keys=list(keys.work_streams))
+    removed = await trim_lanes(Scripts(redis), keys)
     # Then each lost only what its own group had acknowledged, and the missing ones stayed missing
     assert removed == 4
     assert [e[0] for e in await redis.xrange(high)] == ids[high][3:]
@@ -119,7 +119,7 @@ async def test_a_lane_entry_deleted_while_pending_no_longer_holds_its_trim(redis
     await redis.xack(lane, "workers", *ids[1:])
     await redis.xdel(lane, ids[0])
     # When the upkeep trims it, Then the acknowledged entries go
-    assert await Scripts(redis).trim(keys=[lane]) == 4
+    assert await trim_lanes(Scripts(redis), keys) == 4
     assert await redis.xlen(lane) == 0
 
 
@@ -161,11 +161,11 @@ async def test_trim_compares_entry_ids_past_2_to_the_53_exactly(redis, keys: Key
     read = await redis.xreadgroup("workers", "w", {lane: ">"}, count=3)
     await redis.xack(lane, "workers", *[eid for eid, _ in read[0][1]])
     # When the lane is trimmed, Then exactly what audit has not seen is kept
-    await Scripts(redis).trim(keys=[lane])
+    await Scripts(redis).trim(keys=[lane], args=[0, 0])
     assert [e[0] for e in await redis.xrange(lane)] == ids[1:]
     # And without audit, exactly what workers has not read: not one entry more, not one less
     await redis.xgroup_destroy(lane, "audit")
-    await Scripts(redis).trim(keys=[lane])
+    await Scripts(redis).trim(keys=[lane], args=[0, 0])
     assert [e[0] for e in await redis.xrange(lane)] == ids[3:]
 
 
@@ -180,3 +180,56 @@ async def test_results_trim_compares_entry_ids_past_2_to_the_53_exactly(redis, k
     # When trimmed to keep 3, Then the six acknowledged go and the four unacknowledged stay
     assert await trim_results(Scripts(redis), keys, keep=3, hard_cap=100) == (6, 0)
     assert [e[0] for e in await redis.xrange(keys.results)] == ids[6:]
+
+
+async def _pinned_lane(redis, keys: Keys, n: int) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    """A lane of ``n`` entries added long ago, all read by the workers group: the first still running (pending),
+    the rest acknowledged; then one entry added now, not yet read."""
+    lane = keys.lane("normal")
+    pipe = redis.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(lane, {"n": str(i)}, id=f"{1_000 + i}-0")
+    ids = [str(x) for x in await pipe.execute()]
+    await redis.xgroup_create(lane, "workers", id="0")
+    await redis.xreadgroup("workers", "w", {lane: ">"}, count=n)
+    for start in range(1, n, 1000):
+        await redis.xack(lane, "workers", *ids[start:start + 1000])
+    await redis.xadd(lane, {"n": "new"})
+    return lane, ids
+
+
+async def test_acknowledged_entries_behind_a_long_run_are_deleted_not_held(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a lane whose oldest entry runs for long (pending: the bulk trim stops at it) and 2,500 acknowledged after it
+    lane, ids = await _pinned_lane(redis, keys, 2501)
+    # When the upkeep trims it, Then the acknowledged ones go (in calls of 1,000), but the group's last delivered one
+    # (a tombstone there would leave its lag unknown); the running one and the unread one stay
+    assert await trim_lanes(Scripts(redis), keys) == 2499
+    left = [e[0] for e in await redis.xrange(lane)]
+    assert left[:2] == [ids[0], ids[-1]] and len(left) == 3, left
+    assert (await redis.xpending(lane, "workers"))["pending"] == 1
+    # And the group's lag is still known (only delivered entries were deleted): KEDA and stats read it
+    (group,) = await redis.xinfo_groups(lane)
+    assert group["lag"] == 1, group
+
+
+async def test_the_sweep_keeps_what_any_group_still_needs_and_recent_entries(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a pinned lane (above), a second group that was given only the first 10 entries and holds the 5th pending
+    lane, ids = await _pinned_lane(redis, keys, 40)
+    await redis.xgroup_create(lane, "audit", id="0")
+    await redis.xreadgroup("audit", "a", {lane: ">"}, count=10)
+    await redis.xack(lane, "audit", *[eid for i, eid in enumerate(ids[:10]) if i != 5])
+    # When trimmed, Then only entries both groups were given and neither holds pending go: 1-4 and 6-8 (the 9th is
+    # audit's last delivered one)
+    assert await trim_lanes(Scripts(redis), keys) == 7
+    left = [e[0] for e in await redis.xrange(lane)]
+    assert left[:4] == [ids[0], ids[5], ids[9], ids[10]] and len(left) == 1 + 1 + 1 + 30 + 1, left
+    assert all(g["lag"] is not None for g in await redis.xinfo_groups(lane))
+    # And entries acknowledged behind a pending one added lately wait for the bulk trim (a short run ends soon)
+    await redis.xgroup_destroy(lane, "audit")
+    fresh = keys.lane("high")
+    recent = [await redis.xadd(fresh, {"n": str(i)}) for i in range(3)]
+    await redis.xgroup_create(fresh, "workers", id="0")
+    await redis.xreadgroup("workers", "w", {fresh: ">"})
+    await redis.xack(fresh, "workers", *recent[1:])
+    await trim_lanes(Scripts(redis), keys)
+    assert [e[0] for e in await redis.xrange(fresh)] == recent
