@@ -308,7 +308,7 @@ class JobProcessor:
         fields = readded_fields(c.raw, c.job_id, c.submitted_at, c.entry_id)
         member = dumps({"lane": c.lane, "id": c.job_id, "fields": fields})
         log.info("job=%s agent=%s retry in %.2fs after attempt %d of %d: %s", c.job_id, c.request.agent, delay_s, run.used, c.max_attempts, short(error))
-        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, now_ms() + int(delay_s * 1000), member, error, stored_usage(so_far),
+        op = retry_op(c.stream, c.entry_id, c.source, c.job_id, int(delay_s * 1000), member, error, stored_usage(so_far),
                       cap=self.caps.op_info(c.request))
         op.on_written = count_retry(c.request.agent, report)
         self.settler.submit(op)

@@ -59,9 +59,10 @@ def done_op(
     return SettleOp(stream, entry_id, op + [cap] if cap else op)
 
 
-def retry_op(stream: str, entry_id: str, source: str, job_id: str, due_ms: int, member: str, error: str, usage: str = "",
+def retry_op(stream: str, entry_id: str, source: str, job_id: str, delay_ms: int, member: str, error: str, usage: str = "",
              cap: list[str] | None = None) -> SettleOp:
-    op: list[Any] = ["retry", stream, entry_id, source, job_id, str(due_ms), member, error, usage]
+    """Due ``delay_ms`` from when it is written, by Redis' clock (settle.lua): workers' clocks may differ."""
+    op: list[Any] = ["retry", stream, entry_id, source, job_id, str(max(0, delay_ms)), member, error, usage]
     return SettleOp(stream, entry_id, op + [cap] if cap else op)
 
 

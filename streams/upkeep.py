@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 
 from streams.config import StreamSettings
-from streams.envelope import now_ms
 from streams.keys import Keys
 from streams.outage import REDIS_FAILED
 from streams.retention import trim_lanes, trim_results
@@ -129,7 +128,7 @@ class Upkeep:
             await self._caps.unpark(keys)
         while True:
             moved = await self._scripts.promote(
-                keys=[keys.delayed, keys.slot_guard], args=[now_ms(), PROMOTE_BATCH, keys.job_prefix, keys.lane_prefix]
+                keys=[keys.delayed, keys.slot_guard], args=[PROMOTE_BATCH, keys.job_prefix, keys.lane_prefix]
             )
             if int(moved) < PROMOTE_BATCH:
                 break

@@ -4,7 +4,8 @@
 --   ["done", lane, eid, src, jid, [k, v, ...], [dead k, v, ...], alt, parent, step, keep_usage]  terminal result (fenced),
 --        optional dead letter; alt (id-less requests): the job id to use when jid's record belongs to another entry;
 --        parent, step (workflow steps): the fan-in runs in the same call (workflow.lua, prepended)
---   ["retry", lane, eid, src, jid, due, member, error, usage]       back to the delayed set (fenced); usage ('' = none):
+--   ["retry", lane, eid, src, jid, delay_ms, member, error, usage]  back to the delayed set (fenced), due delay_ms from
+--        now by Redis' clock (promote.lua reads the same clock: workers' clocks may differ); usage ('' = none):
 --        of the attempts so far, kept in the record for the next attempt (streams/usage.py)
 --   ["handback", lane, eid, src, jid, [k, v, ...], usage, worker]   re-add at once, to the lane's resumed stream (read just
 --        before the lane: it waited its turn once), attempt not counted (fenced);
@@ -23,6 +24,14 @@ local terminal = {completed = true, failed = true, rejected = true, expired = tr
 local out = {}
 local acks = {}  -- lane -> entry ids, acked together at the end (the script is atomic either way)
 local C = wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
+local clock_ms = nil
+local function redis_ms()  -- Redis' clock, read once a call
+  if not clock_ms then
+    local t = redis.call('TIME')
+    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock_ms
+end
 local function fenced_by(rec, src)
   return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
 end
@@ -95,16 +104,18 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     end
   elseif kind == 'retry' then
     local jid = op[5]
-    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source')
+    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'source', 'retry_delay')
     if fenced_by(rec, op[4]) then
-      -- 1 when this very op ran before (a copy of the call): its retry waits in the delayed set, due when it said
-      local mine = rec[1] == 'retrying' and rec[2] == 'delayed:' .. redis.sha1hex(op[7]) and redis.call('ZSCORE', delayed, op[7]) == op[6]
+      -- 1 when this very op ran before (a copy of the call): its retry waits in the delayed set, with its delay (another
+      -- ending of the same attempt asks another)
+      local mine = rec[1] == 'retrying' and rec[2] == 'delayed:' .. redis.sha1hex(op[7]) and rec[3] == op[6]
+        and redis.call('ZSCORE', delayed, op[7]) ~= false
       out[#out + 1] = mine and 1 or 0
     else
-      redis.call('ZADD', delayed, op[6], op[7])
+      redis.call('ZADD', delayed, redis_ms() + tonumber(op[6]), op[7])
       -- the source names the member: promote.lua moves a retry only while the record still names it
-      local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed:' .. redis.sha1hex(op[7])}
-      if op[9] and op[9] ~= '' then w[7], w[8] = 'usage', op[9] end
+      local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed:' .. redis.sha1hex(op[7]), 'retry_delay', op[6]}
+      if op[9] and op[9] ~= '' then w[9], w[10] = 'usage', op[9] end
       redis.call('HSET', job_prefix .. jid, unpack(w))
       out[#out + 1] = 1
       tc_release(job_prefix, lane_prefix, op[10], jid, false)

@@ -259,7 +259,7 @@ async def test_a_scripts_first_call_on_a_master_does_not_wait_for_another_that_i
     redis = await connect_detected(paused_cluster.listed_url())
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "worker": lambda: Scripts(redis).promote(keys=[parts[p].delayed, parts[p].slot_guard],
-                                                 args=[now_ms(), 10, parts[p].job_prefix, parts[p].lane_prefix]),
+                                                 args=[10, parts[p].job_prefix, parts[p].lane_prefix]),
         "notifier": lambda: Store(redis, parts[p]).promote(now_ms()),
         "gateway": lambda: RateLimiter(redis, keys, rate_per_s=10, burst=10).take(bucket),
     }

@@ -219,10 +219,12 @@ async def test_a_retry_settle_sent_again_answers_written_and_schedules_once(redi
     published = await producer.publish("echo", {}, id="retried-once")
     lane, entry_id, scripts = await started_by_w1(redis, keys, published.job_id)
     member = orjson.dumps({"lane": "normal", "id": "retried-once", "fields": {"agent": "echo", "data": "{}", "id": "retried-once"}}).decode()
-    op = ["retry", lane, entry_id, f"normal/{entry_id}", "retried-once", "1700000001000", member, "boom", ""]
+    op = ["retry", lane, entry_id, f"normal/{entry_id}", "retried-once", "60000", member, "boom", ""]  # due in 60 s
     args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([op]).decode()]
     settle_keys = [keys.results, keys.dead, keys.delayed, keys.slot_guard]
     # When the settle call runs twice, as a call sent again after a lost reply does
+    seconds, micros = await redis.time()
+    before_ms = seconds * 1000 + micros // 1000
     first = await scripts.settle(keys=settle_keys, args=args)
     again = await scripts.settle(keys=settle_keys, args=args)
     # Then both say written (the worker logs no "fenced"), and the retry is scheduled once
@@ -230,9 +232,11 @@ async def test_a_retry_settle_sent_again_answers_written_and_schedules_once(redi
     assert await redis.zrange(keys.delayed, 0, -1) == [member]
     assert await redis.hget(keys.job("retried-once"), "status") == "retrying"
     # While another ending of the same attempt (another due time) is still fenced
-    late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([[*op[:5], "1700000002000", *op[6:]]]).decode()])
+    late = await scripts.settle(keys=settle_keys, args=[*args[:5], orjson.dumps([[*op[:5], "120000", *op[6:]]]).decode()])
     assert late == [0]
-    assert await redis.zscore(keys.delayed, member) == 1700000001000
+    seconds, micros = await redis.time()
+    after_ms = seconds * 1000 + micros // 1000
+    assert before_ms + 60_000 <= await redis.zscore(keys.delayed, member) <= after_ms + 60_000  # by Redis' clock
 
 
 async def test_a_hand_back_sent_again_answers_written_and_adds_one_copy(redis: Redis, keys: Keys, producer: Producer) -> None:

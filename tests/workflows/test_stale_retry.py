@@ -18,7 +18,7 @@ from streams.workflows import ClaimedWorkflow, WorkflowStarter
 from tests.streams.test_resent_calls import Echo, started_by_w1
 
 STEP = step_job_id("wf-1", "a")
-LATER_MS = 2**42  # a due time far ahead: not promoted in the test
+LATER_MS = 2**42  # a delay far ahead: not promoted in the test
 
 
 async def run_workflow(redis: Redis, keys: Keys, producer: Producer, starter: WorkflowStarter) -> None:
@@ -32,13 +32,13 @@ async def run_workflow(redis: Redis, keys: Keys, producer: Producer, starter: Wo
     await starter.start(keys, lane, "normal", [ClaimedWorkflow(entry_id, "wf-1", JobRequest.from_fields(raw), raw)])
 
 
-async def attempt_failed(redis: Redis, keys: Keys, due_ms: int) -> tuple[str, str]:
+async def attempt_failed(redis: Redis, keys: Keys, delay_ms: int) -> tuple[str, str]:
     """Step a's next entry started by w1 and its attempt failed: its retry is settled into the delayed set as jobs.py
     settles one. Returns the entry and the delayed set's member."""
     lane, entry_id, scripts = await started_by_w1(redis, keys, STEP)
     ((_, fields),) = await redis.xrange(lane, entry_id, entry_id)
     member = orjson.dumps({"lane": "normal", "id": STEP, "fields": {**fields, "id": STEP, "source_id": entry_id}}).decode()
-    retry = retry_op(lane, entry_id, f"normal/{entry_id}", STEP, due_ms, member, "boom")
+    retry = retry_op(lane, entry_id, f"normal/{entry_id}", STEP, delay_ms, member, "boom")
     args = [keys.job_prefix, "workers", 1_048_576, 60, f"{keys.prefix}:requests:", orjson.dumps([retry.op]).decode()]
     assert await scripts.settle(keys=[keys.results, keys.dead, keys.delayed, keys.slot_guard], args=args) == [1]
     return entry_id, member
@@ -62,7 +62,7 @@ async def test_an_earlier_runs_retry_leaves_the_new_runs_step_alone(redis: Redis
     # Given wf-1's step a, whose first attempt failed: its retry (due at once) waits in the delayed set
     starter = a_starter(redis, settings)
     await run_workflow(redis, keys, producer, starter)
-    await attempt_failed(redis, keys, 1)
+    await attempt_failed(redis, keys, 0)
     # And a new run of wf-1 after wf-1's state expired, its step a queued
     new_entry = await new_run_after_expiry(redis, keys, producer, starter)
     lane = keys.lane("normal")
@@ -85,7 +85,7 @@ async def test_an_earlier_runs_retry_leaves_the_new_runs_retry_alone(redis: Redi
     # Given wf-1's step a, whose first attempt failed: its retry (due at once) waits in the delayed set
     starter = a_starter(redis, settings)
     await run_workflow(redis, keys, producer, starter)
-    await attempt_failed(redis, keys, 1)
+    await attempt_failed(redis, keys, 0)
     # And a new run of wf-1 after wf-1's state expired, whose step a failed its first attempt too: retrying, due later
     await new_run_after_expiry(redis, keys, producer, starter)
     _, new_member = await attempt_failed(redis, keys, LATER_MS)
