@@ -303,3 +303,31 @@ def test_the_gateways_queue_stats_declare_parked() -> None:
     assert "parked" in JobView.model_json_schema()["properties"]
     assert "parked" in QueueStats.model_json_schema()["properties"]
     assert "parked" in QueueStats.model_json_schema()["required"]
+
+
+async def test_the_upkeep_writes_nothing_for_tenants_whose_parked_jobs_do_not_fit(redis, keys: Keys, own_redis: RedisServer) -> None:
+    """It looks at every tenant with jobs parked each second: each write went to the replicas and the AOF, 10,000 a
+    second for 10,000 tenants parked, nothing moving."""
+    from streams.scripts import Scripts
+
+    # Given 50 tenants at their cap of 1 (a run holding each slot for a minute), each with 2 jobs parked
+    client = Redis.from_url(own_redis.url, decode_responses=True)
+    try:
+        later = (await client.time())[0] * 1000 + 60_000
+        for i in range(50):
+            tenant = f"t{i}"
+            await client.zadd(running_key(keys, tenant), {f"run-{i}": later})
+            await client.rpush(parked_key(keys, tenant), *[orjson.dumps({"lane": "normal", "id": f"p-{i}-{n}", "fields": ["agent", "echo"]}).decode() for n in range(2)])
+            await client.hset(parked_tenants_key(keys), tenant, 2)
+        async def writes() -> int:  # the script's nested writes, as Redis counts each command
+            stats = await client.info("commandstats")
+            return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("hset", "hdel", "zadd", "xadd", "lpop"))
+        before = await writes()
+        # When the upkeep looks at them (nothing fits)
+        moved = await Scripts(client).unpark(keys=[keys.slot_guard], args=[keys.job_prefix, f"{keys.prefix}:requests:", 5000, 500, 1, "{}"])
+        # Then nothing moved and nothing was written
+        assert moved == 0
+        assert await writes() == before
+        assert await client.hget(parked_tenants_key(keys), "t7") == "2"
+    finally:
+        await client.aclose()
