@@ -36,6 +36,7 @@ RESERVE_LEASES = 5
 UNPARK_EVERY_S = 1.0
 UNCAPPED_UNPARK_EVERY_S = 10.0  # with no cap set, the upkeep only lets go what a cap set before left parked
 UNPARK_LIMIT = 500  # jobs one upkeep call moves for a tenant whose cap was removed
+UNPARK_CALLS = 20  # calls one upkeep round makes for a partition while they move full batches (10,000 jobs a tenant)
 DEFAULT_TENANT = "*"
 # Workers compare their caps this often (cap_agree.lua); one not heard from for AGREE_LIVE_S is not compared, and
 # is forgotten after AGREE_FORGET_S.
@@ -122,6 +123,7 @@ class TenantCapper:
         self._renew_every_s = lease_s / 4
         self._renewed_at = 0.0
         self._unparked_at = 0.0
+        self._moving = False  # the last round let parked jobs go: with no cap set, look again in a second, not ten
 
     def cap(self, request: JobRequest) -> int:
         """This partition's share of the request's tenant's cap; 0 = not capped (a workflow's own job holds no slot:
@@ -180,9 +182,10 @@ class TenantCapper:
         self._disagreeing = others
 
     def unpark_due(self) -> bool:
-        if time.monotonic() - self._unparked_at < (UNPARK_EVERY_S if self.caps else UNCAPPED_UNPARK_EVERY_S):
+        if time.monotonic() - self._unparked_at < (UNPARK_EVERY_S if self.caps or self._moving else UNCAPPED_UNPARK_EVERY_S):
             return False
         self._unparked_at = time.monotonic()
+        self._moving = False
         return True
 
     async def unpark(self, keys: Keys) -> int:
@@ -191,8 +194,15 @@ class TenantCapper:
         caps = self.caps or TenantCaps()
         shares = {name: self.caps.share(name, self._partitions) for name in caps.tenants} if self.caps else {}
         default = math.ceil(caps.default / self._partitions) if caps.default else 0
-        return int(await self._scripts.unpark(keys=[keys.slot_guard], args=[keys.job_prefix, keys.lane_prefix, self.reserve_ms,
-                                                                            UNPARK_LIMIT, default, json.dumps(shares)]))
+        total = 0
+        for _ in range(UNPARK_CALLS):  # a cap removed lets go up to UNPARK_LIMIT a call: 100,000 parked took 33 minutes
+            moved = int(await self._scripts.unpark(keys=[keys.slot_guard], args=[keys.job_prefix, keys.lane_prefix, self.reserve_ms,
+                                                                                 UNPARK_LIMIT, default, json.dumps(shares)]))
+            total += moved
+            if moved < UNPARK_LIMIT:
+                break
+        self._moving = self._moving or total > 0
+        return total
 
 
 def parked_key(keys: Keys, tenant: str) -> str:

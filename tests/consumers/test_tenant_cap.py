@@ -331,3 +331,24 @@ async def test_the_upkeep_writes_nothing_for_tenants_whose_parked_jobs_do_not_fi
         assert await client.hget(parked_tenants_key(keys), "t7") == "2"
     finally:
         await client.aclose()
+
+
+async def test_jobs_a_removed_cap_left_parked_go_back_in_one_upkeep_round(redis, keys: Keys) -> None:
+    """With no cap set, one call lets go at most 500 a tenant, and the upkeep looked every 10 s: 100,000 jobs a cap
+    had parked took 33 minutes to go back while the workers sat idle."""
+    from streams.scripts import Scripts
+    from streams.tenant_cap import TenantCapper
+
+    # Given 1,700 jobs of tenant A parked by a cap since removed
+    items = [orjson.dumps({"lane": "normal", "id": f"p-{n}", "fields": ["agent", "echo", "data", "{}", "id", f"p-{n}"]}).decode()
+             for n in range(1700)]
+    for start in range(0, len(items), 500):
+        await redis.rpush(parked_key(keys, "A"), *items[start:start + 500])
+    await redis.hset(parked_tenants_key(keys), "A", len(items))
+    capper = TenantCapper(Scripts(redis), None, worker="w", home=keys, partitions=1, lease_s=30)
+    # When the upkeep's round comes, Then they all go back to the lane's resumed stream at once
+    assert capper.unpark_due()
+    assert await capper.unpark(keys) == 1700
+    assert await redis.xlen(f"{keys.lane_prefix}resumed-normal") == 1700 and not await redis.exists(parked_key(keys, "A"))
+    # And with jobs moving, it looks again in a second (not the 10 s of a partition with nothing parked)
+    assert capper._moving
