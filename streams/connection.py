@@ -47,6 +47,9 @@ NOT_COVERED = "slots are not covered"
 MIN_REDIS = (6, 2, 0)
 # Connections of a single Redis's client at most (redis-py 8's default); more calls at once wait for one to free.
 POOL_CONNECTIONS = 100
+# Whether this redis-py's plain pool stops at a number of connections (8: 100; 5 - 7 take 2**31, and their waiting pool
+# hangs on a Redis that hangs: it connects inside its wait, holding the lock, past every timeout).
+CAPPED_POOLS = ConnectionPool().max_connections < 2**31
 
 
 class NoticingRetry(Retry):
@@ -155,12 +158,16 @@ def connect(url: str, *, max_connections: int | None = None, retries: int = 2, t
         options.pop("socket_keepalive")
     if problem := url_option_problem(url):
         raise ConfigError(f"invalid Redis URL: {problem}")
-    # A pool that waits for a free connection (up to the socket timeout) instead of failing: redis-py 8's pool stops at
-    # 100 and raises MaxConnectionsError for the 101st call at once, and a Producer shared across tasks (an
-    # asyncio.gather of many publishes, get_job or wait_for_terminal calls) makes one call per task.
-    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections or POOL_CONNECTIONS, timeout=timeout_s, **options)
-    pool.connection_class = guarded(pool.connection_class)
-    return Redis.from_pool(pool)
+    if CAPPED_POOLS:
+        # A pool that waits for a free connection (up to the socket timeout) instead of failing: redis-py 8's pool stops
+        # at 100 and raises MaxConnectionsError for the 101st call at once, and a Producer shared across tasks (an
+        # asyncio.gather of many publishes, get_job or wait_for_terminal calls) makes one call per task.
+        pool = BlockingConnectionPool.from_url(url, max_connections=max_connections or POOL_CONNECTIONS, timeout=timeout_s, **options)
+        pool.connection_class = guarded(pool.connection_class)
+        return Redis.from_pool(pool)
+    client = Redis.from_url(url, max_connections=max_connections, **options)
+    client.connection_pool.connection_class = guarded(client.connection_pool.connection_class)
+    return client
 
 
 def connect_cluster(url: str, *, max_connections: int | None = None, retries: int = 2,
