@@ -20,7 +20,7 @@ from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys, partition_keys, partition_of
 from streams.layout import claim_layout
-from streams.request_checks import name_problem, webhook_url_problem
+from streams.request_checks import name_problem, text_problem, webhook_url_problem
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
 from streams.slow_slots import SlotSlow, slot_of, slow_slots_of
 from streams.workflow import WORKFLOW_AGENT, Workflow
@@ -237,6 +237,9 @@ class Producer:
     def _fields_of(self, request: JobRequest) -> dict[str, str]:
         """The request's stream fields, or the error that refuses it (checked for every request before any is sent)."""
         check_not_generated(request)
+        for name in ("agent", "id", "webhook", "tenant", "traceparent"):
+            if isinstance(value := getattr(request, name), str) and (problem := text_problem(name, value)):
+                raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
         if request.webhook is not None and (problem := webhook_url_problem(request.webhook)):
             raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
         if request.tenant is not None and (problem := name_problem("tenant", request.tenant)):

@@ -31,3 +31,13 @@ def name_problem(what: str, name: str) -> str | None:
     if not _NAME.match(name):
         return f"{what} must not contain whitespace or control characters"
     return None
+
+
+def text_problem(what: str, value: str) -> str | None:
+    """Why ``value`` cannot be sent as text (a lone surrogate: a str that is no Unicode), or None. Found before anything is
+    queued: found while sending, it failed the rest of a batch half-published, naming no field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{what} is not valid Unicode text (it holds a lone surrogate)"
+    return None

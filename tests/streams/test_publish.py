@@ -158,3 +158,17 @@ async def test_the_python_api_refuses_what_the_gateway_refuses_before_anything_i
     with pytest.raises(InvalidRequest, match=words):
         await producer.publish_many([JobRequest(agent="echo", data={}, id="fine"), JobRequest(agent="echo", data={}, **options)])
     assert not await redis.exists(keys.lane("normal"), keys.job("fine"))
+
+
+@pytest.mark.parametrize("field", ["tenant", "webhook", "traceparent"])
+async def test_a_lone_surrogate_is_refused_naming_its_field_before_any_request_of_a_batch_is_sent(  # type: ignore[no-untyped-def]
+    redis, keys: Keys, producer: Producer, field: str,
+) -> None:
+    # Given a batch whose first request goes to another lane (sent first) and whose second holds a str that is no Unicode
+    value = {"tenant": "acme\ud800", "webhook": "https://example.com/\ud800", "traceparent": "00-\ud800"}[field]
+    batch = [JobRequest(agent="echo", data={"priority": 9}, id="sent-first"), JobRequest(agent="echo", data={}, id="broken", **{field: value})]
+    # When it is published, Then it is refused naming the field, and nothing was queued (before: a TypeError naming
+    # nothing, the other lane's request queued)
+    with pytest.raises(InvalidRequest, match=f"{field} is not valid Unicode text"):
+        await producer.publish_many(batch)
+    assert not await redis.exists(keys.job("sent-first"), keys.lane("high"), keys.lane("normal"))
