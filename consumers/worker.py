@@ -28,7 +28,7 @@ from streams.groups import hold_partition_groups
 from streams.jobs import JobProcessor
 from streams.hold import REFILL_FRACTION
 from streams.keys import WORKERS_GROUP, Keys, lanes_in_priority, serving_partitions
-from streams.layout import hold_layout
+from streams.layout import hold_layout, warn_of_unread_lanes
 from streams.urls import loggable_url
 from streams.workflow import WORKFLOW_AGENT
 from streams.runtime import GroupRuntime
@@ -106,6 +106,7 @@ async def run_worker(settings: WorkerSettings, registry: AgentRegistry, llm: LLM
     keys = Keys(settings.prefix)
     redis = await connect_when_reachable(settings.effective_redis_url, "worker start")
     await hold_layout("worker start", redis, keys, settings.partitions)  # another N: refused
+    await warn_of_unread_lanes(redis, keys, settings.partitions)
     partitions = serving_partitions(keys, settings, settings.chosen_partitions)
     pool = ThreadPoolExecutor(max_workers=min(settings.concurrency, 256), thread_name_prefix="agent")
     _configure_agents(settings)

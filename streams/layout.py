@@ -16,11 +16,12 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.errors import ConfigError
-from streams.keys import Keys
+from streams.keys import LANES, Keys
 from streams.outage import until_redis_answers
 from streams.slow_slots import SLOW_CALL_S, SlotSlow, slot_of, slow_slots_of
 
 log = logging.getLogger(__name__)
+UNREAD_CHECK_S = 2.0  # how long a start asks for each unpartitioned lane's length (a hint: never waited out)
 
 
 def layout_key(keys: Keys) -> str:
@@ -92,3 +93,23 @@ async def check_layout(redis: Redis, keys: Keys, partitions: int) -> None:
     value = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
     if value != str(partitions):
         raise _refusal(keys, value[:20], partitions)
+
+
+async def warn_of_unread_lanes(redis: Redis, keys: Keys, partitions: int) -> dict[str, int]:
+    """With partitions, the unpartitioned lanes (contract §1's ``<prefix>:requests:<lane>``) that hold entries, each
+    logged as a warning: no worker reads them (a raw XADD to §1's key where §10's ``<prefix>:{<p>}:requests:<lane>``
+    was meant), and nothing else would say so. Returns them; a Redis that does not answer is not waited for."""
+    found: dict[str, int] = {}
+    if partitions <= 1:
+        return found
+    for lane in LANES:
+        try:
+            entries = int(await asyncio.wait_for(redis.xlen(keys.lane(lane)), UNREAD_CHECK_S))
+        except (RedisError, OSError, asyncio.TimeoutError):
+            continue  # not a stream, or its node away: this is a hint, not a start's condition
+        if entries:
+            found[keys.lane(lane)] = entries
+            log.warning("%s holds %d entries that no worker reads: with STREAMCREW_PARTITIONS=%d the lanes are "
+                        "%s:{<p>}:requests:%s (p = 0..%d); XADD there, or move them", keys.lane(lane), entries, partitions,
+                        keys.prefix, lane, partitions - 1)
+    return found

@@ -64,3 +64,19 @@ async def test_a_library_producer_with_another_partition_count_raises_and_publis
         await Producer(redis, keys, partitions=2).publish("echo", {})
     lengths = [await redis.xlen(k.lane("normal")) for k in partition_keys(keys, 4)]
     assert sum(lengths) == 1, f"only the first producer's job is in the lanes: {lengths}"
+
+
+async def test_a_worker_of_a_partitioned_prefix_says_which_unpartitioned_lanes_hold_entries(redis, redis_url: str, prefix: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Given a raw XADD to contract §1's lane of a prefix laid out in 3 partitions (where §10's keys were meant)
+    keys = Keys(prefix)
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": "{}"})
+    workers = WorkerFactory(redis_url, prefix, tmp_path, env={"STREAMCREW_PARTITIONS": "3"})
+    try:
+        # When a worker starts, Then it says so, naming the lane and where its entries belong (before: not a word,
+        # and nothing read them)
+        text = workers.start().log_text()
+        assert f"{keys.lane('normal')} holds 1 entries that no worker reads" in text, text[-2000:]
+        assert f"{prefix}:{{<p>}}:requests:normal (p = 0..2)" in text, text[-2000:]
+        assert f"{keys.lane('high')} holds" not in text
+    finally:
+        workers.close()
