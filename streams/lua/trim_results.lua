@@ -13,10 +13,9 @@ if floor == nil then return {redis.call('XTRIM', results, 'MAXLEN', keep), 0} en
 local acked = 0
 local head = redis.call('XRANGE', results, '-', '+', 'COUNT', 1)
 if #head > 0 and id_older(head[1][1], floor) then  -- some acknowledged entries to spare
-  if len > hard then  -- all acknowledged ones at once (room before any unacknowledged one is cut), `keep` still kept
-    local newest = redis.call('XREVRANGE', results, '+', '-', 'COUNT', keep)
-    local bound = newest[#newest] and newest[#newest][1]
-    acked = redis.call('XTRIM', results, 'MINID', (bound and id_older(bound, floor)) and bound or floor)
+  if len > hard then  -- all acknowledged ones at once: room before any unacknowledged one is cut (finding the
+    -- `keep`-th newest would read up to `keep` entries, a million by default, in one call)
+    acked = redis.call('XTRIM', results, 'MINID', floor)
   else
     local span = redis.call('XRANGE', results, '-', '+', 'COUNT', math.min(len - keep, batch))
     local last = span[#span][1]
