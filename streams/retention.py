@@ -26,12 +26,16 @@ MAX_CALLS = 100
 PINNED_AFTER_MS = 60_000
 
 
+# Entries a call deletes behind a pending one at most (it reads them whole, and up to 9x as many pending ones).
+SWEEP_BATCH = 100
+
+
 async def trim_lanes(scripts: Scripts, keys: Keys, *, pinned_after_ms: int = PINNED_AFTER_MS) -> int:
     """Trim a partition's lanes and resumed streams (one slot: one call for them all, repeated while a sweep behind a
     pending entry was full); returns how many entries went."""
     removed = 0
     for _ in range(MAX_CALLS):
-        gone, more = (int(x) for x in await scripts.trim(keys=list(keys.work_streams), args=[TRIM_BATCH, pinned_after_ms]))
+        gone, more = (int(x) for x in await scripts.trim(keys=list(keys.work_streams), args=[SWEEP_BATCH, pinned_after_ms]))
         removed += gone
         if not more:
             break

@@ -21,10 +21,11 @@ local function sweep_acked(key, groups, floor)
   local clock = redis.call('TIME')
   local aged = tostring(math.floor(tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000 - after_ms)) .. '-0'
   if id_older(aged, upto) then upto = aged end
-  -- what is pending in the range takes no share: read past as many entries as the groups hold (up to ten shares)
+  -- what is pending in the range takes no share: read past as many entries as the groups hold (up to nine shares more;
+  -- XRANGE reads each entry whole, a request of up to STREAMCREW_MAX_REQUEST_BYTES: a call reads ten shares at most)
   local pending = 0
   for _, g in ipairs(groups) do pending = pending + tonumber(g['pending']) end
-  local count = budget + math.min(pending, 10 * budget)
+  local count = budget + math.min(pending, 9 * budget)
   local entries = redis.call('XRANGE', key, floor, upto, 'COUNT', count)
   if #entries == 0 then return 0, false end
   local first, last = entries[1][1], entries[#entries][1]
