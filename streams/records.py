@@ -15,7 +15,9 @@ from streams.keys import Keys, keys_for_job
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import get_steps
 
-INTERNAL_FIELDS = frozenset({"source", "base"})
+# The record's fields only the scripts read: which entry owns the job, the attempts before a replay, the delay a pending
+# retry was written with (settle.lua tells a resent call from another ending of the same attempt by it)
+INTERNAL_FIELDS = frozenset({"source", "base", "retry_delay"})
 PARKED_SOURCE = "parked:"  # the source tenant_cap.lua gives a job it parks (the item's hash follows)
 
 

@@ -20,6 +20,7 @@ from standardwebhooks import Webhook
 
 from consumers.processes import streamcrew_cmd
 from streams.keys import Keys
+from streams.records import INTERNAL_FIELDS
 from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.notifier.conftest import NotifierFactory, make_secret
 from tests.consumers.notifier.receiver import Receiver, Reply
@@ -179,8 +180,8 @@ async def test_every_output_of_every_outcome_has_the_contracts_fields(
                     _epoch_ms(view[name], f"{job_id} view {name}", since_ms)
             # And the record's hash holds no contract field the view lacks
             raw = await redis.hgetall(keys.job(job_id))
-            assert set(raw) - {"source", "base"} <= RECORD_FIELDS, f"{job_id}: record fields {set(raw) - RECORD_FIELDS}"
-            assert {k for k in raw if k not in ("source", "base")} <= set(view), f"{job_id}: the view drops {set(raw) - set(view)}"
+            assert set(raw) - INTERNAL_FIELDS <= RECORD_FIELDS, f"{job_id}: record fields {set(raw) - RECORD_FIELDS}"
+            assert {k for k in raw if k not in INTERNAL_FIELDS} <= set(view), f"{job_id}: the view drops {set(raw) - set(view)}"
         assert events["wf-ok"]["result"]["summary"] == "2 of 2 steps completed"
         wf_view = (await client.get("/jobs/wf-ok")).json()
         assert (wf_view["steps_total"], wf_view["steps_done"]) == (2, 2), wf_view
