@@ -55,7 +55,7 @@ ID_LOGGED = 200  # a raw result's id has no length bound: a log line quotes its 
 class Decision:
     """Where one delivery goes after its attempt: nowhere (delivered), the delayed set, or the dead letters."""
 
-    delayed: tuple[int, str] | None = None
+    delayed: tuple[int, str] | None = None  # (delay ms, member): due by Redis' clock (store.COMMIT_LUA)
     dead: dict[str, str] | None = None
     outcome: Outcome | None = None  # counted once the commit is written
 
@@ -180,7 +180,7 @@ class NotifierHandler:
                 wait_s = capped(max(growing, a.retry_after_s or 0.0))
             else:  # a healthy one over its share: back when its turn comes, in order
                 wait_s = capped(a.retry_after_s)
-            return Decision(delayed=(now_ms() + int(wait_s * 1000), later.member()))
+            return Decision(delayed=(int(wait_s * 1000), later.member()))
         if a.kind is Kind.REFUSED:
             return Decision(dead=self._dead(p, attempts, status, a.error), outcome=Outcome.REFUSED)
         if a.kind is Kind.GONE or attempts >= self.settings.max_attempts:
@@ -188,7 +188,7 @@ class NotifierHandler:
             return Decision(dead=self._dead(p, attempts, status, error), outcome=Outcome.FAILED)
         delay_s = max(a.retry_after_s or 0.0, self.backoff_s(attempts))  # more time when asked, never less (Retry-After: 0)
         later = Pending(p.id, p.url, p.event, attempts, status, a.error)
-        return Decision(delayed=(now_ms() + int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
+        return Decision(delayed=(int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
 
     def backoff_s(self, attempts: int) -> float:
         """Delay after the ``attempts``-th failure: ``backoff_s`` doubled each time, capped, times 0.5-1 jitter."""
@@ -206,7 +206,7 @@ class NotifierHandler:
         outcomes: list[Outcome] = []
         for p, d in zip(work.pending, decisions, strict=True):
             if d is None:  # interrupted by the drain: due again at once, the attempt not counted
-                d = Decision(delayed=(now_ms(), p.member()))
+                d = Decision(delayed=(0, p.member()))
             if d.delayed is not None:
                 op.delayed.append(d.delayed)
             if d.dead is not None:
@@ -226,11 +226,10 @@ class NotifierHandler:
         others ask for it once a second, streams.upkeep; the script is atomic); log the summary. A partition whose
         master hangs is skipped while its promotion ends in the background (streams.slow_slots)."""
         self.deliverer.limiter.tick()
-        now = now_ms()
         failed: Exception | None = None
         for i, store in enumerate(self.stores):  # one partition failing, or whose master hangs, holds up no other's
             try:
-                await self._promotions.run(i, slot_of(store.keys.webhooks_delayed), lambda: self._promote(store, now))
+                await self._promotions.run(i, slot_of(store.keys.webhooks_delayed), lambda: self._promote(store))
             except Exception as exc:
                 failed = failed or exc
         if time.monotonic() - self._tally_since >= SUMMARY_S:
@@ -238,9 +237,9 @@ class NotifierHandler:
         if failed is not None:
             raise failed
 
-    async def _promote(self, store: Store, now: int) -> None:
+    async def _promote(self, store: Store) -> None:
         if await self.promotion_lease.held(store.keys.webhooks_upkeep):
-            await store.promote(now)
+            await store.promote()
 
     def summary(self) -> None:
         """Log the outcomes since the last summary (every ``SUMMARY_S``, and once more at stop)."""

@@ -33,13 +33,16 @@ DELIVERY_FIELDS = ("id", "url", "event", "attempts", "last_status", "error")
 
 COMMIT_LUA = """
 -- KEYS: results, due, delayed, dead, this call's receipt; ARGV: group, consumer, the receipt's ms, then per entry:
---   which ('r' results | 'd' due), entry_id, n_delayed, (due_ms member)*, n_dead, (n_fields (k v)*)*
+--   which ('r' results | 'd' due), entry_id, n_delayed, (delay_ms member)*, n_dead, (n_fields (k v)*)*
+-- A delayed member is due delay_ms from now by Redis' clock, which PROMOTE_LUA reads too: notifiers' clocks may differ.
 -- Only an entry this consumer still owns is settled (a reclaimed one is the new owner's).
 -- Returns 1 per entry settled, 0 per entry no longer ours. A copy of the call (redis-py sends one after a lost
 -- reply; a stalled Redis runs both) answers what the first said, from its receipt: not 0 for entries it acked.
 local kept = redis.call('GET', KEYS[5])
 if kept then return cjson.decode(kept) end
 local group, consumer = ARGV[1], ARGV[2]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local out = {}
 local i = 4
 while i <= #ARGV do
@@ -50,7 +53,7 @@ while i <= #ARGV do
   local nd = tonumber(ARGV[i + 2])
   i = i + 3
   for _ = 1, nd do
-    if mine then redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1]) end
+    if mine then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[i]), ARGV[i + 1]) end
     i = i + 2
   end
   local nx = tonumber(ARGV[i])
@@ -75,8 +78,10 @@ return out
 """
 
 PROMOTE_LUA = """
--- KEYS: delayed, due; ARGV: now_ms, limit. Moves due members to the due stream; returns how many.
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+-- KEYS: delayed, due; ARGV: limit. Moves members due by Redis' clock (COMMIT_LUA's) to the due stream; returns how many.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, member in ipairs(due) do
   redis.call('ZREM', KEYS[1], member)
   local ok, item = pcall(cjson.decode, member)
@@ -161,13 +166,13 @@ class CommitOp:
 
     stream: str
     entry_id: str
-    delayed: list[tuple[int, str]] = field(default_factory=list)
+    delayed: list[tuple[int, str]] = field(default_factory=list)  # (delay ms from when it is written, member)
     dead: list[dict[str, str]] = field(default_factory=list)
 
     def args(self, due_key: str) -> list[Any]:
         out: list[Any] = ["d" if self.stream == due_key else "r", self.entry_id, len(self.delayed)]
-        for score, member in self.delayed:
-            out += [score, member]
+        for delay_ms, member in self.delayed:
+            out += [max(0, delay_ms), member]
         out.append(len(self.dead))
         for letter in self.dead:
             out.append(len(letter))
@@ -197,11 +202,11 @@ class Store:
         reply = await self._commit(keys=keys, args=args)
         return [bool(int(x)) for x in reply]
 
-    async def promote(self, now_ms: int) -> int:
-        """Move every due delivery to the due stream (atomic per batch; any notifier may run it)."""
+    async def promote(self) -> int:
+        """Move every delivery due by Redis' clock to the due stream (atomic per batch; any notifier may run it)."""
         total = 0
         while True:
-            moved = int(await self._promote(keys=[self.keys.webhooks_delayed, self.due], args=[now_ms, PROMOTE_BATCH]))
+            moved = int(await self._promote(keys=[self.keys.webhooks_delayed, self.due], args=[PROMOTE_BATCH]))
             total += moved
             if moved < PROMOTE_BATCH:
                 return total

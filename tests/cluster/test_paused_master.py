@@ -21,7 +21,7 @@ from redis.crc import key_slot
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.notifier.store import Store
 from streams.connection import CLUSTER_SOCKET_TIMEOUT_S, connect_detected
-from streams.envelope import JobRequest, now_ms
+from streams.envelope import JobRequest
 from streams.keys import Keys, partition_keys, partition_of
 from streams.layout import layout_key
 from streams.producer import Producer
@@ -260,7 +260,7 @@ async def test_a_scripts_first_call_on_a_master_does_not_wait_for_another_that_i
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "worker": lambda: Scripts(redis).promote(keys=[parts[p].delayed, parts[p].slot_guard],
                                                  args=[10, parts[p].job_prefix, parts[p].lane_prefix]),
-        "notifier": lambda: Store(redis, parts[p]).promote(now_ms()),
+        "notifier": lambda: Store(redis, parts[p]).promote(),
         "gateway": lambda: RateLimiter(redis, keys, rate_per_s=10, burst=10).take(bucket),
     }
     process = paused_cluster.nodes[paused]
