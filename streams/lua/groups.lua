@@ -14,6 +14,11 @@ local function parse_id(id)
   if seq == '' then seq = '0' end
   return ms, seq
 end
+-- Redis' clock in epoch ms: what every process's timing in a script goes by (processes' own clocks may differ).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function part_less(a, b)
   return #a < #b or (#a == #b and a < b)
 end

@@ -24,14 +24,6 @@ local terminal = {completed = true, failed = true, rejected = true, expired = tr
 local out = {}
 local acks = {}  -- lane -> entry ids, acked together at the end (the script is atomic either way)
 local C = wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
-local clock_ms = nil
-local function redis_ms()  -- Redis' clock, read once a call
-  if not clock_ms then
-    local t = redis.call('TIME')
-    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return clock_ms
-end
 local function fenced_by(rec, src)
   return (rec[1] and terminal[rec[1]]) or (rec[2] and rec[2] ~= src) or false
 end
@@ -112,7 +104,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
         and redis.call('ZSCORE', delayed, op[7]) ~= false
       out[#out + 1] = mine and 1 or 0
     else
-      redis.call('ZADD', delayed, redis_ms() + tonumber(op[6]), op[7])
+      redis.call('ZADD', delayed, now_ms() + tonumber(op[6]), op[7])  -- Redis' clock (groups.lua)
       -- the source names the member: promote.lua moves a retry only while the record still names it
       local w = {'status', 'retrying', 'error', op[8], 'source', 'delayed:' .. redis.sha1hex(op[7]), 'retry_delay', op[6]}
       if op[9] and op[9] ~= '' then w[9], w[10] = 'usage', op[9] end

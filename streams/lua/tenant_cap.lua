@@ -11,10 +11,7 @@ local function tc_tenants(base) return base .. 'tenants-parked' end
 -- The resumed stream's name ('resumed-<lane>', streams.keys.RESUMED) for a job that waited its turn in a lane once: let go
 -- from a parked list, or handed back by a draining worker. Workers read it just before the lane.
 local function resumed_of(name) return 'resumed-' .. (string.gsub(name, '^resumed%-', '')) end
-local function tc_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local function tc_now() return now_ms() end  -- groups.lua's
 -- Whether the job still has its entry in its lane, for the workers group to run: not yet delivered, or pending with a
 -- worker (the record's source names the entry: '<lane>/<entry ID>'). Needs groups.lua (as_table, id_older).
 local function tc_waiting(job_prefix, lane_prefix, jid)

@@ -18,8 +18,7 @@ local function sweep_acked(key, groups, floor)
     if upto == nil or id_older(g['last-delivered-id'], upto) then upto = g['last-delivered-id'] end
   end
   if upto == nil or redis.call('XLEN', key) - need <= 0 then return 0, false end  -- nothing acknowledged past the floor
-  local clock = redis.call('TIME')
-  local aged = tostring(math.floor(tonumber(clock[1]) * 1000 + tonumber(clock[2]) / 1000 - after_ms)) .. '-0'
+  local aged = tostring(now_ms() - after_ms) .. '-0'
   if id_older(aged, upto) then upto = aged end
   -- what is pending in the range takes no share: read past as many entries as the groups hold (up to nine shares more;
   -- XRANGE reads each entry whole, a request of up to STREAMCREW_MAX_REQUEST_BYTES: a call reads ten shares at most)
