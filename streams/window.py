@@ -1,7 +1,8 @@
 """Queue-monitor figures over the results stream's most recent entries (contract §12).
 
-One ``XREVRANGE results + - COUNT window`` and arithmetic: the figures are
-exact for that window, and there is no second copy of them to keep consistent.
+The results stream's last ``window`` entries (read in pages, keeping only the fields the figures
+need) and arithmetic: the figures are exact for that window, and there is no
+second copy of them to keep consistent.
 
 - ``latency_ms``: submitted → finished, over the ``completed`` results (what a caller waits).
 - ``queue_wait_ms``: submitted → started, over every result that started (the second
@@ -136,8 +137,44 @@ def _rounded(spend: Spend) -> Spend:
 UNKNOWN_USAGE = '{"cost_usd": null}'
 
 
+# The fields the figures read (summarize): never ``result`` or ``error``, which can be large.
+FIGURE_FIELDS = frozenset({"id", "agent", "status", "attempts", "submitted_at", "started_at", "finished_at", "usage", "tenant"})
+# Pages of XREVRANGE: the first is small and they grow while their entries are, up to PAGE_MAX, so a page of large
+# outputs holds Redis (and the caller's event loop) for a few milliseconds, not for a whole window of them.
+PAGE_FIRST, PAGE_MAX = 16, 1000
+PAGE_BYTES = 4 << 20
+
+
+def _next_page(entries: int, size: int, page: int) -> int:
+    """The next page's count: as many entries of this page's mean size as fit in PAGE_BYTES, at most twice this one."""
+    fit = PAGE_BYTES * entries // max(1, size)
+    return max(1, min(PAGE_MAX, 2 * page, fit))
+
+
+async def _newest_entries(redis: Redis, stream: str, count: int) -> list[tuple[str, dict[str, str]]]:
+    """The stream's newest ``count`` entries, newest first, each with its :data:`FIGURE_FIELDS` only.
+
+    One XREVRANGE of a whole window sent every agent's output with it: 1,000 outputs of 1 MiB held Redis for half
+    a second and took the caller 1 GB; in pages, Redis serves others in between and the outputs are dropped at once.
+    """
+    entries: list[tuple[str, dict[str, str]]] = []
+    upto, page = "+", PAGE_FIRST
+    while len(entries) < count:
+        ask = min(page, count - len(entries))
+        batch = cast(list[tuple[str, dict[str, str]]], await redis.xrevrange(stream, max=upto, min="-", count=ask))
+        size = 0
+        for entry_id, fields in batch:
+            size += sum(len(k) + len(v) for k, v in fields.items())
+            entries.append((entry_id, {k: v for k, v in fields.items() if k in FIGURE_FIELDS}))
+        if len(batch) < ask:
+            break
+        upto = f"({batch[-1][0]}"
+        page = _next_page(len(batch), size, page)
+    return entries
+
+
 async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int = DEFAULT_WINDOW) -> list[JobResult]:
-    """The last ``window`` result events, newest first; entries that do not decode are skipped.
+    """The last ``window`` result events, newest first, without their outputs; entries that do not decode are skipped.
 
     Given several partitions' keys, the last ``window`` of them all, in entry-ID order (contract §10).
     """
@@ -146,14 +183,13 @@ async def recent_results(redis: Redis, keys: Keys | Sequence[Keys], window: int 
     partitions = [keys] if isinstance(keys, Keys) else list(keys)
     entries: list[tuple[str, dict[str, str]]] = []
     for k in partitions:
-        entries += cast(list[tuple[str, dict[str, str]]], await redis.xrevrange(k.results, count=window))
+        entries += await _newest_entries(redis, k.results, window)
     if len(partitions) > 1:
         entries = sorted(entries, key=lambda e: entry_order(e[0]), reverse=True)[:window]
     out: list[JobResult] = []
     for _, fields in entries:
         if not_utf8(fields):  # a raw XADD's bytes: as lone surrogates a tenant or model name failed the JSON (a 500)
             fields = repaired_fields(fields)
-        fields.pop("result", None)  # no figure reads the output: parsed, 1,000 outputs of 1 MiB took seconds and GBs
         try:
             out.append(JobResult.from_fields(fields))
         except DecodeError:

@@ -10,7 +10,7 @@ import pytest
 from streams.envelope import JobResult, Status
 from streams.keys import Keys
 from streams.stats import queue_stats
-from streams.window import MAX_WINDOW, spread, summarize, window_figures
+from streams.window import MAX_WINDOW, PAGE_BYTES, spread, summarize, window_figures
 
 T0 = 1_800_000_000_000
 
@@ -164,3 +164,38 @@ async def test_a_usage_that_is_no_json_object_leaves_its_result_counted_with_an_
     assert (figures["unpriced"], figures["cost_usd"], figures["tokens"]) == (3, 0.001, 15), figures
     assert figures["by_tenant"]["acme"]["results"] == 4
     json.dumps(figures)
+
+
+async def _xrevrange_calls(redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_xrevrange", {}).get("calls", 0))
+
+
+async def test_large_outputs_are_read_in_pages_and_every_result_counts_once(redis, keys: Keys) -> None:
+    # Given 40 results whose outputs are 1 MiB each, between small ones (a window spans pages of both sizes)
+    big = {"text": "x" * (1 << 20)}
+    events = [result(i, wait_ms=i, run_ms=1) for i in range(1, 31)]
+    events += [JobResult(**{**result(i, wait_ms=i, run_ms=1).model_dump(), "result": big}) for i in range(31, 71)]
+    events += [result(i, wait_ms=i, run_ms=1) for i in range(71, 101)]
+    for event in events:
+        await redis.xadd(keys.results, event.to_fields())
+    before = await _xrevrange_calls(redis)
+
+    # When the figures are computed over them
+    figures = await window_figures(redis, keys, 100)
+
+    # Then each result counts once (no entry lost or repeated at a page's edge) ...
+    assert figures["window"]["results"] == 100 and figures["completed"] == 100
+    assert figures["queue_wait_ms"] == spread(list(range(1, 101)))
+    # ... and Redis sent the 40 MiB of outputs in pages of a few MiB (one XREVRANGE of the window held Redis for
+    # the whole of it, and the caller held every output at once)
+    assert await _xrevrange_calls(redis) - before >= 40 * (1 << 20) // PAGE_BYTES
+
+
+async def test_a_window_of_small_results_takes_few_pages(redis, keys: Keys) -> None:
+    for i in range(1, 1201):
+        await redis.xadd(keys.results, result(i).to_fields())
+    before = await _xrevrange_calls(redis)
+    figures = await window_figures(redis, keys, 1000)
+    assert figures["window"]["results"] == 1000 and figures["window"]["oldest_finished_at"] == result(201).finished_at
+    assert await _xrevrange_calls(redis) - before <= 8  # pages of 16, 32, ... 512
