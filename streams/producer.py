@@ -55,6 +55,7 @@ class Published:
 
     ``tenant`` is the tenant of the record the id names: the request's for a created job, else the one the existing
     record named when its ``status`` was read (in the same script), so a tenant-bound caller can refuse another's.
+    ``lane`` likewise: the caller's for a created job, else the lane the existing job was queued in.
     """
 
     job_id: str
@@ -262,9 +263,9 @@ class Producer:
         receipt = keys.receipt(receipt_token())  # one per call: a copy redis-py sends again shares it
         reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock, receipt, keys.slot_guard], args=args)
         published = [
-            Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_name,
+            Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=str((rest or [lane_name])[0] or lane_name),
                       tenant=request.tenant if int(created) else (str(tenant) or None))
-            for (request, _), (jid, st, created, tenant) in zip(chunk, reply, strict=True)
+            for (request, _), (jid, st, created, tenant, *rest) in zip(chunk, reply, strict=True)
         ]
         metrics.submitted(lane_name).inc(sum(p.created for p in published))
         return published

@@ -15,8 +15,8 @@
 -- The receipt (a key named by a token the producer draws per call) keeps this call's reply: redis-py sends a call
 -- again when its reply timed out or its connection dropped, and a Redis that was only stalled runs both copies.
 -- The copy answers from the receipt, so an id-less request makes one job, not one the caller never hears of.
--- Returns per job {job_id, status, created (1|0), tenant}: for an id already taken, the status and tenant ('' for
--- none) of the record it names, read together, so a caller bound to a tenant can tell whose status it is even when
+-- Returns per job {job_id, status, created (1|0), tenant, lane}: for an id already taken, the status, tenant ('' for
+-- none) and lane ('' for none) of the record it names, read together, so a caller bound to a tenant can tell whose status it is even when
 -- that record is gone by the time it could read it; '' for a job created here (its tenant is the request's).
 -- The slot guard (Keys.slot_guard) is a key never written: declaring it makes Redis answer TRYAGAIN while the
 -- partition's slot migrates, since the job records and lanes this script names itself are not declared.
@@ -45,13 +45,13 @@ end
 local out = {}
 for _, job in ipairs(cjson.decode(ARGV[3])) do
   local jid, agent, sub, fields, extra = job[1], job[2], job[3], job[4], job[5]
-  local st, tenant = false, false
+  local st, tenant, at = false, false, false
   if jid ~= '' then
-    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'tenant')
-    st, tenant = rec[1], rec[2]
+    local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'tenant', 'lane')
+    st, tenant, at = rec[1], rec[2], rec[3]
   end
   if st then
-    out[#out + 1] = {jid, st, 0, tenant or ''}
+    out[#out + 1] = {jid, st, 0, tenant or '', at or ''}
   else
     local eid = redis.pcall('XADD', lane, next_id(), unpack(fields))
     if type(eid) == 'table' and eid.err then  -- the lane is ahead of the clock (a plain XADD *): fall back
@@ -72,9 +72,9 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
       -- one HSET with the request's own fields (a replica is sent each write: one command, not two)
       redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,
         'submitted_at', sub, 'source', lane_name .. '/' .. eid, 'lane', lane_name, unpack(extra))
-      out[#out + 1] = {jid, 'queued', 1, ''}
+      out[#out + 1] = {jid, 'queued', 1, '', lane_name}
     else
-      out[#out + 1] = {'', 'conflict', 0, ''}
+      out[#out + 1] = {'', 'conflict', 0, '', ''}
     end
   end
 end

@@ -172,3 +172,17 @@ async def test_a_lone_surrogate_is_refused_naming_its_field_before_any_request_o
     with pytest.raises(InvalidRequest, match=f"{field} is not valid Unicode text"):
         await producer.publish_many(batch)
     assert not await redis.exists(keys.job("sent-first"), keys.lane("high"), keys.lane("normal"))
+
+
+async def test_a_repeated_id_answers_the_lane_its_job_is_in_not_the_callers(redis, keys: Keys, producer: Producer) -> None:  # type: ignore[no-untyped-def]
+    # Given a job queued in the low lane
+    first = await producer.publish("echo", {}, id="once", priority="low")
+    # When the same id is published again, to the high lane, alone and in a batch
+    again = await producer.publish("echo", {}, id="once", priority="high")
+    batch = await producer.publish_many([JobRequest(agent="echo", data={}, id="once"), JobRequest(agent="echo", data={}, id="new")],
+                                        priority="high")
+    # Then it names the lane its one job waits in (the gateway's 202 said "high" for a job queued in "low")
+    assert (first.lane, first.created) == ("low", True)
+    assert (again.lane, again.created) == ("low", False)
+    assert [(p.job_id, p.lane, p.created) for p in batch] == [("once", "low", False), ("new", "high", True)]
+    assert await redis.xlen(keys.lane("high")) == 1
