@@ -159,6 +159,11 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     lane = lane_of(origin)
     if letter.source_stream != f"{keys.lane_prefix}{origin}" or lane not in LANES:
         raise StreamcrewError(f"dead letter {entry_id} came from {letter.source_stream!r}, not a lane; cannot replay")
+    if letter.agent == WORKFLOW_AGENT and not await redis.exists(keys.workflow(letter.id)):
+        raise StreamcrewError(
+            f"dead letter {entry_id}: workflow {letter.id!r} ended over STREAMCREW_JOB_TTL_S ago and its state (its steps' "
+            "results) has expired; replaying would run every step again, completed ones included: submit it anew, "
+            "or purge this dead letter")
     fields = dict(letter.request)
     fields["id"] = letter.id
     if _passed(fields.get("deadline")):  # kept, it would expire the replayed job at once: an operator's replay means "run it"

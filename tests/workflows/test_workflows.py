@@ -9,6 +9,7 @@ import pytest
 from streams.config import StreamSettings
 from streams.dead import list_dead, replay, replay_all
 from streams.envelope import JobRequest, now_ms
+from streams.errors import StreamcrewError
 from streams.keys import Keys
 from streams.producer import Producer
 from streams.records import get_job
@@ -170,6 +171,31 @@ async def test_replay_reruns_only_the_failed_step_and_its_dependents(redis, keys
     assert flaky is not None and flaky.attempts == 2
     # and no dead letter is left: the step's went with the workflow's replay
     assert not [d for d in await list_dead(redis, keys) if d.id.startswith("wf-replay")]
+
+
+async def test_a_workflow_whose_state_expired_is_not_replayed_from_scratch(redis, keys: Keys, producer: Producer,
+                                                                         workers: WorkerFactory) -> None:
+    # Given a failed workflow whose completed step was paid for, and whose state has since expired
+    # (STREAMCREW_JOB_TTL_S after it ended; its dead letter is kept until replayed or purged)
+    start_workers(workers, 1, "--concurrency", "4")
+    wf = Workflow("wf-expired")
+    wf.step("paid", "echo", {"n": 1})
+    wf.step("flaky", "echo", {"fail_first": 1}, after=["paid"], max_attempts=1)
+    await producer.publish_workflow(wf)
+    assert (await wait_event(redis, keys, "wf-expired")).status == "failed"
+    await redis.delete(keys.workflow("wf-expired"))
+    entry = next(d.entry_id for d in await list_dead(redis, keys) if d.id == "wf-expired")
+    assert entry is not None
+    # When its dead letter is replayed, alone or with --all
+    with pytest.raises(StreamcrewError, match="state .* has expired; replaying would run every step again"):
+        await replay(redis, keys, entry)
+    replayed, skipped = await replay_all(redis, keys)
+    # Then it is refused with the reason (it ran every step again, the completed one paid twice), its letter kept
+    assert "wf-expired" not in replayed and any("has expired" in why for why in skipped), (replayed, skipped)
+    assert "wf-expired" in {d.id for d in await list_dead(redis, keys)}
+    await producer.publish("echo", {}, id="marker-after-refusal")  # one worker, FIFO lane: a stray run would be in by now
+    await wait_event(redis, keys, "marker-after-refusal")
+    assert (await event_counts(redis, keys))["wf-expired::paid"] == 1
 
 
 @pytest.mark.parametrize("wid", ["wf-replay-all", "wf-replay-all:"])  # ':' last: its step 'wf-replay-all:::flaky' (ran twice)
