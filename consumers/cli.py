@@ -14,6 +14,7 @@ from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks de
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
+from streams.envelope import json_view
 from streams.strict_json import has_wide_integer
 from streams.workflow import WORKFLOW_AGENT
 
@@ -231,7 +232,7 @@ def job(
     async def go() -> dict[str, Any] | None:
         async with open_ops(settings) as ops:
             record = await ops.job(job_id)
-        return None if record is None else {"job_id": record.id, **record.model_dump(mode="json", exclude_none=True, exclude={"id"})}
+        return None if record is None else {"job_id": record.id, **json_view(record, exclude_none=True, exclude=frozenset({"id"}))}
 
     shown = run(go())
     if shown is None:

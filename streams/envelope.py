@@ -271,6 +271,18 @@ def result_fields(
     return fields
 
 
+def json_view(model: BaseModel, *, exclude_none: bool = False, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``model.model_dump(mode="json")``, with its ``result`` as it is (JSON values, as parsed): pydantic's JSON mode
+    refuses one nested past 254 levels with a ValueError (an agent's output within its workflow's result), which
+    answered 500 over HTTP and broke an event stream off."""
+    body = model.model_dump(mode="json", exclude_none=exclude_none, exclude={"result", *exclude})
+    result = getattr(model, "result", None)
+    if result is None and exclude_none:
+        return body
+    return {name: result if name == "result" else body[name] for name in type(model).model_fields
+            if name == "result" or name in body}
+
+
 class JobResult(BaseModel):
     """One terminal result event on the results stream (contract §3)."""
 
@@ -317,7 +329,7 @@ class JobResult(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """The result as users see it over HTTP and webhooks: ``result`` and ``usage`` parsed. Unset fields are
         left out, but a completed job always has ``result`` (contract §3), also when its agent's output is null."""
-        body = self.model_dump(mode="json")
+        body = json_view(self)
         return {k: v for k, v in body.items() if v is not None or (k == "result" and self.status == Status.COMPLETED)}
 
 

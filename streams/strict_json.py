@@ -23,6 +23,38 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# The integers orjson writes: 64 bits, signed or not.
+JSON_INTS = range(-(2**63), 2**64)
+
+
+def ints_as_json(value: Any) -> Any:
+    """``value`` with integers orjson cannot write (past 64 bits: a raw writer's) as None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value in JSON_INTS else None
+    if isinstance(value, dict):
+        return {k: ints_as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [ints_as_json(v) for v in value]
+    return value
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as JSON for a reader (an HTTP answer, a webhook): orjson's, with what it cannot write mended.
+
+    An integer past 64 bits is written as null. A value nested deeper than orjson writes (254 levels) is written by
+    the stdlib: an agent's output of 250 levels, wrapped by its workflow's result and a record, went past it, and
+    its workflow's record answered 500 over HTTP and reached webhooks as a string.
+    """
+    try:
+        return orjson.dumps(value, default=json_default)
+    except orjson.JSONEncodeError:
+        mended = ints_as_json(value)
+    try:
+        return orjson.dumps(mended, default=json_default)
+    except orjson.JSONEncodeError:
+        return json.dumps(mended, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def encode_data(data: Any) -> str:
     """``data`` as strict JSON, or a ValueError naming what no JSON reader could take back.
 

@@ -5,33 +5,18 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 from starlette.responses import Response
 
 from consumers.gateway.errors import ErrorResponse
+from streams.envelope import json_view
 from streams.records import JobRecord
-
-
-# The integers orjson writes: 64 bits, signed or not.
-JSON_INTS = range(-(2**63), 2**64)
+from streams.strict_json import JSON_INTS, json_bytes
 
 
 def json_response(status: int, payload: Any, *, headers: dict[str, str] | None = None) -> Response:
-    try:
-        body = orjson.dumps(payload)
-    except orjson.JSONEncodeError:  # a number a raw writer stored beyond 64 bits: it reads as null, not as a 500
-        body = orjson.dumps(_ints_as_json(payload))
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
-
-
-def _ints_as_json(value: Any) -> Any:
-    if isinstance(value, int):
-        return value if value in JSON_INTS else None
-    if isinstance(value, dict):
-        return {k: _ints_as_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_ints_as_json(v) for v in value]
-    return value
+    """A JSON answer; a number past 64 bits (a raw writer's) reads as null, a value nested past orjson's depth is
+    still written (streams.strict_json.json_bytes), neither a 500."""
+    return Response(json_bytes(payload), status_code=status, media_type="application/json", headers=headers)
 
 
 def job_links(job_id: str) -> dict[str, str]:
@@ -41,7 +26,7 @@ def job_links(job_id: str) -> dict[str, str]:
 
 def job_view(record: JobRecord) -> dict[str, Any]:
     """A status record as the API shows it: ``job_id`` first, ``links`` last."""
-    body = record.model_dump(mode="json", exclude_none=True)
+    body = json_view(record, exclude_none=True)
     if record.status == "completed":  # an agent's output of null is a result too (contract §3)
         body.setdefault("result", None)
     body["job_id"] = body.pop("id")

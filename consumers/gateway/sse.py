@@ -30,6 +30,7 @@ from consumers.gateway.responses import AUTH_ERRORS, errors, job_view
 from consumers.gateway.state import GatewayState, gateway_state
 from streams.outage import REDIS_DOWN
 from streams.records import JobRecord, get_job
+from streams.strict_json import json_bytes
 
 router = APIRouter(tags=["jobs"])
 RETRY_MS = 1000
@@ -111,7 +112,7 @@ async def job_events(
     while True:
         current = event_id(record)
         if current != last:
-            yield ServerSentEvent(event="status", id=current, data=job_view(record), retry=RETRY_MS if first else None)
+            yield ServerSentEvent(event="status", id=current, raw_data=json_bytes(job_view(record)).decode(), retry=RETRY_MS if first else None)
             last, first, delay = current, False, settings.sse_poll_s
         if record.terminal or time.monotonic() >= closes_at:
             return

@@ -38,6 +38,7 @@ from streams.raw import not_utf8, repaired_fields
 from streams.runtime import Entry, GroupRuntime, Slot
 from streams.scripts import Scripts
 from streams.sizes import short
+from streams.strict_json import ints_as_json, json_bytes
 from streams.slow_slots import SlowRounds, slot_of
 from streams.upkeep import UpkeepLease
 from streams.urls import loggable_url
@@ -74,9 +75,14 @@ class Work:
 def event_json(raw: dict[str, str]) -> str:
     """The webhook body: the result event as a JSON object, ``result`` and ``usage`` parsed (contract §7)."""
     try:
-        return orjson.dumps(JobResult.from_fields(raw).to_json_dict()).decode()
-    except (DecodeError, orjson.JSONEncodeError):  # the latter: an integer past 64 bits the model took (a raw XADD)
+        event = JobResult.from_fields(raw).to_json_dict()
+        return orjson.dumps(event).decode()
+    except DecodeError:
         return orjson.dumps(raw).decode()  # malformed but still a result: deliver what there is
+    except orjson.JSONEncodeError:
+        if ints_as_json(event) != event:  # an integer past 64 bits (a raw XADD's): its fields as written
+            return orjson.dumps(raw).decode()
+        return json_bytes(event).decode()  # nested past orjson's depth (a workflow's result around a deep step's)
 
 
 def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]:

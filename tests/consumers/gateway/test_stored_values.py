@@ -62,3 +62,31 @@ async def test_stored_fields_not_of_their_type_read_as_unset(gateways: GatewayFa
         body = got.json()
         assert (body["status"], body["agent"], body["result"]) == ("running", "echo", "not json")
         assert body["attempts"] == 0 and "started_at" not in body and "usage" not in body and "steps_total" not in body, body
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+async def test_a_result_nested_deeper_than_orjson_writes_is_answered_whole(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given a workflow's record whose result wraps a step's output of 252 levels (the step's own was writable; the
+    # workflow's steps/<id>/result around it go past the 254 levels orjson writes)
+    deep = _nested(252)
+    await redis.hset(keys.job("wf-deep"), mapping={
+        "status": "completed", "agent": "workflow", "attempts": "1", "finished_at": "1",
+        "result": json.dumps({"steps": {"a": {"status": "completed", "result": deep}}})})
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When its record, its result and its event stream are read
+        record = await client.get("/jobs/wf-deep")
+        result = await client.get("/jobs/wf-deep/result")
+        async with sse_events(client, "/jobs/wf-deep/events") as events:
+            first = await anext(events)
+    # Then each carries the result whole (they answered 500, and the stream broke off)
+    for answer in (record, result):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["result"]["steps"]["a"]["result"] == deep
+    assert json.loads(first["data"])["result"]["steps"]["a"]["result"] == deep

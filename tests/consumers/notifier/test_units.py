@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import json
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from standardwebhooks import Webhook
 
 from consumers.cli_base import build
 from consumers.notifier.delivery import Deliverer, Kind
-from consumers.notifier.handler import targets
+from consumers.notifier.handler import event_json, targets
 from consumers.notifier.limiter import Busy, EndpointLimiter, EndpointQueue
 from consumers.notifier.settings import NotifierSettings, Subscription
 from consumers.notifier.signing import Signer
@@ -390,3 +391,16 @@ def test_one_slow_answer_marks_an_endpoint_slow_and_fast_ones_bring_it_back() ->
         limiter._start(queue)
         limiter.finished(queue, 0.01)
     assert not queue.slow(time.monotonic())
+
+
+def test_a_webhook_body_carries_a_result_nested_deeper_than_orjson_writes_parsed() -> None:
+    # Given a workflow's result event around a step output of 252 levels (past the 254 orjson and pydantic write)
+    deep: object = 1
+    for _ in range(252):
+        deep = {"k": deep}
+    result = {"steps": {"a": {"status": "completed", "result": deep}}}
+    raw = {"id": "wf-deep", "agent": "workflow", "status": "completed", "attempts": "1", "result": json.dumps(result)}
+    # When its webhook body is built
+    body = json.loads(event_json(raw))  # orjson reads no deeper than it writes
+    # Then the result is the object, as for any result (contract §7), not the stored text
+    assert body["result"] == result and list(body)[:4] == ["id", "agent", "status", "result"]
