@@ -142,6 +142,16 @@ class GroupRuntime:
 
     def attach(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
         self._slots[(stream, entry_id)] = task
+        task.add_done_callback(functools.partial(self._ended, stream, entry_id))
+
+    def _ended(self, stream: str, entry_id: str, task: asyncio.Task[None]) -> None:
+        """A handler's work that raised (a fault of ours) frees its slot, the entry left pending for the sweep after
+        the lease: its slot was held for good, unlogged, and enough such entries stopped all reading."""
+        if task.cancelled() or (exc := task.exception()) is None or self._slots.get((stream, entry_id)) is not task:
+            return
+        log.error("%s: the work on entry %s of %s ended with %s; it stays pending, taken up again after the lease",
+                  self.group, entry_id, stream, type(exc).__name__)
+        self.release(stream, entry_id, settled=False)
 
     def abandon(self, slot: Slot) -> None:
         """Stop the work held for an entry another consumer now owns and free its slot: nothing is settled."""

@@ -29,6 +29,7 @@ from consumers.notifier import http_client, metrics
 from consumers.notifier.limiter import Busy, EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
+from streams.raw import repaired
 from streams.retry_after import parse_retry_after
 from streams.urls import loggable_url
 
@@ -184,8 +185,8 @@ class Deliverer:
 def redirect_target(url: str, location: str) -> str:
     """Where a 3xx pointed, for the dead letter: the receiver's own URL, without its credentials or query
     (a token there is no business of the log), cut short (the header is the receiver's text)."""
-    try:
-        target = loggable_url(urljoin(url, location.strip()))
+    try:  # aiohttp reads header bytes that are not UTF-8 as lone surrogates, which no JSON (a retry's record) holds
+        target = loggable_url(urljoin(url, repaired(location).strip()))
     except ValueError:  # e.g. an unclosed IPv6 bracket
         target = "(unparseable URL)"
     return target if len(target) <= MAX_REDIRECT_CHARS else target[:MAX_REDIRECT_CHARS] + "..."

@@ -164,8 +164,13 @@ class NotifierHandler:
 
     async def _one(self, work: Work, i: int) -> None:
         p = work.pending[i]
-        attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode(), returning=p.deferred > 0)
-        work.decisions[i] = self._decide(p, attempt)
+        try:
+            attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode(), returning=p.deferred > 0)
+            work.decisions[i] = self._decide(p, attempt)
+        except Exception as exc:  # a fault of ours: an attempt that failed, never an entry's slot held for good, unlogged
+            log.error("unexpected %s delivering webhook job=%s url=%s; counted as a failed attempt (no traceback: it may "
+                      "quote the URL)", type(exc).__name__, short(p.id, ID_LOGGED), loggable(p.url))
+            work.decisions[i] = self._decide(p, Attempt(Kind.RETRY, error=f"internal error: {type(exc).__name__}"))
 
     def _decide(self, p: Pending, a: Attempt) -> Decision:
         attempts = p.attempts + (1 if a.made else 0)

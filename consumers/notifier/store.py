@@ -145,12 +145,17 @@ class Pending:
                    raw.get("last_status", ""), raw.get("error", ""), _int(raw.get("deferred")))
 
     def member(self) -> str:
-        """A delayed-set member; the nonce keeps two identical waits apart."""
-        return orjson.dumps({
+        """A delayed-set member; the nonce keeps two identical waits apart. Text a peer sent that is not UTF-8 (lone
+        surrogates, as aiohttp reads such header bytes) goes in replaced: orjson refuses it, and the retry was lost."""
+        fields = {
             "id": self.id, "url": self.url, "event": self.event, "attempts": str(self.attempts),
             "last_status": self.last_status, "error": self.error, "deferred": str(self.deferred),
             "n": secrets.token_hex(6),
-        }).decode()
+        }
+        try:
+            return orjson.dumps(fields).decode()
+        except orjson.JSONEncodeError:
+            return orjson.dumps({k: v.encode("utf-8", "replace").decode() for k, v in fields.items()}).decode()
 
 
 def _int(value: str | None) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 
 import orjson
+import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
@@ -17,6 +19,7 @@ from streams.groups import ensure_groups, standard_groups
 from streams.keys import Keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret
 from tests.consumers.notifier.receiver import Receiver
+from tests.hostile import Start, started_peers
 from tests.support import wait_until
 
 FAST = ("--backoff", "0.05", "--lease", "2")
@@ -136,3 +139,37 @@ async def test_a_raw_result_with_an_integer_json_cannot_carry_is_delivered_as_wr
     (got,) = receiver.on("/huge")
     event = Webhook(notifiers.secret).verify(got.body, got.headers)
     assert (event["id"], event["finished_at"]) == ("job-huge-int", huge)
+
+
+peer = pytest.fixture(started_peers, name="peer")
+
+
+async def test_a_redirect_to_bytes_that_are_not_utf8_is_retried_then_dead_lettered_never_stuck(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, peer: Start, receiver: Receiver
+) -> None:
+    # Given a receiver answering 302 with a Location header holding a byte that is not UTF-8, and a notifier that tries
+    # twice and holds 2 deliveries at once
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(b"HTTP/1.1 302 Found\r\nlocation: /moved-\xff\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    hostile = await peer(answer)
+    notifiers.start(*FAST, "--max-attempts", "2", "--concurrency", "2")
+    for i in range(3):
+        await add_result(redis, keys, f"job-moved-{i}", hostile.url + f"/hook-{i}")
+    await add_result(redis, keys, "job-good", receiver.url("/good"))
+
+    # When the notifier delivers them: each 302 is retried once, then dead-lettered (the first attempt's retry
+    # raised writing the header into the retry's record: the delivery held its slot for good, never tried again or
+    # dead-lettered, and two such held every slot, so the good result behind them was never delivered)
+    async def all_dead() -> bool:
+        return int(await redis.xlen(keys.webhooks_dead)) == 3
+
+    await wait_until(all_dead, timeout=15, what="three webhook dead letters")
+    await wait_until(lambda: receiver.count("/good") == 1, timeout=10, what="the good delivery")
+    # Then each letter names the redirect, the byte shown replaced
+    for letter in await list_webhook_dead(redis, keys):
+        assert letter.attempts == 2 and letter.last_status == 302, letter
+        assert "redirect to http://127.0.0.1:" in letter.error and "/moved-\ufffd" in letter.error, letter.error
+    assert hostile.requests == 6
