@@ -7,6 +7,7 @@ import logging
 import uvicorn
 
 from consumers.gateway.app import create_app
+from consumers.gateway.protocol import bounded_protocol
 from consumers.gateway.settings import GatewaySettings
 from consumers.serving import Server
 
@@ -18,7 +19,7 @@ def run_gateway(settings: GatewaySettings) -> None:
     """Serve the HTTP API until SIGINT or SIGTERM; blocks."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = uvicorn.Config(
-        create_app(settings), host=settings.host, port=settings.port, loop="auto", http="auto", lifespan="on",
+        create_app(settings), host=settings.host, port=settings.port, loop="auto", http=bounded_protocol(settings.head_timeout_s), lifespan="on",
         access_log=settings.access_log, log_level=settings.log_level, server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None, timeout_keep_alive=settings.keep_alive_s,
         # The client address keys the per-client rate limit: X-Forwarded-For counts only from a configured proxy

@@ -64,6 +64,12 @@ class GatewaySettings(StreamSettings):
     request_timeout_s: float = Field(
         default=5.0, gt=0, description="seconds a /jobs or /tasks call or an admin read may wait on Redis after its body arrived; then 503",
     )
+    head_timeout_s: float = Field(
+        default=30.0, gt=0,
+        description="seconds a request's line and headers may take to arrive (from their first byte, or from the "
+                    "connection's opening); then 408 and the connection is closed, so connections that never finish a "
+                    "request cannot hold the gateway's file descriptors",
+    )
     keep_alive_s: float = Field(
         default=75.0, gt=0,
         description="seconds an idle HTTP connection stays open; keep it above the idle timeout of a proxy or load balancer "
