@@ -106,3 +106,26 @@ async def test_a_metrics_port_taken_before_the_worker_binds_it_is_given_up(
     assert child is second
     async with httpx.AsyncClient() as client:
         assert "# HELP streamcrew_jobs_total" in (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+
+
+def test_an_idle_connection_to_metrics_is_closed_and_scrapes_go_on() -> None:
+    import socket
+
+    from consumers.metrics_server import serve_metrics
+
+    # Given a /metrics endpoint, and a client holding two connections open without a request (or with half of one)
+    port = free_port()
+    assert serve_metrics(port, "127.0.0.1", request_timeout_s=0.5)
+    idle = socket.create_connection(("127.0.0.1", port), timeout=5)
+    half = socket.create_connection(("127.0.0.1", port), timeout=5)
+    half.sendall(b"GET /metr")
+    # When the timeout passes, each is closed (each held a thread of the process for good)
+    for conn in (idle, half):
+        try:
+            assert conn.recv(1) == b"", "the metrics server answered a request never finished"
+        except TimeoutError:
+            raise AssertionError("an idle /metrics connection was still open 5 s later") from None
+        finally:
+            conn.close()
+    # And a scrape is answered as before
+    assert "process_cpu_seconds_total" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
