@@ -27,6 +27,9 @@ def step_job_id(workflow_id: str, step_id: str) -> str:
     return f"{workflow_id}{STEP_SEPARATOR}{step_id}"
 
 
+MAX_WORKFLOW_TIMEOUT_S = 30 * 86_400  # a month
+
+
 class WorkflowInvalid(ValueError):
     """Raised when a workflow's graph is invalid; the message names the step."""
 
@@ -38,8 +41,9 @@ class StepSpec(BaseModel):
     agent: str = Field(min_length=1)
     data: dict[str, Any] = Field(default_factory=dict)
     after: list[str] = Field(default_factory=list)
-    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS)  # a step's entry is a request: its bounds
-    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    # A step's entry is a request: its bounds. Strict: JSON's true is no number of attempts or seconds.
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS, strict=True)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, strict=True)
 
 
 class WorkflowSpec(BaseModel):
@@ -47,7 +51,8 @@ class WorkflowSpec(BaseModel):
 
     steps: list[StepSpec]
     on_failure: Literal["fail", "continue"] = "fail"
-    timeout_s: float | None = Field(default=None, gt=0)
+    # Bounded: a workflow waits in the timeouts set until it is due (1e308 was infinity there, kept for good).
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_WORKFLOW_TIMEOUT_S, allow_inf_nan=False, strict=True)
     # A producer given no priority picks the workflow's lane by this one (contract §13), and its steps run there;
     # checked here only, as the crews check theirs.
     priority: int | None = Field(default=None, ge=0, le=10, strict=True)

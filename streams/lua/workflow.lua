@@ -19,6 +19,7 @@ end
 -- max_result: bytes of step results a workflow's result repeats at most (STREAMCREW_MAX_RESULT_BYTES).
 local function wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
   return {job_prefix = job_prefix, wf_prefix = string.sub(job_prefix, 1, #job_prefix - 4) .. 'wf:',
+          timeouts = string.sub(job_prefix, 1, #job_prefix - 4) .. 'workflows:timeouts',
           lane_prefix = lane_prefix, results = results, dead = dead, max_result = tonumber(max_result), ttl = ttl}
 end
 
@@ -99,7 +100,9 @@ end
 local function wf_end(C, h, wid, status, err, worker)
   local now = wf_now()
   local m = redis.call('HMGET', h, 'order', 'total', 'started_at', 'submitted_at', 'webhook', 'tenant', 'traceparent',
-    'attempts', 'request', 'source_stream', 'source_id', 'first_source_id')
+    'attempts', 'request', 'source_stream', 'source_id', 'first_source_id', 'timeout_s')
+  -- ended: out of the timeouts set now, not once its timeout is due (wf_expire.lua), which kept every such workflow there
+  if m[13] and m[13] ~= '' then redis.call('ZREM', C.timeouts, wid) end
   local order = cjson.decode(m[1])
   local names = {}
   for i, sid in ipairs(order) do

@@ -37,6 +37,11 @@ def test_builder_produces_the_contract_shape() -> None:
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": 11}, "field 'priority': Input should be less than or equal to 10"),
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": "9"}, "field 'priority': Input should be a valid integer"),
     ({"steps": [{"id": "a", "agent": "echo"}], "priority": True}, "field 'priority'"),
+    # a workflow waits in the timeouts set until due: 1e308 read as infinity there, kept for good
+    ({"steps": [{"id": "a", "agent": "echo"}], "timeout_s": 1e308}, "field 'timeout_s': Input should be less than or equal to 2592000"),
+    ({"steps": [{"id": "a", "agent": "echo"}], "timeout_s": True}, "field 'timeout_s'"),  # JSON's true was 1 s
+    ({"steps": [{"id": "a", "agent": "echo", "max_attempts": True}]}, "step 'a': field 'max_attempts'"),
+    ({"steps": [{"id": "a", "agent": "echo", "timeout_s": True}]}, "step 'a': field 'timeout_s'"),
 ])
 def test_each_graph_problem_is_named(data: dict, reason: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(WorkflowInvalid, match=None) as caught:

@@ -400,6 +400,20 @@ async def test_a_workflow_whose_step_ids_would_not_be_job_ids_is_rejected_not_le
     assert event.status == "rejected" and "shorten the workflow's id" in (event.error or ""), event
 
 
+async def test_a_workflow_that_ends_leaves_the_timeouts_set_at_once(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
+    # Given workflows with a timeout of an hour: one that completes, one that fails
+    start_workers(workers, 1, "--concurrency", "4")
+    for wid, data in (("wf-quick", {"n": 1}), ("wf-broken", {"fail_first": 1})):
+        wf = Workflow(wid, timeout_s=3600)
+        wf.step("only", "echo", data, max_attempts=1)
+        await producer.publish_workflow(wf)
+    # When they end
+    assert (await wait_event(redis, keys, "wf-quick")).status == "completed"
+    assert (await wait_event(redis, keys, "wf-broken")).status == "failed"
+    # Then neither waits in the timeouts set for its hour (each did, and for good with a timeout of 1e308)
+    assert await redis.zrange(keys.workflow_timeouts, 0, -1) == []
+
+
 async def test_replaying_a_workflow_whose_steps_all_completed_after_it_expired_ends_it_at_once(
     redis, keys: Keys, producer: Producer, workers: WorkerFactory,
 ) -> None:
