@@ -10,7 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
 
-from streams.envelope import TERMINAL, JobResult
+from streams.envelope import TERMINAL, JobResult, Status
 from streams.keys import Keys, keys_for_job
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import get_steps
@@ -19,6 +19,7 @@ from streams.workflows import get_steps
 # retry was written with (settle.lua tells a resent call from another ending of the same attempt by it)
 INTERNAL_FIELDS = frozenset({"source", "base", "retry_delay"})
 PARKED_SOURCE = "parked:"  # the source tenant_cap.lua gives a job it parks (the item's hash follows)
+STATUSES = frozenset(Status)
 
 
 class JobRecord(BaseModel):
@@ -58,7 +59,12 @@ class JobRecord(BaseModel):
         return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done", "parked"}))
 
 
-def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
+def _parse(job_id: str, raw: dict[str, str]) -> JobRecord | None:
+    """The record, or None when its status is missing or none the scripts write (a raw writer's HSET): no job's
+    status to show (a 500 before, for every caller, which told another tenant's key that the id is stored).
+    publish.lua takes a record without status for none too: a POST with its id writes over it."""
+    if raw.get("status") not in STATUSES:
+        return None
     values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS}
     values["parked"] = True if str(raw.get("source", "")).startswith(PARKED_SOURCE) and raw.get("status") in ("queued", "retrying") else None
     for name in ("result", "usage"):
@@ -71,20 +77,22 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord:
     try:
         return JobRecord.model_validate(values)
     except ValidationError as exc:
-        # A field a raw writer (HSET) stored not of its type reads as unset: the rest of the record still reads.
-        bad = {e["loc"][0] for e in exc.errors() if e["loc"] and e["loc"][0] not in ("id", "status")}
-        if not bad:
-            raise
+        # A field a raw writer (HSET) stored not of its type reads as unset: the rest of the record still reads
+        # (id and status are strings, checked above).
+        bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
         return JobRecord.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
 async def get_job(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1) -> JobRecord | None:
-    """The record of ``job_id``, or None when unknown (or expired); with partitions, found by its id alone."""
+    """The record of ``job_id``, or None when unknown (or expired, or without a known status); with partitions, found
+    by its id alone."""
     job_keys = keys_for_job(keys, partitions, job_id)
     raw = cast(dict[str, str], await redis.hgetall(job_keys.job(job_id)))
     if not raw:
         return None
     record = _parse(job_id, raw)
+    if record is None:
+        return None
     if record.agent == WORKFLOW_AGENT:
         record.steps = await get_steps(redis, job_keys, job_id)
     return record

@@ -503,3 +503,20 @@ async def test_stats_json_shows_a_consumer_name_that_is_not_utf8(redis_url: str,
     assert done.returncode == 0, done.stderr
     assert "\\udcff" not in done.stdout
     assert [c["name"] for c in json.loads(done.stdout)["lanes"]["normal"]["consumers"]] == ["c\ufffd"]
+
+
+def test_job_of_a_record_without_a_known_status_is_no_job(redis_url: str, prefix: str) -> None:
+    # Given records a raw writer stored with HSET: one without a status, one with a status no script writes
+    client = sync_redis.Redis.from_url(redis_url)
+    try:
+        client.hset(Keys(prefix).job("nostatus"), mapping={"agent": "echo", "attempts": "1", "tenant": "globex"})
+        client.hset(Keys(prefix).job("oddstatus"), mapping={"status": "paused", "agent": "echo"})
+    finally:
+        client.close()
+    for job_id in ("nostatus", "oddstatus"):
+        # When each is looked up
+        done = cli(redis_url, prefix, "job", job_id)
+        # Then it is no job, as GET /jobs/{id} answers 404: one line and exit 1, no traceback
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert done.stdout == ""
+        assert " ".join(done.stderr.split()) == f"no job '{job_id}' under prefix '{prefix}' (unknown, or its record expired)"

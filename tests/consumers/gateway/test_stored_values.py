@@ -90,3 +90,24 @@ async def test_a_result_nested_deeper_than_orjson_writes_is_answered_whole(gatew
         assert answer.status_code == 200, answer.text
         assert answer.json()["result"]["steps"]["a"]["result"] == deep
     assert json.loads(first["data"])["result"]["steps"]["a"]["result"] == deep
+
+
+async def test_a_record_without_a_known_status_reads_as_no_job(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given records a raw writer stored with HSET for tenant globex: one without a status, one with a status no script writes
+    await redis.hset(keys.job("nostatus"), mapping={"agent": "echo", "attempts": "1", "tenant": "globex"})
+    await redis.hset(keys.job("oddstatus"), mapping={"status": "paused", "agent": "echo", "attempts": "1", "tenant": "globex"})
+    gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-operator,k-acme:acme,k-globex:globex"})
+    async with gateway.client("k-operator") as operator, gateway.client("k-acme") as acme, gateway.client("k-globex") as globex:
+        # When any key asks for them on every read route
+        for client in (operator, acme, globex):
+            for job_id in ("nostatus", "oddstatus"):
+                for path in (f"/jobs/{job_id}", f"/jobs/{job_id}/result", f"/jobs/{job_id}/status", f"/jobs/{job_id}/events"):
+                    answer = await client.get(path)
+                    # Then it is 404 job_not_found as for an unknown id (a 500 before, which told acme a record exists)
+                    assert answer.status_code == 404, (path, answer.text)
+                    assert answer.json()["error"]["code"] == "job_not_found"
+        # And a job sent with the id of the record without status is queued over it, as publish.lua takes it for none
+        posted = await globex.post("/jobs", json={"agent": "echo", "data": {}, "id": "nostatus"})
+        assert posted.status_code == 202, posted.text
+        got = await globex.get("/jobs/nostatus")
+        assert got.status_code == 200 and got.json()["status"] == "queued", got.text
