@@ -6,7 +6,7 @@ client: 15 s per try, sent again twice, so a caller would hear nothing for ~45 s
 held a connection and memory here. The clock starts again at each body chunk, so a slow upload is the client's
 time, not the budget; it stops once the answer has started. Bounded: ``/jobs`` and ``/tasks`` calls, and the
 admin routes' reads (``GET /queue/stats``, ``/dead``, ``/webhooks/dead``: cutting a read off changes nothing).
-Not bounded: event streams (``/events``, which answer for minutes by design) and the admin routes that replay
+Not bounded: event streams (``/jobs/{job_id}/events``, which answer for minutes by design) and the admin routes that replay
 or purge (they may move many entries in one call, and one cut off half-way would leave the operator unsure what
 was moved).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,10 +32,12 @@ BOUNDED = ("/jobs", "/tasks")
 BOUNDED_READS = ("/queue/stats", "/dead", "/webhooks/dead")
 READS = ("GET", "HEAD")
 TICK_S = 0.1
+# A job's event stream, and only that: a job may be named ``events`` (GET /jobs/events reads its record).
+EVENT_STREAM = re.compile(r"/jobs/[^/]+/events")
 
 
 def is_bounded(method: str, path: str) -> bool:
-    if path.endswith("/events"):
+    if EVENT_STREAM.fullmatch(path):
         return False
     return path.startswith(BOUNDED) or (method in READS and path.startswith(BOUNDED_READS))
 

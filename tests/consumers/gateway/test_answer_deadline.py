@@ -62,3 +62,19 @@ async def test_job_calls_are_answered_503_within_the_deadline_while_redis_stalls
             assert await redis.xlen(lane) == 1 + WAITING
     finally:
         await redis.aclose()
+
+
+async def test_a_job_named_events_is_read_within_the_deadline(gateways: GatewayFactory, own_redis: RedisServer) -> None:
+    # Given a gateway that waits at most 1 s on Redis for a job call
+    gateway = await gateways.start({"STREAMCREW_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}, redis_url=own_redis.url)
+    async with gateway.client() as client:
+        # When Redis stalls and a caller reads the job whose id is "events" (a valid id), and its result
+        stall = await stall_redis(own_redis, STALL_MS)
+        record, result = await asyncio.gather(client.get("/jobs/events"), client.get("/jobs/events/result"))
+        # Then each is answered 503 before Redis is back: the record's path is no event stream (it was taken for one, by
+        # its "/events" ending, and waited out the stall)
+        assert not stall.done(), "the answers came only after the stall ended"
+        for answer in (record, result):
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "redis_unavailable"
+        await stall
