@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from consumers.gateway.deadline import unanswered
 from consumers.gateway.errors import ApiError
 
 if TYPE_CHECKING:
@@ -80,9 +82,16 @@ async def identify(request: Request) -> Caller:
 
 
 async def _limit(state: GatewayState, bucket: str) -> None:
-    """429 when ``bucket`` has no token left; else one is taken."""
+    """429 when ``bucket`` has no token left; else one is taken. 503 when Redis does not answer within
+    STREAMCREW_REQUEST_TIMEOUT_S, as the answer deadline (consumers.gateway.deadline) answers: /metrics, /openapi.json
+    and the event streams are not under it, and waited out a hung Redis here (75 s)."""
     if state.limiter.enabled:
-        verdict = await state.limiter.take(bucket)
+        seconds = state.settings.request_timeout_s
+        try:
+            async with asyncio.timeout(seconds):
+                verdict = await state.limiter.take(bucket)
+        except TimeoutError:
+            raise ApiError(503, "redis_unavailable", unanswered(seconds), headers={"Retry-After": "1"}) from None
         if not verdict.allowed:
             raise ApiError(429, "rate_limited", f"rate limit exceeded; retry after {verdict.retry_after_s}s",
                            headers={"Retry-After": str(verdict.retry_after_s)})

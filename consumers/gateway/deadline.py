@@ -42,8 +42,12 @@ def is_bounded(method: str, path: str) -> bool:
     return path.startswith(BOUNDED) or (method in READS and path.startswith(BOUNDED_READS))
 
 
+def unanswered(seconds: float) -> str:
+    return f"the job store (Redis) did not answer within {seconds:g}s; retry later"
+
+
 def late_message(method: str, seconds: float) -> str:
-    said = f"the job store (Redis) did not answer within {seconds:g}s; retry later"
+    said = unanswered(seconds)
     if method in READS:
         return said
     return f"{said} (a job sent with an id is safe to send again; an id-less one may have been queued)"

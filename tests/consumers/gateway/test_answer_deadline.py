@@ -78,3 +78,29 @@ async def test_a_job_named_events_is_read_within_the_deadline(gateways: GatewayF
             assert answer.status_code == 503, answer.text
             assert answer.json()["error"]["code"] == "redis_unavailable"
         await stall
+
+
+async def test_the_rate_limit_answers_503_within_the_deadline_on_routes_outside_it(
+    gateways: GatewayFactory, own_redis: RedisServer,
+) -> None:
+    # Given a gateway with keys and a rate limit (a bucket in Redis), waiting at most 1 s on Redis
+    gateway = await gateways.start({"STREAMCREW_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "STREAMCREW_API_KEYS": "k-operator",
+                                    "STREAMCREW_RATE_LIMIT_PER_S": "100"}, redis_url=own_redis.url)
+    async with gateway.client("k-operator") as client:
+        assert (await client.get("/metrics")).status_code == 200
+        # When Redis stalls and an operator asks for the routes the answer deadline leaves out: the metrics, the
+        # OpenAPI document and a job's event stream
+        stall = await stall_redis(own_redis, STALL_MS)
+        answers = await asyncio.gather(client.get("/metrics"), client.get("/openapi.json"), client.get("/jobs/x/events"))
+        # Then each is answered 503 redis_unavailable with Retry-After before Redis is back, as the bounded routes
+        # are (they waited on the rate limiter's call until Redis answered: 75 s in the review)
+        assert not stall.done(), "the answers came only after the stall ended"
+        for answer in answers:
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "redis_unavailable"
+            assert answer.headers["retry-after"] == "1"
+        # And /healthz, which is not rate limited, answers meanwhile
+        assert (await client.get("/healthz")).status_code == 200
+        await stall
+        # And once Redis is back, they answer again
+        assert (await client.get("/openapi.json")).status_code == 200
