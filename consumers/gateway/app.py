@@ -31,6 +31,8 @@ log = logging.getLogger("streamcrew.gateway")
 DESCRIPTION = """Submit LLM agent jobs and follow them: `POST /jobs` answers at once (202 and a job id);
 poll `GET /jobs/{job_id}`, wait on `GET /jobs/{job_id}/result`, stream `GET /jobs/{job_id}/events`, or let the
 notifier call your webhook. Errors are `{"error": {"code", "message"}}`."""
+# Every method a route answers (DELETE: purging dead letters), so a browser app may call each; HEAD: the health checks.
+CORS_METHODS = ["GET", "HEAD", "POST", "DELETE"]
 
 
 def is_loopback_host(host: str) -> bool:
@@ -83,7 +85,7 @@ def create_app(settings: GatewaySettings, redis: Redis | None = None) -> FastAPI
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(AnswerDeadline, seconds=settings.request_timeout_s)  # its 503 passes CORS and the metrics
     if settings.cors_origins:  # browser apps calling the gateway directly
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=CORS_METHODS,
                            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "traceparent"],
                            expose_headers=["Location", "Retry-After"], max_age=600)
     app.add_middleware(RequestMetrics)

@@ -117,6 +117,26 @@ async def test_cors_lets_configured_browser_origins_in(gateways: GatewayFactory)
         assert "access-control-allow-origin" not in stranger.headers
 
 
+async def test_cors_lets_an_allowed_origin_call_every_route_of_the_api(gateways: GatewayFactory) -> None:
+    # Given a gateway that lets one browser origin in
+    gateway = await gateways.start({"STREAMCREW_CORS_ORIGINS": "https://ops.example.com"})
+    origin = {"Origin": "https://ops.example.com"}
+    async with gateway.client() as client:
+        document = (await client.get("/openapi.json")).json()
+        routes = [(method.upper(), path) for path, ops in document["paths"].items() for method in ops]
+        assert ("DELETE", "/dead") in routes
+        # When the browser asks before each route's call, as it does for one with an Authorization header
+        for method, path in [*routes, ("HEAD", "/healthz")]:
+            preflight = await client.options(path, headers={**origin, "Access-Control-Request-Method": method,
+                                                           "Access-Control-Request-Headers": "authorization"})
+            # Then each method is allowed (DELETE /dead, the purge, was refused: 400 "Disallowed CORS method")
+            assert preflight.status_code == 200, (method, path, preflight.text)
+            assert method in preflight.headers["access-control-allow-methods"]
+        # And the purge itself answers the origin
+        purged = await client.delete("/dead", headers=origin)
+        assert purged.status_code == 200 and purged.headers["access-control-allow-origin"] == "https://ops.example.com", purged.text
+
+
 async def test_x_forwarded_for_is_ignored_unless_the_proxy_is_trusted(gateways: GatewayFactory) -> None:
     # Given a gateway without keys, limiting each client address to a burst of 2
     env = {"STREAMCREW_RATE_LIMIT_PER_S": "0.1", "STREAMCREW_RATE_LIMIT_BURST": "2"}
