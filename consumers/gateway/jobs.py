@@ -23,10 +23,27 @@ from streams.workflow import WORKFLOW_AGENT
 
 router = APIRouter(tags=["jobs"])
 M = TypeVar("M", bound=BaseModel)
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+# W3C trace context's first 55 characters: version (ff is invalid), trace-id, parent-id (neither all zeros), flags
+TRACEPARENT = re.compile(r"(?!ff)([0-9a-f]{2})-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+TRACEPARENT_LEN = 55
 JobIdPath = Annotated[str, Path(min_length=1, max_length=JOB_ID_MAX, pattern=ID_PATTERN, description="job id")]
 State = Annotated[GatewayState, Depends(gateway_state)]
 Authorized = Annotated[Caller, Depends(authorize)]
+
+
+def trace_context(traceparent: str | None) -> str | None:
+    """The ``traceparent`` header to carry, or None for one the W3C spec says to ignore (the job then carries none).
+
+    Version 00 is exactly 55 characters; a later one may add fields after a '-', which a reader of version 00
+    must not interpret: its first 55 characters are carried, as they are parsed."""
+    if not traceparent or not (found := TRACEPARENT.match(traceparent)):
+        return None
+    more = traceparent[TRACEPARENT_LEN:]
+    if not more:
+        return traceparent
+    if found.group(1) == "00" or not more.startswith("-"):
+        return None
+    return traceparent[:TRACEPARENT_LEN]
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -114,7 +131,7 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
         job_request = JobRequest.model_validate({  # data was checked by JobSubmission
             "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
             "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
-            "traceparent": traceparent if traceparent and TRACEPARENT.fullmatch(traceparent) else None, "submitted_at": now_ms(),
+            "traceparent": trace_context(traceparent), "submitted_at": now_ms(),
         }, context={DATA_CHECKED: True})
     except ValidationError as exc:  # a rule of the envelope's that JobSubmission does not repeat: 422, not 500
         raise _in_body(exc) from None

@@ -135,3 +135,31 @@ async def test_concurrent_submissions_keep_per_request_answers(gateways: Gateway
     assert {r.status_code for r in answers[41:]} == {202}
     assert len({r.json()["job_id"] for r in answers[41:]}) == 30
     assert await redis.xlen(keys.lane("normal")) == 31
+
+
+TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+
+async def test_a_traceparent_the_w3c_spec_calls_invalid_is_not_carried(gateways: GatewayFactory) -> None:
+    # Given a gateway, and traceparent headers paired with what the W3C trace context spec has a reader take from them
+    valid = f"00-{TRACE_ID}-{PARENT_ID}-01"
+    later = f"01-{TRACE_ID}-{PARENT_ID}-01"
+    headers = {
+        valid: valid,
+        f"ff-{TRACE_ID}-{PARENT_ID}-01": None,  # version ff is invalid
+        f"00-{'0' * 32}-{PARENT_ID}-01": None,  # an all-zero trace-id
+        f"00-{TRACE_ID}-{'0' * 16}-01": None,  # an all-zero parent-id
+        f"00-{TRACE_ID}-{PARENT_ID}-01-more": None,  # version 00 is 55 characters, no more
+        f"{later}-more": later,  # a later version may carry more after a '-': its first 55 characters are parsed
+        f"{later}more": None,  # ... but after a '-' only
+        later: later,
+    }
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        for n, (header, carried) in enumerate(headers.items()):
+            # When a job is sent with it
+            posted = await client.post("/jobs", json={"agent": "echo", "data": {}, "id": f"tp-{n}"}, headers={"traceparent": header})
+            assert posted.status_code == 202, posted.text
+            # Then its record carries what the spec reads, and none for a value it says to ignore (those were stored)
+            record = (await client.get(f"/jobs/tp-{n}")).json()
+            assert record.get("traceparent") == carried, (header, record)
