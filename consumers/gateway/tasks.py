@@ -34,7 +34,7 @@ TASK_OPENAPI = {
 
 @router.post(
     "/tasks", status_code=202, response_model=JobAccepted, summary="Submit a query (the ask agent)", openapi_extra=TASK_OPENAPI,
-    responses=errors(403, 413, *AUTH_ERRORS),
+    responses=errors(403, 409, 413, *AUTH_ERRORS),  # 409: no free id (accept_submission), as for POST /jobs
 )
 async def submit_task(request: Request) -> Response:
     """Queue ``query`` for the ``ask`` agent: 202 ``{"job_id", "status": "queued"}``; follow it with

@@ -151,3 +151,21 @@ def test_submit_picks_the_lane_from_the_payload_unless_told(redis_url: str, pref
     finally:
         client.close()
     assert lanes == {"cli-data": "high", "cli-explicit": "low"}
+
+
+async def test_a_task_that_finds_no_free_id_is_409_as_its_document_says(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given records squatting the next entry ID of the clock and its '<lane>:' form, the names an id-less job could take
+    # (only a raw XADD and HSET can do it)
+    ahead = 9_999_999_999_000
+    await redis.set(keys.clock, f"{ahead}-0")
+    for job_id in (f"{ahead}-1", f"normal:{ahead}-1"):
+        await redis.hset(keys.job(job_id), mapping={"status": "queued"})
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When a task is submitted
+        answer = await client.post("/tasks", json={"query": "Explain async programming"})
+        # Then it is 409 id_conflict, nothing queued
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "id_conflict", answer.text
+        # And the OpenAPI document lists that answer for POST /tasks, of the shared error shape (it did not)
+        responses = (await client.get("/openapi.json")).json()["paths"]["/tasks"]["post"]["responses"]
+        assert responses["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}, responses
