@@ -25,12 +25,12 @@ def job_links(job_id: str) -> dict[str, str]:
 
 
 def job_view(record: JobRecord) -> dict[str, Any]:
-    """A status record as the API shows it: ``job_id`` first, ``links`` last."""
-    body = json_view(record, exclude_none=True)
+    """A status record as the API shows it: ``job_id`` first, ``links`` last (the order a reader of the raw JSON,
+    and the docs' examples, see)."""
+    fields = json_view(record, exclude_none=True, exclude=frozenset({"id"}))
     if record.status == "completed":  # an agent's output of null is a result too (contract §3)
-        body.setdefault("result", None)
-    body["job_id"] = body.pop("id")
-    body["links"] = job_links(record.id)
+        fields.setdefault("result", None)
+    body = {"job_id": record.id, **fields, "links": job_links(record.id)}
     for name, value in body.items():  # as json_response would: also in event streams, which do not use it
         if isinstance(value, int) and value not in JSON_INTS:
             body[name] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 
@@ -163,3 +164,18 @@ async def test_a_traceparent_the_w3c_spec_calls_invalid_is_not_carried(gateways:
             # Then its record carries what the spec reads, and none for a value it says to ignore (those were stored)
             record = (await client.get(f"/jobs/tp-{n}")).json()
             assert record.get("traceparent") == carried, (header, record)
+
+
+async def test_a_status_record_shows_job_id_first_and_links_last(gateways: GatewayFactory) -> None:
+    # Given a gateway and a queued job (no worker)
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        assert (await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "in-order"})).status_code == 202
+        # When its record is read, waited on, sent again and streamed
+        answers = [await client.get("/jobs/in-order"), await client.get("/jobs/in-order/result"),
+                   await client.post("/jobs", json={"agent": "echo", "data": {}, "id": "in-order"})]
+        async with sse_events(client, "/jobs/in-order/events") as events:
+            streamed = json.loads((await anext(events))["data"])
+        # Then each shows job_id first, then status, and links last, as documented (job_id came just before links)
+        for fields in [*(list(a.json()) for a in answers), list(streamed)]:
+            assert fields[:2] == ["job_id", "status"] and fields[-1] == "links", fields
