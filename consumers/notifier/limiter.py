@@ -25,16 +25,24 @@ may join the queue depends on the endpoint:
   (parked) by :meth:`EndpointLimiter.tick`, so a hung endpoint never holds the
   slots every other endpoint needs.
 
-Endpoints not yet proven healthy, those that have not answered yet and those
-that are slow, are trusted less, as a receiver can hang on many origins at
-once (ports of one host, names under a wildcard DNS entry):
+Endpoints not yet proven healthy, those that have not earned their
+connections yet (slow start, below) and those that are slow, are trusted
+less, as a receiver can hang on many origins at once (ports of one host,
+names under a wildcard DNS entry):
 
-- slow start: one that has not answered yet gets one delivery in flight; the
-  rest of its queue waits for that answer.
+- slow start: one that has not answered yet gets one delivery in flight, and
+  one more with each answer (a round of answers doubles them), up to
+  ``per_endpoint``; the rest of its queue waits for those answers. Until it has
+  so earned all its connections it is not proven: an origin answering once
+  and then hanging would otherwise hang ``per_endpoint`` deliveries outside
+  the budget below, and many such origins every slot.
 - together they hold at most ``suspect_budget`` deliveries in flight (half the
   pool); beyond it their deliveries wait for room, and once half the budget is
   held by deliveries stalled past ``SLOW_S`` those waiting, and new ones, are
   parked instead, so hanging origins never hold the slots proven endpoints need.
+- a proven endpoint that turns slow or stalls has its deliveries in flight
+  counted in that budget from then on (:meth:`EndpointLimiter.tick`), so
+  origins that hang after earning their connections fill it too.
 """
 
 from __future__ import annotations
@@ -66,8 +74,13 @@ class EndpointQueue:
     stalled_since: float = field(default_factory=time.monotonic)
     last_arrival: float = 0.0
     parked_until: float = 0.0  # when the last delivery parked for being over its share is due back
-    answered: bool = False  # an attempt finished: until then it does not count as competing for slots
-    suspect_in_flight: int = 0  # of in_flight, those started while it was unproven or slow (the suspect budget's)
+    answers: int = 0  # attempts finished, counted up to per_endpoint: each opens one more connection (slow start)
+    suspect_in_flight: int = 0  # of in_flight, those counted in the suspect budget (started unproven, or it turned slow)
+
+    @property
+    def answered(self) -> bool:
+        """An attempt finished: until then it does not count as competing for slots."""
+        return self.answers > 0
 
     def latency(self, now: float) -> float:
         """The EWMA of answered attempts, raised to the age of the current stall while nothing finishes."""
@@ -77,13 +90,14 @@ class EndpointQueue:
     def slow(self, now: float) -> bool:
         return self.latency(now) > SLOW_S
 
-    def suspect(self, now: float) -> bool:
-        """Not proven healthy: it has not answered yet, or it is slow."""
-        return not self.answered or self.slow(now)
+    def suspect(self, now: float, per_endpoint: int) -> bool:
+        """Not proven healthy: it has not earned all its connections yet (slow start), or it is slow."""
+        return not self.answered or self.connections(per_endpoint) < per_endpoint or self.slow(now)
 
     def connections(self, per_endpoint: int) -> int:
-        """How many deliveries it may have in flight: one until it has answered (slow start)."""
-        return per_endpoint if self.answered else UNPROVEN_IN_FLIGHT
+        """How many deliveries it may have in flight: one until it has answered, then one more per answer (slow
+        start), so one answer never buys an origin that then hangs all ``per_endpoint`` connections at once."""
+        return min(per_endpoint, UNPROVEN_IN_FLIGHT + self.answers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +160,7 @@ class EndpointLimiter:
         slow = queue.slow(now)
         if queue.answered and not slow:
             self._active.add(origin)
-        if queue.suspect(now) and self._budget_hung and self._suspect_in_flight >= self.suspect_budget:
+        if queue.suspect(now, self.per_endpoint) and self._budget_hung and self._suspect_in_flight >= self.suspect_budget:
             return Busy(f"{origin} is not proven healthy and such endpoints hold all {self.suspect_budget} connections "
                         "allowed them, most of them stalled", SLOW_S, growing=True)
         waiting = queue.held - queue.connections(self.per_endpoint)
@@ -186,7 +200,7 @@ class EndpointLimiter:
     def _may_start(self, queue: EndpointQueue, now: float) -> bool:
         if queue.in_flight >= queue.connections(self.per_endpoint):
             return False
-        return not queue.suspect(now) or self._suspect_in_flight < self.suspect_budget
+        return not queue.suspect(now, self.per_endpoint) or self._suspect_in_flight < self.suspect_budget
 
     def _note_blocked(self, queue: EndpointQueue) -> None:
         """A queue whose waiters wait for room in the suspect budget (not for its own connections) is woken by
@@ -198,13 +212,22 @@ class EndpointLimiter:
 
     def _start(self, queue: EndpointQueue) -> None:
         now = time.monotonic()
-        if queue.suspect(now):
-            queue.suspect_in_flight += 1
-            self._suspect_in_flight += 1
-            self._suspects.add(queue.origin)
         if queue.in_flight == 0:
             queue.stalled_since = now
         queue.in_flight += 1
+        if queue.suspect(now, self.per_endpoint):
+            self._count_as_suspect(queue, 1)
+
+    def _count_as_suspect(self, queue: EndpointQueue, more: int | None = None) -> None:
+        """Count ``more`` of its deliveries in flight in the suspect budget (None: all those not counted yet).
+
+        A proven endpoint that stalls counts there too: its deliveries were started while it answered, and
+        held outside the budget they would leave it to other hanging origins, whose earned connections together
+        could hold every slot."""
+        more = queue.in_flight - queue.suspect_in_flight if more is None else more
+        queue.suspect_in_flight += more
+        self._suspect_in_flight += more
+        self._suspects.add(queue.origin)
 
     def _dispatch(self, queue: EndpointQueue) -> None:
         """Start its waiters, first come first, while it and the budget have room."""
@@ -229,7 +252,7 @@ class EndpointLimiter:
                 queue.latency_s = max(seconds, queue.latency_s)
             else:
                 queue.latency_s += EWMA_WEIGHT * (seconds - queue.latency_s)
-            queue.answered = True
+            queue.answers = min(queue.answers + 1, self.per_endpoint)
         queue.stalled_since = time.monotonic()
         self._dispatch(queue)
         while self._waiting_for_budget and self._suspect_in_flight < self.suspect_budget:
@@ -244,18 +267,22 @@ class EndpointLimiter:
         queue.held -= 1
 
     def tick(self) -> int:
-        """Forget endpoints idle past ``ACTIVE_S``; send away the waiters of slow queues, and the newest waiters
-        of a queue over its room (its share while others compete). Returns how many were sent away."""
+        """Forget endpoints idle past ``ACTIVE_S``; count the deliveries in flight of queues turned slow in the
+        suspect budget; send away the waiters of slow queues, and the newest waiters of a queue over its room (its
+        share while others compete). Returns how many were sent away."""
         now = time.monotonic()
         self._active = {o for o in self._active
                         if (queue := self._queues.get(o)) is not None and now - queue.last_arrival < ACTIVE_S and not queue.slow(now)}
+        for queue in self._queues.values():
+            if queue.in_flight > queue.suspect_in_flight and queue.slow(now):
+                self._count_as_suspect(queue)
         stalled = sum(q.suspect_in_flight for o in self._suspects if (q := self._queues.get(o)) is not None and q.slow(now))
         self._budget_hung = stalled >= self.suspect_budget // 2
         sent_away = 0
         for queue in self._queues.values():
             if not queue.waiters:
                 continue
-            parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget and queue.suspect(now)
+            parked_for_budget = self._budget_hung and queue.origin in self._waiting_for_budget and queue.suspect(now, self.per_endpoint)
             keep = 0 if queue.slow(now) or parked_for_budget else self.room(queue, now)
             if keep is None or len(queue.waiters) <= keep:
                 continue
@@ -271,7 +298,7 @@ class EndpointLimiter:
         """Why a waiting delivery was sent away, and when to bring it back."""
         now = time.monotonic()
         queue.leaving -= 1
-        if queue.suspect(now) and self._budget_hung:
+        if queue.suspect(now, self.per_endpoint) and self._budget_hung:
             return Busy(f"{queue.origin} is not proven healthy and such endpoints hold all {self.suspect_budget} "
                         "connections allowed them, most of them stalled", SLOW_S, growing=True)
         if queue.slow(now):

@@ -128,19 +128,49 @@ async def test_a_hung_endpoint_keeps_to_its_connections_and_dead_letters_while_a
 async def test_a_receiver_hanging_on_many_origins_holds_half_the_slots_at_most(
     redis: Redis, keys: Keys, notifiers: NotifierFactory
 ) -> None:
-    # Given a 5 ms endpoint that has answered once, and 150 origins (loopback addresses) that never answer
+    # Given a 5 ms endpoint that has earned its 10 connections (slow start), and 150 origins (loopback addresses)
+    # that never answer
     hang_hosts = [f"127.0.{10 + i // 250}.{1 + i % 250}" for i in range(150)]
     receiver = await PacedReceiver(latency_s=0.005).start(["127.0.0.1", *hang_hosts])
     try:
         notifier = notifiers.start(env={"STREAMCREW_TIMEOUT_S": "30"})
-        await add_results(redis, keys, [receiver.url("/hook")], prefix="proven")
-        await receiver.wait_for(1, prefix="/hook", timeout=30)
+        await add_results(redis, keys, [receiver.url("/hook")] * PER_ENDPOINT, prefix="proven")
+        await receiver.wait_for(PER_ENDPOINT, prefix="/hook", timeout=30)
         # When results for the hanging origins (four each) come first, then 300 for the healthy endpoint
         await add_results(redis, keys, [receiver.url("/hang", hang_hosts[n % 150]) for n in range(600)], prefix="hang")
         await add_results(redis, keys, [receiver.url("/hook")] * 300, prefix="job")
         # Then the healthy endpoint gets all of them while the hanging requests are still open (before the 30 s
         # attempt timeout frees a slot): those hold at most half the notifier's 200 slots, one per origin
-        await receiver.wait_for(301, prefix="/hook", timeout=20)
+        await receiver.wait_for(PER_ENDPOINT + 300, prefix="/hook", timeout=20)
+        assert receiver.most_hanging <= 100, receiver.most_hanging
+        assert not receiver.duplicates()
+        notifier.kill()
+    finally:
+        await receiver.stop()
+
+
+async def test_origins_that_answer_once_then_hang_do_not_take_the_slots_of_a_healthy_endpoint(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given a 5 ms endpoint that has earned its 10 connections, and 25 origins (loopback addresses, one receiver)
+    # that have each answered one webhook fast
+    hosts = [f"127.0.30.{1 + i}" for i in range(25)]
+    receiver = await PacedReceiver(latency_s=0.005).start(["127.0.0.1", *hosts])
+    try:
+        notifier = notifiers.start(env={"STREAMCREW_TIMEOUT_S": "30"})
+        await add_results(redis, keys, [receiver.url("/hook")] * PER_ENDPOINT + [receiver.url("/hook", h) for h in hosts],
+                          prefix="proven")
+        await receiver.wait_for(PER_ENDPOINT + len(hosts), prefix="/hook", timeout=30)
+        # When each of those origins gets 11 results whose webhooks hang, then the healthy endpoint 20
+        await add_results(redis, keys, [receiver.url("/hang", hosts[n % len(hosts)]) for n in range(11 * len(hosts))], prefix="hang")
+        await add_results(redis, keys, [receiver.url("/hook")] * 20, prefix="job")
+        # Then the healthy endpoint gets them while the hanging requests are still open (before the 30 s attempt
+        # timeout frees a slot): those hold at most half the 200 slots (before, one answer bought each origin its 10
+        # connections: every slot hung, and the healthy endpoint's webhooks waited for the timeout)
+        try:
+            await receiver.wait_for(PER_ENDPOINT + len(hosts) + 20, prefix="/hook", timeout=20)
+        except TimeoutError:
+            pytest.fail(f"the healthy endpoint's 20 webhooks waited past 20 s: {receiver.most_hanging} requests hung at once")
         assert receiver.most_hanging <= 100, receiver.most_hanging
         assert not receiver.duplicates()
         notifier.kill()

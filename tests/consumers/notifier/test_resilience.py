@@ -51,10 +51,12 @@ async def test_sigkilled_notifier_mid_backlog_loses_no_delivery(redis: Redis, ke
 async def test_sigterm_drain_hands_back_deliveries_under_way(
     redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
 ) -> None:
-    # Given a notifier whose five deliveries hang at an endpoint that has answered before (so it gets 10 at once)
+    # Given a notifier whose five deliveries hang at an endpoint that has answered before (nine times: it earned its
+    # 10 connections, so all five go at once)
     first = notifiers.start("--grace", "0.5", "--lease", "30", env={"STREAMCREW_TIMEOUT_S": "20"})
-    await add_result(redis, keys, "job-ok", receiver.url("/ok"))
-    await wait_until(lambda: receiver.count("/ok") == 1, timeout=10, what="the endpoint's first answer")
+    for n in range(9):
+        await add_result(redis, keys, f"job-ok{n}", receiver.url("/ok"))
+    await wait_until(lambda: receiver.count("/ok") == 9, timeout=10, what="the endpoint's first nine answers")
     receiver.hold("/hang")
     for n in range(5):
         await add_result(redis, keys, f"job-h{n}", receiver.url("/hang"))

@@ -220,20 +220,23 @@ def test_targets_dedupe_and_filter() -> None:
     assert targets({"id": "2", "agent": "echo", "status": "failed"}, subs) == ["http://a/", "http://c/"]
 
 
-def answered_once(limiter: EndpointLimiter, origin: str, seconds: float = 0.01) -> EndpointQueue:
-    """The queue of ``origin`` after one delivery to it was answered in ``seconds`` (no longer unproven)."""
+def proven(limiter: EndpointLimiter, origin: str, seconds: float = 0.01) -> EndpointQueue:
+    """The queue of ``origin`` after ``per_endpoint`` deliveries to it were answered in ``seconds``: it earned its
+    connections (slow start), so it is proven healthy."""
     queue = limiter.enter(origin)
     assert isinstance(queue, EndpointQueue)
-    limiter._start(queue)
-    limiter.finished(queue, seconds)
+    for _ in range(limiter.per_endpoint):
+        limiter._start(queue)
+        limiter.finished(queue, seconds)
     limiter.leave(queue)
+    assert queue.connections(limiter.per_endpoint) == limiter.per_endpoint
     return queue
 
 
 async def test_a_lane_sends_in_arrival_order_at_most_per_endpoint_at_once() -> None:
-    # Given an endpoint queue with 2 connections that has answered once, and five deliveries arriving
+    # Given an endpoint queue with 2 connections that has earned them, and five deliveries arriving
     limiter = EndpointLimiter(2, pool=200, queue_wait_s=0.5)
-    answered_once(limiter, "http://a:80")
+    proven(limiter, "http://a:80")
     queues = [limiter.enter("http://a:80") for _ in range(5)]
     assert all(isinstance(queue, EndpointQueue) for queue in queues)
     queue = queues[0]
@@ -296,14 +299,14 @@ async def test_a_healthy_endpoint_alone_queues_without_limit_and_a_hung_one_is_p
 async def test_a_lone_endpoint_answering_in_most_of_a_second_queues_two_seconds_of_its_work() -> None:
     limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
     # Given an endpoint alone that answers in 0.6 s (about 17 a second with its 10 connections)
-    queue = answered_once(limiter, "http://sluggish:80", 0.6)
+    queue = proven(limiter, "http://sluggish:80", 0.6)
     queue.latency_s = 0.6
     # Then it queues what it serves in 2 s beyond its connections (33), and the next is parked to come back later
     assert all(isinstance(limiter.enter("http://sluggish:80"), EndpointQueue) for _ in range(10 + 33))
     busy = limiter.enter("http://sluggish:80")
     assert isinstance(busy, Busy) and not busy.growing and "more than it serves in 2s" in busy.reason and busy.wait_s > 2
     # While a fast one alone (20 ms: 1,000 in 2 s, more than the slots) still queues without limit
-    fast = answered_once(limiter, "http://fast:80", 0.02)
+    fast = proven(limiter, "http://fast:80", 0.02)
     fast.latency_s = 0.02
     assert limiter.room(fast, time.monotonic()) is None
 
@@ -327,7 +330,7 @@ async def test_an_endpoint_gets_one_connection_until_it_answers() -> None:
 async def test_unproven_endpoints_share_half_the_pool_and_are_parked_once_it_hangs() -> None:
     # Given a pool of 20 (a budget of 10 for endpoints not proven healthy) and one proven fast endpoint
     limiter = EndpointLimiter(10, pool=20, queue_wait_s=0.5)
-    fast = answered_once(limiter, "http://fast:80")
+    fast = proven(limiter, "http://fast:80")
     # When 12 new endpoints get a delivery each
     queues = [limiter.enter(f"http://new-{i}:80") for i in range(12)]
     turns = [asyncio.ensure_future(limiter.turn(q)) for q in queues if isinstance(q, EndpointQueue)]
@@ -351,11 +354,78 @@ async def test_unproven_endpoints_share_half_the_pool_and_are_parked_once_it_han
     assert isinstance(limiter.enter("http://fast:80"), EndpointQueue)
 
 
+def answer_once(limiter: EndpointLimiter, origin: str) -> EndpointQueue:
+    queue = limiter.enter(origin)
+    assert isinstance(queue, EndpointQueue)
+    limiter._start(queue)
+    limiter.finished(queue, 0.01)
+    limiter.leave(queue)
+    return queue
+
+
+async def test_origins_that_answer_once_then_hang_hold_half_the_slots_at_most() -> None:
+    # Given the notifier's defaults (200 slots, 10 per endpoint), a proven endpoint, and 25 origins (one receiver)
+    # that have each answered one delivery fast
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    good = proven(limiter, "http://good:80")
+    hostile = [answer_once(limiter, f"http://hostile-{i}:80") for i in range(25)]
+    # When each gets 11 deliveries, and those started hang
+    turns = []
+    for queue in hostile:
+        for _ in range(11):
+            assert limiter.enter(queue.origin) is queue
+            turns.append(asyncio.ensure_future(limiter.turn(queue)))
+    await asyncio.sleep(0)
+    # Then they hold at most half the slots: one answer bought each two connections, counted in the budget of
+    # endpoints not proven healthy (before, ten each outside it: 250, more than every slot)
+    hung = sum(q.in_flight for q in hostile)
+    assert hung <= limiter.pool // 2, f"{hung} deliveries to origins that answered once are in flight"
+    # And once they stall past a second, their waiting deliveries are parked, while the proven endpoint's
+    # deliveries all go at its ten connections' pace
+    for queue in hostile:
+        queue.stalled_since -= 5
+    assert limiter.tick() == len(turns) - hung
+    await asyncio.sleep(0)
+    assert sum(1 for t in turns if t.done() and t.result() is False) == len(turns) - hung
+    for _ in range(20):
+        assert limiter.enter(good.origin) is good
+    good_turns = [asyncio.ensure_future(limiter.turn(good)) for _ in range(20)]
+    await asyncio.sleep(0)
+    assert good.in_flight == 10 and hung + good.in_flight <= limiter.pool
+    for t in good_turns[:10]:
+        assert await t
+        limiter.finished(good, 0.01)
+    await asyncio.sleep(0)
+    assert all(t.done() for t in good_turns)
+
+
+async def test_a_proven_endpoint_that_stalls_counts_in_the_budget_of_endpoints_not_proven_healthy() -> None:
+    # Given a budget of 10 (a pool of 20) and a proven endpoint whose ten deliveries, started while it answered fast,
+    # have stalled past a second
+    limiter = EndpointLimiter(10, pool=20, queue_wait_s=0.5)
+    turned = proven(limiter, "http://turned:80")
+    for _ in range(10):
+        assert limiter.enter(turned.origin) is turned
+        assert await limiter.turn(turned)
+    turned.stalled_since -= 5
+    # When the tick sees it slow
+    limiter.tick()
+    # Then its deliveries in flight fill the budget, and a new endpoint's delivery is parked, not started beside them
+    assert limiter._suspect_in_flight == 10
+    refused = limiter.enter("http://new:80")
+    assert isinstance(refused, Busy) and refused.growing and "not proven healthy" in refused.reason
+    # And as they end (timeouts), the budget is freed
+    for _ in range(10):
+        limiter.finished(turned, 15.0)
+        limiter.leave(turned)
+    assert limiter._suspect_in_flight == 0 and turned.suspect_in_flight == 0
+
+
 async def test_a_proven_endpoint_that_once_waited_for_the_budget_keeps_its_waiters() -> None:
     # Given a budget of 4 held by 4 hanging new endpoints, and a proven endpoint that turned slow for a moment,
     # so that its next delivery waited for room in the budget
     limiter = EndpointLimiter(4, pool=8, queue_wait_s=0.5)
-    good = answered_once(limiter, "http://good:80")
+    good = proven(limiter, "http://good:80")
     for i in range(4):
         hang = limiter.enter(f"http://hang-{i}:80")
         assert isinstance(hang, EndpointQueue) and await limiter.turn(hang)
