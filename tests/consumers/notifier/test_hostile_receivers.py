@@ -137,3 +137,56 @@ async def test_a_2xx_whose_body_stalls_or_breaks_is_delivered_and_other_statuses
     assert (failed.kind, failed.status) == (Kind.RETRY, 503), failed
     assert failed.error.startswith("HTTP 503 (its body timed out after"), failed
     assert p.requests == 3
+
+
+INTERIM = b"HTTP/1.1 102 Processing\r\n\r\n"
+
+
+async def test_more_than_ten_interim_answers_fail_the_attempt(peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that puts 10 interim (1xx) answers before its 200 on its first request, 11 on its second
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(INTERIM * (9 + n) + response(200))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    # When two deliveries go to it
+    ten = await deliverer.deliver(p.url + "/hook", "job-10", b"{}")
+    eleven = await deliverer.deliver(p.url + "/hook", "job-11", b"{}")
+    # Then ten are skipped, as HTTP wants; the eleventh fails the attempt as a protocol error (before, the 200 after
+    # them was taken: any number of them was skipped), and the connection is not reused
+    assert (ten.kind, ten.status) == (Kind.DELIVERED, 200), ten
+    assert (eleven.kind, eleven.status) == (Kind.RETRY, None), eleven
+    assert eleven.error == "protocol error: more than 10 interim (1xx) answers before the status", eleven
+    assert (await deliverer.deliver(p.url + "/hook", "job-12", b"{}")).kind is Kind.RETRY
+    assert p.connections == 2
+
+
+async def test_a_receiver_streaming_interim_answers_is_cut_off(peer: Start, deliverer: Deliverer) -> None:
+    # Given a receiver that streams interim answers as fast as the notifier reads them (up to 100 MB), never a status
+    block = INTERIM * 1000
+    sent = 0
+    cut_off = asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        nonlocal sent
+        try:
+            for _ in range(100 * 2**20 // len(block)):
+                writer.write(block)
+                await writer.drain()
+                sent += len(block)
+        except ConnectionError:
+            cut_off.set()
+        return False
+
+    p = await peer(answer)
+    # When a delivery goes to it
+    attempt = await deliverer.deliver(p.url + "/hook", "job-flood", b"{}")
+    # Then the attempt fails on the eleventh, not at its deadline (3 s) after reading all it could, and the notifier
+    # closes the connection: the receiver's writes fail before it got far (what socket buffers hold)
+    assert attempt.kind is Kind.RETRY and "interim" in attempt.error, attempt
+    try:
+        await asyncio.wait_for(cut_off.wait(), 5)
+    except TimeoutError:
+        pytest.fail(f"the receiver was still writing: {sent:,} bytes of interim answers sent")
+    assert sent < 16 * 2**20, f"{sent:,} bytes of interim answers sent before the connection was closed"
