@@ -44,12 +44,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(b"431 Request Header Fields Too Large", f"request head over {MAX_HEAD_BYTES} bytes")
+            elif self._head_timer is None:  # a head that did not come whole: timed from here (one that did costs no timer)
+                self._arm()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes = True, 0
-        if self._head_timer is None:
-            self._arm()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
