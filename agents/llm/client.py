@@ -1,8 +1,9 @@
 """The LLM HTTP client: retries, key rotation, concurrency caps, cost ledger, metrics.
 
 One ``aiohttp.ClientSession`` (passed in, or created here) serves every
-call: aiohttp frames HTTP (1xx answers skipped, a connection with stray bytes
-never reused), pools connections per origin and never re-sends a POST on its
+call: aiohttp frames HTTP, on streams.http_pool's connections (at most 10
+1xx answers skipped, a connection that received stray bytes while idle never
+reused: another job's call would read them as its answer), pools connections per origin and never re-sends a POST on its
 own. A call retries 429, 5xx, timeouts and transport errors with exponential
 backoff and jitter, or a longer Retry-After (finite, capped at
 ``max_backoff_s``), within ``max_retries`` and ``retry_budget_s``; then it
@@ -38,6 +39,7 @@ from agents.llm.pricing import PriceTable
 from agents.llm.providers import ChatResult, Reply
 from agents.llm.settings import LLMSettings
 from agents.usage import record_usage
+from streams.http_pool import FreshConnector
 from streams.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -98,7 +100,7 @@ class LLMClient:
         """Created on first use, inside the running loop (a session belongs to one loop)."""
         if self._http_session is None:
             s = self.settings
-            connector = aiohttp.TCPConnector(
+            connector = FreshConnector(  # a stray answer is never the next call's, 1xx answers bounded
                 limit=s.max_connections or len(self.keys.keys) * s.max_concurrency, limit_per_host=0,
                 keepalive_timeout=30.0, ttl_dns_cache=60,
             )

@@ -68,6 +68,56 @@ async def test_an_early_hints_response_never_shifts_answers_between_calls(peer: 
     assert [r.content for r in results] == ["answer-1", "answer-2", "answer-3"]
 
 
+async def test_an_answer_sent_twice_is_never_the_next_calls_answer(peer: Start) -> None:
+    # Given an endpoint (or a proxy) that answers each request twice, the copy a moment later on the idle connection
+    copies_sent: list[asyncio.Event] = []
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(ok(f"answer-{n}"))
+        await writer.drain()
+
+        async def copy() -> None:
+            await asyncio.sleep(0.05)
+            writer.write(ok(f"stray copy of answer-{n}"))
+            copies_sent[n - 1].set()
+
+        copies_sent.append(asyncio.Event())
+        asyncio.get_running_loop().create_task(copy())
+        return True
+
+    p = await peer(answer)
+    client = client_for(p.url)
+    try:
+        # When two calls are made one after the other, the second once the first's copy has arrived
+        first = await client.chat(HELLO)
+        await asyncio.wait_for(copies_sent[0].wait(), 5)
+        await asyncio.sleep(0.05)  # the copy's bytes reach our idle connection
+        second = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then each call gets its own answer (the second read the first's copy: another job's answer, another tenant's)
+    assert (first.content, second.content) == ("answer-1", "answer-2")
+
+
+async def test_a_stream_of_interim_answers_fails_the_try_after_ten(peer: Start) -> None:
+    # Given an endpoint that answers with "102 Processing" and never stops
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        try:
+            for _ in range(100_000):
+                writer.write(b"HTTP/1.1 102 Processing\r\n\r\n" * 64)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    p = await peer(answer)
+    # When a call is made with no retries
+    caught = await failed_call(client_for(p.url, max_retries=0, timeout_s=5.0), LLMUnavailable)
+    # Then the try fails on the 11th interim answer as a protocol error (it parsed them until the timeout, a core
+    # busy and every other job of the worker waiting)
+    assert "transport error (ClientResponseError)" in str(caught.value), caught.value
+
+
 @pytest.mark.parametrize("retry_after", ["inf", "1e400", "1e9", "-5", "garbage", "nan"])
 async def test_a_hostile_retry_after_never_benches_the_key_beyond_the_cap(peer: Start, retry_after: str) -> None:
     # Given one key, and an endpoint whose first answer is a 429 with a hostile Retry-After
