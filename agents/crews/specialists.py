@@ -76,6 +76,7 @@ def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
         role=spec.role, goal=spec.goal, backstory=spec.backstory, llm=llm,
         tools=[make_tool(name) for name in spec.tools],
         allow_delegation=False, max_iter=4, verbose=False, cache=False,
+        max_retry_limit=0,  # the worker retries a job's attempt; CrewAI's own retry ran the task (tools too) 3 times in one
     )
     task = Task(description=spec.task, expected_output=spec.expected_output, agent=agent)
     crew = Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False, memory=False, cache=False, tracing=False)

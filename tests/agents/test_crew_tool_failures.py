@@ -64,3 +64,31 @@ async def test_a_tool_that_raises_is_an_error_naming_the_exception_without_url_s
     # (before: None, an "empty answer" to CrewAI), and the log keeps none of them either
     assert result == "Error: tool 'create_plan' failed: ConnectionError: cannot reach http://127.0.0.1:9/plans", result
     assert PASSWORD not in caplog.text and TOKEN not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("status", [400, 500])
+async def test_a_crew_makes_one_try_of_its_task_per_attempt_when_the_llm_fails(status: int) -> None:
+    from agents.crews.specialists import build_crew
+    from agents.llm import LLMRequestError, LLMUnavailable
+    from tests.hostile import HostilePeer, response
+
+    # Given an LLM endpoint that refuses every call (400: never retried; 500: retried by the client itself, not here)
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(status, b'{"error": {"message": "no"}}', headers="content-type: application/json\r\n"))
+        await writer.drain()
+        return True
+
+    peer = await HostilePeer(answer).start()
+    client = LLMClient(LLMSettings(base_url=peer.url + "/v1", api_keys="sk-crew-test-0001", model="deepseek-v3.2",  # type: ignore[arg-type]
+                                   max_retries=0, backoff_s=0.01))
+    crew = build_crew("order", StreamcrewLLM.bound(client, asyncio.get_running_loop()))
+    try:
+        # When the order crew is kicked off once (one attempt of its job)
+        with pytest.raises((LLMRequestError, LLMUnavailable)):
+            await asyncio.wait_for(crew.akickoff(inputs={"customer": "c-1", "order_id": "ORD-1", "question": "where is it?"}), 60)
+    finally:
+        await client.aclose()
+        await peer.stop()
+    # Then the endpoint was asked once: CrewAI's own retry (max_retry_limit, 2 by default) ran the task three times,
+    # its tools and LLM calls again, within one attempt the worker then retries itself
+    assert peer.requests == 1, f"{peer.requests} LLM requests in one attempt"
