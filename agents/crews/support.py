@@ -8,11 +8,13 @@ order or returns question gets a request for it instead of a crew run.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agents.crews.models import SupportInput
 from agents.crews.specialists import run_specialist
 from agents.llm.runtime import get_model
+from agents.tools.functions import ORDER_ID, SKU
 
 _ROUTES = {
     "route_to_order_specialist": ("order", "Order status, shipping, delivery, tracking, carrier, where is my package or parcel, order number."),
@@ -46,8 +48,12 @@ async def route(query: str) -> tuple[str | None, dict[str, Any], str | None]:
     return None, {}, result.content
 
 
-def _clean(value: Any) -> str | None:
-    return value.strip() if isinstance(value, str) and value.strip() else None
+def _clean(value: Any, pattern: str) -> str | None:
+    """The model's argument when it has the shape of what it names, else None (asked for again, or left out): the
+    model is untrusted, and its text went into the crew's task as it was (600 KB of it billed on the next call; its
+    braces read as the task's own placeholders)."""
+    value = value.strip() if isinstance(value, str) else ""
+    return value if re.fullmatch(pattern, value) else None
 
 
 async def support(data: SupportInput) -> dict[str, Any]:
@@ -56,7 +62,7 @@ async def support(data: SupportInput) -> dict[str, Any]:
     base = {"customer_id": data.customer_id, "routed_to": kind}
     if kind is None:
         return {**base, "answer": text or "Could you tell me a little more about what you need?"}
-    order_id, sku = _clean(args.get("order_id")), _clean(args.get("sku"))
+    order_id, sku = _clean(args.get("order_id"), ORDER_ID), _clean(args.get("sku"), SKU)
     question = data.query
     if kind in ("order", "returns") and order_id is None:
         return {**base, "answer": "I can help with that. Could you share your order number (it looks like ORD-12345)?"}
