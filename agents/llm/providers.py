@@ -155,7 +155,8 @@ MAX_TOOL_CALLS = 256
 MAX_CONTENT_BLOCKS = 1024
 
 
-_Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL)] | None
+# Strict: a count sent as "900000000" or true is no count (lax, it booked 900 M tokens, $378, or 1).
+_Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL, strict=True)] | None
 
 
 class _Wire(BaseModel):

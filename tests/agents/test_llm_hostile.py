@@ -350,6 +350,10 @@ MALFORMED = {
     "negative-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": -5, "completion_tokens": 1}}),
     "word-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": "lots"}}),
     "absurd-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": 10**15, "completion_tokens": 1}}),
+    # a count as a string of digits or a boolean is no count (it booked 900 M tokens, $378, and 1)
+    "digit-string-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": "900000000", "completion_tokens": 1}}),
+    "boolean-tokens": ("openai", {"choices": [{"message": MESSAGE}], "usage": {"prompt_tokens": True, "completion_tokens": 1}}),
+    "anthropic-digit-string-tokens": ("anthropic", {"content": [{"type": "text", "text": "hi"}], "usage": {"input_tokens": "7"}}),
     "tool-call-without-function": ("openai", {"choices": [{"message": {"role": "assistant", "tool_calls": [{"id": "c1"}]}}]}),
     "message-is-a-string": ("openai", {"choices": [{"message": "hello"}]}),
     "no-choices": ("openai", {"choices": []}),
