@@ -154,7 +154,8 @@ class JobProcessor:
                     self._move(stream, lane, entry_id, job_id, raw, request)  # streams.forward; a record here keeps it here
                     continue
                 if request.agent == WORKFLOW_AGENT:
-                    if request.deadline is None or request.deadline > now_ms() or await self._started_in_time(keys, origin, entry_id, job_id):
+                    if (request.deadline is None or request.deadline > await self._redis_now()
+                            or await self._started_in_time(keys, origin, entry_id, job_id)):
                         workflows.append(ClaimedWorkflow(entry_id, job_id, request, raw))
                         continue
                     # past its deadline, never started: start.lua (with _start's later now) ends it expired (contract §2)
@@ -186,6 +187,11 @@ class JobProcessor:
             return self.executor.check(request)
         except Exception as exc:
             raise refusal(raw, f"agent {request.agent!r}'s input check", job_id, exc) from None
+
+    async def _redis_now(self) -> int:
+        """Redis' clock in epoch ms, which deadlines go by (start.lua's too): workers' own clocks may differ."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def _started_in_time(self, keys: Keys, origin: str, entry_id: str, job_id: str) -> bool:
         """Whether this entry is a replay of a workflow that started before its deadline: it resumes, as a job that

@@ -15,7 +15,6 @@
 --   exhausted: the attempt budget is spent; expired: the deadline passed before it first started (a retry of a
 --   job that started in time is not expired: the deadline bounds the wait for a start).
 local job_prefix, lane_name, now, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now_n = tonumber(now)
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
 local out = {}
 local cap_base, clock = tc_base(job_prefix), nil
@@ -31,6 +30,11 @@ local function fits(e, jid)
   end
   redis.call('ZADD', running, clock + tonumber(ARGV[6]), jid)
   return true
+end
+-- Whether a deadline (epoch ms) has passed, by Redis' clock: a worker whose clock ran ahead expired jobs with time left.
+local function past(deadline)
+  clock = clock or tc_now()
+  return clock > tonumber(deadline)
 end
 for _, e in ipairs(cjson.decode(ARGV[5])) do
   local eid, jid, agent, sub, max, deadline, explicit = e[1], e[2], e[3], e[4], tonumber(e[5]), e[6], e[7]
@@ -52,7 +56,7 @@ for _, e in ipairs(cjson.decode(ARGV[5])) do
     out[#out + 1] = {'dup', att, att - base, jid, '', ''}
   elseif att - base >= max then
     out[#out + 1] = {'exhausted', att, att - base, jid, rec[5] or '', rec[8] or ''}
-  elseif deadline ~= '' and not rec[5] and now_n > tonumber(deadline) then
+  elseif deadline ~= '' and not rec[5] and past(deadline) then
     out[#out + 1] = {'expired', att, att - base, jid, '', ''}
   elseif not fits(e, jid) then
     local parked = tc_park(cap_base, e[8], lane_name, jid, e[12])
