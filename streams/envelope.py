@@ -158,6 +158,10 @@ class JobRequest(BaseModel):
         """Only a workflow's step entry (written by the workflow script) carries an id with '::'."""
         if self.id and not may_carry_id(self.id, self.parent, self.step):
             raise ValueError(f"job id {self.id[:80]!r}: {STEP_ID_RESERVED}")
+        if (self.parent, self.step, self.inputs) != (None, None, None) and not is_step_entry(self.id, self.parent, self.step):
+            # a step's fields on an entry no workflow wrote (a raw XADD): the agent ran as that workflow's step, and
+            # its result event named the workflow and step, a step of it that never was
+            return self.model_copy(update={"parent": None, "step": None, "inputs": None})
         return self
 
     @field_validator("data")

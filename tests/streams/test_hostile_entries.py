@@ -193,3 +193,18 @@ async def test_an_entry_id_past_year_9999_does_not_spoil_the_lanes_later_jobs(re
     # Then both complete, the retried one too, with a submission time a reader can show (when it was read)
     assert got["odd-id"].status == "completed" and got["ordinary"].status == "completed", got
     assert got["ordinary"].attempts == 2 and got["ordinary"].submitted_at is not None and got["ordinary"].submitted_at <= now_ms()
+
+
+async def test_a_raw_entry_with_a_steps_fields_runs_as_a_plain_job(redis, keys: Keys, workers) -> None:
+    # Given a raw XADD that names a workflow, a step of it and inputs, under an id no workflow gave a step
+    workers.start()
+    await redis.xadd(keys.lane("normal"), {"agent": "echo", "data": '{"n": 1}', "id": "not-a-step", "parent": "wf-x",
+                                            "step": "s1", "inputs": '{"earlier": {"paid": true}}'})
+    # When a worker runs it
+    (result,) = await wait_results(redis, keys, 1, timeout=30)
+    # Then it ran as the plain job it is: no inputs handed to the agent, no parent or step on its result event (it ran
+    # as a step of wf-x, and its event named one of wf-x's steps that never was)
+    assert result.status == "completed" and result.result == {"echo": {"n": 1}}, result
+    assert (result.parent, result.step) == (None, None)
+    (entry,) = await redis.xrange(keys.results)
+    assert "parent" not in entry[1] and "step" not in entry[1], entry
