@@ -71,6 +71,20 @@ def check_not_generated(request: JobRequest) -> None:
         raise InvalidRequest(f"job id {request.id[:80]!r}: {problem}")
 
 
+def check_request(request: JobRequest) -> None:
+    """What the producer refuses in a request besides its size (InvalidRequest): a reserved id, text no stream entry
+    can carry, a webhook that is no absolute http(s) URL, a tenant that is no name. An edge that takes requests in
+    batches (the Kafka bridge) checks each with it, so one refused request cannot refuse its batch."""
+    check_not_generated(request)
+    for name in ("agent", "id", "webhook", "tenant", "traceparent"):
+        if isinstance(value := getattr(request, name), str) and (problem := text_problem(name, value)):
+            raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
+    if request.webhook is not None and (problem := webhook_url_problem(request.webhook)):
+        raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
+    if request.tenant is not None and (problem := name_problem("tenant", request.tenant)):
+        raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
+
+
 # A request and its stream fields, encoded and checked once.
 Encoded = tuple[JobRequest, dict[str, str]]
 
@@ -237,14 +251,7 @@ class Producer:
 
     def _fields_of(self, request: JobRequest) -> dict[str, str]:
         """The request's stream fields, or the error that refuses it (checked for every request before any is sent)."""
-        check_not_generated(request)
-        for name in ("agent", "id", "webhook", "tenant", "traceparent"):
-            if isinstance(value := getattr(request, name), str) and (problem := text_problem(name, value)):
-                raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
-        if request.webhook is not None and (problem := webhook_url_problem(request.webhook)):
-            raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
-        if request.tenant is not None and (problem := name_problem("tenant", request.tenant)):
-            raise InvalidRequest(f"request for agent {request.agent!r}: {problem}")
+        check_request(request)
         try:
             fields = request.to_fields()
         except ValueError as exc:  # built without validation (model_construct) and not encodable

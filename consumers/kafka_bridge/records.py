@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from streams.envelope import MAX_EPOCH_MS, REQUEST_FIELDS, DeadLetter, JobRequest, JobResult, lane_for_priority, now_ms
 from streams.errors import DecodeError, InvalidRequest
-from streams.producer import check_not_generated
+from streams.producer import check_request
 from streams.strict_json import TooDeep, has_wide_integer
 
 ROUTING_FIELDS = ("priority", "lane")
@@ -127,7 +127,7 @@ def parse_request(key: bytes | str | None, value: bytes | str | None, where: Coo
         if isinstance(fields.get(name), bool):
             return Invalid(f"field {name!r} must be a number, got {fields[name]!r}", str(job_id), agent)
     try:
-        check_not_generated(request)  # else the Producer refuses the whole batch, again at every redelivery
+        check_request(request)  # else the Producer refuses the whole batch, again at every redelivery
     except InvalidRequest as exc:
         return Invalid(str(exc), str(job_id), agent)
     return Parsed(request, lane)  # the encoded size is the Producer's check (RequestTooLarge), near the value's

@@ -17,12 +17,13 @@ from consumers.kafka_bridge import metrics
 from consumers.kafka_bridge.records import Coordinates, Invalid, Parsed, dead_letter, parse_request
 from streams import metrics as stream_metrics
 from streams.envelope import JobRequest
-from streams.errors import RequestTooLarge
+from streams.errors import InvalidRequest, RequestTooLarge
 from streams.dead import DEAD_ONCE_S, OnceLetter, write_once
 from streams.keys import Keys, keys_for_job
 from streams.producer import Producer
 from streams.outage import REDIS_DOWN, Backoff
 from streams.scripts import Scripts
+from streams.sizes import visible
 
 log = logging.getLogger("streamcrew.kafka_bridge")
 
@@ -110,12 +111,12 @@ class RequestsIn:
         for lane, pairs in by_lane.items():
             try:
                 done = await self.producer.publish_many([request for request, _ in pairs], priority=lane)
-            except RequestTooLarge:  # one of them encodes past the limit: publish one by one, dead-letter that one
+            except (RequestTooLarge, InvalidRequest):  # one of them is refused: publish one by one, dead-letter that one
                 done = []
                 for request, record in pairs:
                     try:
                         done += await self.producer.publish_many([request], priority=lane)
-                    except RequestTooLarge as exc:
+                    except (RequestTooLarge, InvalidRequest) as exc:
                         invalid.append((Invalid(str(exc), request.id or record.where.job_id, request.agent), record))
             for published in done:
                 (outcome.published if published.created else outcome.duplicates).append(published.job_id)
@@ -124,7 +125,7 @@ class RequestsIn:
             for (problem, record), wrote in zip(invalid, written, strict=True):
                 w = record.where
                 log.warning("kafka-bridge: dead-lettered record %s/%d@%d (job %s)%s: %s", w.topic, w.partition, w.offset,
-                            problem.job_id[:80], "" if wrote else " (its letter was written before)", problem.error)
+                            visible(problem.job_id[:80]), "" if wrote else " (its letter was written before)", visible(problem.error))
                 if wrote:
                     stream_metrics.dead_letters("invalid").inc()
                 outcome.invalid.append(problem.job_id)

@@ -33,6 +33,7 @@ from streams.keys import Keys
 from streams.outage import until_redis_answers
 from streams.raw import repaired_fields
 from streams.scripts import Scripts
+from streams.sizes import visible
 from streams.entries import Entry, Release, Slot
 
 log = logging.getLogger("streamcrew.kafka_bridge")
@@ -144,7 +145,7 @@ class ResultsOut:
             if wrote:
                 stream_metrics.dead_letters("too_large").inc()
                 metrics.records("out", "too_large").inc()
-            log.warning("kafka-bridge: result %s (entry %s) is %d bytes, too large for Kafka; dead-lettered%s", one.letter.id,
+            log.warning("kafka-bridge: result %s (entry %s) is %d bytes, too large for Kafka; dead-lettered%s", visible(one.letter.id[:80]),
                         record.entry_id, len(record.value), "" if wrote else " (its letter was written before)")
 
 
@@ -202,7 +203,7 @@ class ResultsReader:
             if wrote:
                 stream_metrics.dead_letters("invalid").inc()
                 metrics.records("out", "invalid").inc()
-            log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered%s", entry_id, reason,
+            log.warning("kafka-bridge: result entry %s is malformed (%s); dead-lettered%s", entry_id, visible(reason),
                         "" if wrote else " (its letter was written before)")
 
     async def hand_back(self, slots: list[Slot]) -> int:

@@ -80,6 +80,9 @@ async def test_a_repeated_record_runs_once(bridge: Any, redis: Any, keys: Any, w
     (b'{"agent": "echo", "data": {}, "timeout_s": "inf"}', b"bad-inf-timeout", "timeout_s': Input should be a finite number"),
     (orjson.dumps({"agent": "echo", "data": {}, "timeout_s": 86401}), b"bad-long-timeout", "less than or equal to 86400"),
     (orjson.dumps({"agent": "echo", "data": {}, "max_attempts": 1001}), b"bad-many-attempts", "less than or equal to 1000"),
+    # what the Producer refuses besides the size (the batch was refused and retried for good, its partition stalled)
+    (orjson.dumps({"agent": "echo", "data": {}, "tenant": "acme corp"}), b"bad-tenant", "tenant must not contain whitespace"),
+    (orjson.dumps({"agent": "echo", "data": {}, "webhook": "not a url"}), b"bad-webhook", "webhook"),
 ])
 async def test_invalid_records_are_dead_lettered_and_their_offsets_acked(
     bridge: Any, redis: Any, keys: Any, value: bytes | None, key: bytes, error: str,
