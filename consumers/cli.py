@@ -132,15 +132,23 @@ def mock_llm(
           key_rps=key_rps, retry_after_s=retry_after, seed=seed)
 
 
-def _read_data(data: str) -> str:
-    """``--data``: JSON text, or ``@path`` to read it from a file."""
+def _read_data(data: str, limit: int) -> str:
+    """``--data``: JSON text, or ``@path`` to read it from a file: at most ``limit`` bytes (the largest request), read
+    before that is checked (a file of gigabytes, or @/dev/zero, filled the memory before the request was refused)."""
     if not data.startswith("@"):
         return data
     try:
-        return Path(data[1:]).read_text(encoding="utf-8")
+        with Path(data[1:]).open("rb") as file:
+            raw = file.read(limit + 1)
     except OSError as exc:
         err.print(f"--data {data}: {exc}", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE) from None
+    if len(raw) > limit:
+        err.print(f"--data {data}: over {limit:,} bytes, the largest request accepted (STREAMCREW_MAX_REQUEST_BYTES)",
+                  style="red", markup=False, highlight=False)
+        raise typer.Exit(Exit.USAGE)
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:  # JSON is UTF-8; a Latin-1 export, say, is not
         err.print(f"--data {data}: not UTF-8 text ({exc.reason} at byte {exc.start})", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE) from None
@@ -162,12 +170,13 @@ def submit(
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
-    """Publish one request; prints its job id (and with --wait its result; a workflow's steps as they progress)."""
+    """Publish one request; prints {"job_id", "status", "created"} as JSON (with --wait its result: exit 1 unless it completed, 3 when --timeout passed first)."""
     from consumers.ops import open_ops
     from consumers.progress import follow_workflow
     from consumers.webhook_targets import webhook_url_problem
 
-    text = _read_data(data)
+    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    text = _read_data(data, settings.max_request_bytes)
     try:
         payload = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -182,7 +191,6 @@ def submit(
     if webhook is not None and (problem := webhook_url_problem(webhook)):  # as POST /jobs answers 422, before anything is queued
         err.print(f"invalid webhook: {problem}", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE)
-    settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
 
     async def go() -> int:
         async with open_ops(settings) as ops:

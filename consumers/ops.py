@@ -75,12 +75,12 @@ class Ops:
                 for _, entries in cast(list[tuple[str, list[tuple[str, dict[str, str]]]]], reply or []):
                     for eid, fields in entries:
                         last[i], block = eid, None
-                        seen += 1
                         try:
                             result = JobResult.from_fields(fields)
                         except DecodeError as exc:  # a hand-made entry: said, and passed by (it stopped every follower)
                             log.warning("result entry %s of %s is not a result event (%s); skipped", eid, streams[i], short(exc.reason))
-                            continue
+                            continue  # not counted: --count N waits for N results
+                        seen += 1
                         yield result
                         if count is not None and seen >= count:
                             return

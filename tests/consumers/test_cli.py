@@ -464,13 +464,14 @@ async def test_dead_list_json_shows_a_letter_that_is_not_utf8(redis_url: str, pr
 
 
 async def test_watch_passes_a_result_entry_that_is_not_a_result(redis_url: str, prefix: str, redis, keys: Keys) -> None:
-    # Given a hand-made entry in the results stream between two results (before: watch stopped there, exit 2)
+    # Given a hand-made entry in the results stream before two results (before: watch stopped there, exit 2)
     good = {"id": "r1", "agent": "echo", "status": "completed", "attempts": "1", "result": "{}"}
-    await redis.xadd(keys.results, good)
     await redis.xadd(keys.results, {**good, "id": "odd", "usage": "[1, 2]"})
+    await redis.xadd(keys.results, good)
     await redis.xadd(keys.results, {**good, "id": "r2"})
-    done = cli(redis_url, prefix, "watch", "--from-start", "--count", "3", timeout=30)
-    # Then it says so and goes on to the next
+    done = cli(redis_url, prefix, "watch", "--from-start", "--count", "2", timeout=30)
+    # Then it says so and goes on to the next, which --count counts: two results (the hand-made entry was counted, and
+    # watch stopped after one result)
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["r1", "r2"]
     assert "is not a result event" in done.stderr
@@ -520,3 +521,15 @@ def test_job_of_a_record_without_a_known_status_is_no_job(redis_url: str, prefix
         assert done.returncode == 1, (done.stdout, done.stderr)
         assert done.stdout == ""
         assert " ".join(done.stderr.split()) == f"no job '{job_id}' under prefix '{prefix}' (unknown, or its record expired)"
+
+
+def test_submit_reads_no_more_of_a_data_file_than_a_request_may_hold(redis_url: str, prefix: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Given a data file one byte over the largest request (a file of gigabytes, or @/dev/zero, was read whole first)
+    big = tmp_path / "big.json"
+    big.write_text('{"blob": "' + "x" * 1000 + '"}')
+    # When it is submitted with a 1,000-byte limit
+    done = cli(redis_url, prefix, "submit", "echo", "--data", f"@{big}", env={"STREAMCREW_MAX_REQUEST_BYTES": "1000"})
+    # Then it is refused before it is parsed, naming the limit, and nothing is queued
+    assert done.returncode == 2, done.stderr
+    assert "over 1,000 bytes, the largest request accepted (STREAMCREW_MAX_REQUEST_BYTES)" in done.stderr, done.stderr
+    assert not sync_redis.Redis.from_url(redis_url).exists(f"{prefix}:requests:normal")
