@@ -27,7 +27,7 @@ bench: setup
 	$(BIN)/python -m bench.bench_core
 
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8008
 
 clean:
 	rm -rf $(VENV) *.egg-info
