@@ -18,7 +18,7 @@ from typing import NamedTuple, cast
 
 from redis.asyncio import Redis
 
-from streams.envelope import MALFORMED_LETTER, DeadLetter, entry_ms, entry_order
+from streams.envelope import MALFORMED_LETTER, NOT_STARTED_IN_TIME, DeadLetter, entry_ms, entry_order
 from streams.raw import ENTRY_ID, SOURCE_FIELD
 from streams.errors import DeadLetterNotFound, JobIsLive, StreamcrewError
 from streams.keys import LANES, STEP_SEPARATOR, Keys, lane_of, partition_keys
@@ -159,7 +159,7 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     lane = lane_of(origin)
     if letter.source_stream != f"{keys.lane_prefix}{origin}" or lane not in LANES:
         raise StreamcrewError(f"dead letter {entry_id} came from {letter.source_stream!r}, not a lane; cannot replay")
-    if letter.agent == WORKFLOW_AGENT and not await redis.exists(keys.workflow(letter.id)):
+    if _ran_as_workflow(letter) and not await redis.exists(keys.workflow(letter.id)):
         raise StreamcrewError(
             f"dead letter {entry_id}: workflow {letter.id!r} ended over STREAMCREW_JOB_TTL_S ago and its state (its steps' "
             "results) has expired; replaying would run every step again, completed ones included: submit it anew, "
@@ -186,6 +186,14 @@ async def _replay_one(redis: Redis, keys: Keys, entry_id: str) -> str:
     if not new_id:
         raise DeadLetterNotFound(f"dead letter {entry_id} vanished while replaying (replayed elsewhere?)")
     return letter.id
+
+
+def _ran_as_workflow(letter: DeadLetter) -> bool:
+    """Whether the letter is a workflow's that started (its steps' results live in its state): one rejected, or
+    expired before it started, has no state and nothing kept, and its replay is a first run."""
+    if letter.agent != WORKFLOW_AGENT:
+        return False
+    return letter.reason == "step_failed" or (letter.reason == "expired" and letter.error != NOT_STARTED_IN_TIME)
 
 
 def _passed(deadline: str | None) -> bool:

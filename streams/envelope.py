@@ -35,6 +35,10 @@ MAX_EPOCH_MS = 253_402_300_799_999
 MAX_TIMEOUT_S, MAX_ATTEMPTS = 86_400, 1000
 
 
+# A job's (or workflow's) error when its deadline passed before it first started: no run, no state left behind.
+NOT_STARTED_IN_TIME = "deadline passed before the job started"
+
+
 class Status(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

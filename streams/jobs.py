@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from streams import metrics
 from streams.config import StreamSettings
-from streams.envelope import JobRequest, Status, dumps, entry_ms, epoch_ms_or, flat, now_ms, result_fields
+from streams.envelope import NOT_STARTED_IN_TIME, JobRequest, Status, dumps, entry_ms, epoch_ms_or, flat, now_ms, result_fields
 from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
@@ -237,7 +237,7 @@ class JobProcessor:
                 self._finish(c, Status.FAILED, attempts=attempts, started_at=int(first_started) if first_started else None,
                              usage=parse_usage(before), error=error, dead_reason="exhausted")
             else:
-                self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error="deadline passed before the job started", dead_reason="expired")
+                self._finish(c, Status.EXPIRED, attempts=attempts, started_at=None, error=NOT_STARTED_IN_TIME, dead_reason="expired")
 
     async def _start_call(self, keys: list[str], args: list[str | int]) -> Any:
         """start.lua, sent again with the same arguments while Redis is down: a call whose every copy went unanswered
