@@ -132,20 +132,26 @@ def mock_llm(
           key_rps=key_rps, retry_after_s=retry_after, seed=seed)
 
 
+# A data file is read up to this many times the largest request: its JSON is sent compact, so an indented file may be
+# larger than the request it makes (the request's size is the Producer's check), but not without bound.
+DATA_FILE_SHARES = 8
+
+
 def _read_data(data: str, limit: int) -> str:
-    """``--data``: JSON text, or ``@path`` to read it from a file: at most ``limit`` bytes (the largest request), read
-    before that is checked (a file of gigabytes, or @/dev/zero, filled the memory before the request was refused)."""
+    """``--data``: JSON text, or ``@path`` to read it from a file: at most ``DATA_FILE_SHARES`` times ``limit`` (the
+    largest request), a bound checked as it is read (a file of gigabytes, or @/dev/zero, filled the memory first)."""
     if not data.startswith("@"):
         return data
+    most = DATA_FILE_SHARES * limit
     try:
         with Path(data[1:]).open("rb") as file:
-            raw = file.read(limit + 1)
+            raw = file.read(most + 1)
     except OSError as exc:
         err.print(f"--data {data}: {exc}", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE) from None
-    if len(raw) > limit:
-        err.print(f"--data {data}: over {limit:,} bytes, the largest request accepted (STREAMCREW_MAX_REQUEST_BYTES)",
-                  style="red", markup=False, highlight=False)
+    if len(raw) > most:
+        err.print(f"--data {data}: over {most:,} bytes ({DATA_FILE_SHARES} times the largest request, "
+                  f"STREAMCREW_MAX_REQUEST_BYTES): no request of that limit comes from it", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE)
     try:
         return raw.decode("utf-8")

@@ -523,13 +523,19 @@ def test_job_of_a_record_without_a_known_status_is_no_job(redis_url: str, prefix
         assert " ".join(done.stderr.split()) == f"no job '{job_id}' under prefix '{prefix}' (unknown, or its record expired)"
 
 
-def test_submit_reads_no_more_of_a_data_file_than_a_request_may_hold(redis_url: str, prefix: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # Given a data file one byte over the largest request (a file of gigabytes, or @/dev/zero, was read whole first)
+def test_submit_reads_a_data_file_up_to_a_bound(redis_url: str, prefix: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Given a 1,000-byte request limit, an indented data file larger than that whose compact JSON fits, and a file
+    # over 8 times the limit (a file of gigabytes, or @/dev/zero, was read whole before anything was checked)
+    indented = tmp_path / "indented.json"
+    indented.write_text('{\n' + " " * 2000 + '"n": 1\n}')
     big = tmp_path / "big.json"
-    big.write_text('{"blob": "' + "x" * 1000 + '"}')
-    # When it is submitted with a 1,000-byte limit
-    done = cli(redis_url, prefix, "submit", "echo", "--data", f"@{big}", env={"STREAMCREW_MAX_REQUEST_BYTES": "1000"})
-    # Then it is refused before it is parsed, naming the limit, and nothing is queued
-    assert done.returncode == 2, done.stderr
-    assert "over 1,000 bytes, the largest request accepted (STREAMCREW_MAX_REQUEST_BYTES)" in done.stderr, done.stderr
-    assert not sync_redis.Redis.from_url(redis_url).exists(f"{prefix}:requests:normal")
+    big.write_text('{"blob": "' + "x" * 8000 + '"}')
+    env = {"STREAMCREW_MAX_REQUEST_BYTES": "1000"}
+    # When each is submitted
+    fits = cli(redis_url, prefix, "submit", "echo", "--data", f"@{indented}", env=env)
+    refused = cli(redis_url, prefix, "submit", "echo", "--data", f"@{big}", env=env)
+    # Then the indented one is queued, and the big one refused before it is parsed, naming the bound; nothing else queued
+    assert fits.returncode == 0 and json.loads(fits.stdout)["created"], fits.stderr
+    assert refused.returncode == 2, refused.stderr
+    assert "over 8,000 bytes (8 times the largest request, STREAMCREW_MAX_REQUEST_BYTES)" in refused.stderr, refused.stderr
+    assert sync_redis.Redis.from_url(redis_url).xlen(f"{prefix}:requests:normal") == 1
