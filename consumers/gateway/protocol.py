@@ -28,6 +28,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True  # until a head completes: a fresh connection awaits its first
         self._head_bytes = 0
+        self._began = False  # a head began in the chunk being read
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -39,9 +40,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._began = False
         super().data_received(data)
-        if self._in_head and not self.transport.is_closing():  # every byte of this chunk was head (or before one)
-            self._head_bytes += len(data)
+        if self._in_head and not self.transport.is_closing():
+            # A chunk in which a head began may hold earlier pipelined requests too: counted from the next chunk on
+            # (a head can pass the limit by one read's bytes); every byte of a later chunk is head.
+            self._head_bytes += 0 if self._began else len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(b"431 Request Header Fields Too Large", f"request head over {MAX_HEAD_BYTES} bytes")
             elif self._head_timer is None:  # a head that did not come whole: timed from here (one that did costs no timer)
@@ -49,7 +53,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes = True, 0
+        self._in_head, self._head_bytes, self._began = True, 0, True
 
     def on_headers_complete(self) -> None:
         self._in_head = False

@@ -73,3 +73,24 @@ async def test_connections_that_never_finish_a_head_are_closed_after_the_setting
         assert await busy.get("/healthz") == 200
         await asyncio.sleep(0.4)  # the time between requests itself, not a wait for an event
     busy.close()
+
+
+async def test_pipelined_requests_are_not_taken_for_one_long_head(gateways: GatewayFactory) -> None:
+    # Given a client that pipelines 5,000 requests on one connection (a load tool, a proxy): 190 KB in a few reads
+    gateway = await gateways.start()
+    reader, writer = await _open(gateway.url)
+    n = 5000
+    writer.write(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n" * n)
+    await writer.drain()
+    # Then every one is answered 200 (a read of over 64 KiB ending part-way through a head was counted as one head: 431)
+    answers = b""
+    try:
+        while answers.count(b"HTTP/1.1 ") < n:
+            chunk = await asyncio.wait_for(reader.read(1 << 16), 30)
+            if not chunk:
+                break
+            answers += chunk
+    except ConnectionResetError:
+        pass
+    writer.close()
+    assert answers.count(b"HTTP/1.1 200 ") == n, (answers.count(b"HTTP/1.1 200 "), answers[-300:])
