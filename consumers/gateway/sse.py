@@ -91,6 +91,16 @@ async def _stream_slot(
         state.streams.give_back(caller.bucket)
 
 
+# Line breaks to str.splitlines() that JSON leaves unescaped: FastAPI's SSE writer split data lines on them in
+# releases pyproject allows (a line break inside a JSON string, which the client's JSON.parse refused).
+_SPLITTERS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def sse_json(body: dict[str, Any]) -> str:
+    """``body`` as one line of JSON for an event's data."""
+    return json_bytes(body).decode().translate(_SPLITTERS)
+
+
 @router.get(
     "/jobs/{job_id}/events", response_class=EventSourceResponse, summary="Stream a job's status changes",
     responses={204: {"description": "Last-Event-ID is the job's terminal state: nothing more will come"},
@@ -112,7 +122,7 @@ async def job_events(
     while True:
         current = event_id(record)
         if current != last:
-            yield ServerSentEvent(event="status", id=current, raw_data=json_bytes(job_view(record)).decode(), retry=RETRY_MS if first else None)
+            yield ServerSentEvent(event="status", id=current, raw_data=sse_json(job_view(record)), retry=RETRY_MS if first else None)
             last, first, delay = current, False, settings.sse_poll_s
         if record.terminal or time.monotonic() >= closes_at:
             return

@@ -80,9 +80,12 @@ def event_json(raw: dict[str, str]) -> str:
     except DecodeError:
         return orjson.dumps(raw).decode()  # malformed but still a result: deliver what there is
     except orjson.JSONEncodeError:
-        if ints_as_json(event) != event:  # an integer past 64 bits (a raw XADD's): its fields as written
+        try:
+            if ints_as_json(event) != event:  # an integer past 64 bits (a raw XADD's): its fields as written
+                return orjson.dumps(raw).decode()
+            return json_bytes(event).decode()  # nested past orjson's depth (a workflow's result around a deep step's)
+        except RecursionError:  # past Python's own depth too (a raw XADD's 900 levels): as written, never a stuck read
             return orjson.dumps(raw).decode()
-        return json_bytes(event).decode()  # nested past orjson's depth (a workflow's result around a deep step's)
 
 
 def targets(raw: dict[str, str], subscriptions: list[Subscription]) -> list[str]:

@@ -111,3 +111,16 @@ async def test_a_record_without_a_known_status_reads_as_no_job(gateways: Gateway
         assert posted.status_code == 202, posted.text
         got = await globex.get("/jobs/nostatus")
         assert got.status_code == 200 and got.json()["status"] == "queued", got.text
+
+
+def test_an_events_data_is_one_line_whatever_line_breaks_its_text_holds() -> None:
+    from consumers.gateway.sse import sse_json
+
+    # Given a record whose result holds the characters str.splitlines() breaks on that JSON leaves as they are
+    body = {"job_id": "j", "result": {"text": "a\u2028b\u2029c\x85d"}}
+    # When it is written as an event's data
+    data = sse_json(body)
+    # Then it is one line (FastAPI's SSE writer split data on them in releases pyproject allows: broken JSON) ...
+    assert len(data.splitlines()) == 1, data
+    # ... which reads back as the record
+    assert json.loads(data) == body

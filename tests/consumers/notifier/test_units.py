@@ -474,3 +474,11 @@ def test_a_webhook_body_carries_a_result_nested_deeper_than_orjson_writes_parsed
     body = json.loads(event_json(raw))  # orjson reads no deeper than it writes
     # Then the result is the object, as for any result (contract §7), not the stored text
     assert body["result"] == result and list(body)[:4] == ["id", "agent", "status", "result"]
+
+
+def test_a_raw_result_nested_past_pythons_depth_is_delivered_as_written() -> None:
+    # Given a raw XADD's result of 900 levels (orjson reads up to 1,023; neither it nor the stdlib writes that deep)
+    deep = "[" * 900 + "]" * 900
+    raw = {"id": "raw-deep", "agent": "echo", "status": "completed", "attempts": "1", "result": deep}
+    # When its webhook body is built, it is the entry's fields as written (it raised RecursionError, out of the read)
+    assert json.loads(event_json(raw))["result"] == deep
