@@ -18,7 +18,7 @@ from streams.job_ids import reserved_id_problem
 from streams.raw import request_bytes
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.groups import ensure_groups, standard_groups
-from streams.keys import Keys, partition_keys, partition_of
+from streams.keys import Keys, lane_of, partition_keys, partition_of
 from streams.layout import claim_layout
 from streams.request_checks import name_problem, text_problem, webhook_url_problem
 from streams.scripts import RECEIPT_TTL_MS, Scripts, receipt_token
@@ -55,7 +55,7 @@ class Published:
 
     ``tenant`` is the tenant of the record the id names: the request's for a created job, else the one the existing
     record named when its ``status`` was read (in the same script), so a tenant-bound caller can refuse another's.
-    ``lane`` likewise: the caller's for a created job, else the lane the existing job was queued in.
+    ``lane`` likewise: the caller's for a created job, else the lane (priority) the existing job was queued in.
     """
 
     job_id: str
@@ -270,7 +270,7 @@ class Producer:
         receipt = keys.receipt(receipt_token())  # one per call: a copy redis-py sends again shares it
         reply = await self._scripts.publish(keys=[keys.lane(lane_name), keys.clock, receipt, keys.slot_guard], args=args)
         published = [
-            Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=str((rest or [lane_name])[0] or lane_name),
+            Published(job_id=str(jid), status=str(st), created=bool(int(created)), lane=lane_of(str((rest or [lane_name])[0] or lane_name)),
                       tenant=request.tenant if int(created) else (str(tenant) or None))
             for (request, _), (jid, st, created, tenant, *rest) in zip(chunk, reply, strict=True)
         ]

@@ -186,3 +186,12 @@ async def test_a_repeated_id_answers_the_lane_its_job_is_in_not_the_callers(redi
     assert (again.lane, again.created) == ("low", False)
     assert [(p.job_id, p.lane, p.created) for p in batch] == [("once", "low", False), ("new", "high", True)]
     assert await redis.xlen(keys.lane("high")) == 1
+
+
+async def test_a_repeated_id_of_a_resumed_job_answers_its_lane(redis, keys: Keys, producer: Producer) -> None:  # type: ignore[no-untyped-def]
+    # Given a job whose record names the stream it was handed back to (a drain's resumed-normal)
+    await producer.publish("echo", {}, id="handed-back", priority="normal")
+    await redis.hset(keys.job("handed-back"), "lane", "resumed-normal")
+    # When its id is published again, the answer names its lane, not the stream (docs: high, normal or low)
+    again = await producer.publish("echo", {}, id="handed-back", priority="high")
+    assert (again.lane, again.created) == ("normal", False)
