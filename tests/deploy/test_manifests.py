@@ -196,7 +196,9 @@ def test_compose_ports_match_the_code() -> None:
     services = ours(compose()["services"])
     gateway = check_invocation(services["gateway"]["command"], "gateway")
     assert int(gateway["--port"]) == DEFAULT_GATEWAY_PORT and gateway["--host"] == "0.0.0.0"
-    assert f"{DEFAULT_GATEWAY_PORT}:{DEFAULT_GATEWAY_PORT}" in services["gateway"]["ports"]
+    # published on this host only: the stack's gateway has no API keys unless .env sets them
+    assert f"127.0.0.1:{DEFAULT_GATEWAY_PORT}:{DEFAULT_GATEWAY_PORT}" in services["gateway"]["ports"]
+    assert services["gateway"]["environment"]["STREAMCREW_API_KEYS"] == "${STREAMCREW_API_KEYS:-}"
     for name, default in METRICS_PORTS.items():
         assert int(check_invocation(services[name]["command"], name)["--metrics-port"]) == default
     mock = check_invocation(services["mock-llm"]["command"], "mock-llm")
