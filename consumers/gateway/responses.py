@@ -10,7 +10,7 @@ from starlette.responses import Response
 from consumers.gateway.errors import ErrorResponse
 from streams.envelope import json_view
 from streams.records import JobRecord
-from streams.strict_json import JSON_INTS, json_bytes
+from streams.strict_json import json_bytes
 
 
 def json_response(status: int, payload: Any, *, headers: dict[str, str] | None = None) -> Response:
@@ -30,11 +30,7 @@ def job_view(record: JobRecord) -> dict[str, Any]:
     fields = json_view(record, exclude_none=True, exclude=frozenset({"id"}))
     if record.status == "completed":  # an agent's output of null is a result too (contract §3)
         fields.setdefault("result", None)
-    body = {"job_id": record.id, **fields, "links": job_links(record.id)}
-    for name, value in body.items():  # as json_response would: also in event streams, which do not use it
-        if isinstance(value, int) and value not in JSON_INTS:
-            body[name] = None
-    return body
+    return {"job_id": record.id, **fields, "links": job_links(record.id)}  # written by json_bytes: wide integers null
 
 
 def errors(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
