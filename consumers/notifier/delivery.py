@@ -98,8 +98,9 @@ class Deliverer:
             await self._session.close()
         await self.guard.resolver.aclose()
 
-    async def deliver(self, url: str, msg_id: str, body: bytes, *, returning: bool = False) -> Attempt:
-        """One attempt; ``returning``: the delivery was parked as busy and comes back at its time."""
+    async def deliver(self, url: str, msg_id: str, body: bytes, *, returning: bool = False, tenant: str = "") -> Attempt:
+        """One attempt; ``returning``: the delivery was parked as busy and comes back at its time; ``tenant``: the
+        job's, on a delivery to the job's own webhook (held to the tenant's share of the slots)."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):  # a resolver that never answers costs this attempt only
@@ -111,7 +112,7 @@ class Deliverer:
         except TimeoutError:
             return Attempt(Kind.RETRY, error=f"timeout after {self.timeout_s:g}s resolving the host", seconds=self.timeout_s)
         budget_s = self.timeout_s - (time.perf_counter() - started)  # what resolving left; the queue wait is not an attempt
-        queue = self.limiter.enter(target.origin, returning=returning)
+        queue = self.limiter.enter(target.origin, returning=returning, tenant=tenant)
         if isinstance(queue, Busy):
             return Attempt(Kind.BUSY, error=queue.reason, retry_after_s=queue.wait_s, backing_off=queue.growing)
         try:
@@ -127,7 +128,7 @@ class Deliverer:
             finally:
                 self.limiter.finished(queue, seconds)
         finally:
-            self.limiter.leave(queue)
+            self.limiter.leave(queue, tenant)
 
     async def _post(self, url: str, msg_id: str, body: bytes, budget_s: float) -> Attempt:
         headers = self.signer.headers(msg_id, body, url=url)

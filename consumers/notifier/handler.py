@@ -156,7 +156,8 @@ class NotifierHandler:
             return []
         event = event_json(raw)
         job_id = raw.get("id") or entry_id
-        return [Pending(job_id, url, event) for url in urls]
+        own, tenant = raw.get("webhook", "").strip(), raw.get("tenant", "")
+        return [Pending(job_id, url, event, tenant=tenant if url == own else "") for url in urls]
 
     async def _run(self, work: Work) -> None:
         if len(work.pending) == 1:  # the common case: no task of its own for the one delivery
@@ -168,7 +169,7 @@ class NotifierHandler:
     async def _one(self, work: Work, i: int) -> None:
         p = work.pending[i]
         try:
-            attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode(), returning=p.deferred > 0)
+            attempt = await self.deliverer.deliver(p.url, p.id, p.event.encode(), returning=p.deferred > 0, tenant=p.tenant)
             work.decisions[i] = self._decide(p, attempt)
         except Exception as exc:  # a fault of ours: an attempt that failed, never an entry's slot held for good, unlogged
             log.error("unexpected %s delivering webhook job=%s url=%s; counted as a failed attempt (no traceback: it may "
@@ -188,7 +189,7 @@ class NotifierHandler:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()
         if a.kind is Kind.BUSY:  # not an attempt: parked until its queue could take it, or further off each time
-            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1)
+            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1, p.tenant)
             if a.backing_off or a.retry_after_s is None:  # a slow endpoint: spaced out, further each time in a row
                 growing = BUSY_DELAY_S * 2.0 ** min(p.deferred, 10) * random.uniform(0.75, 1.25)
                 wait_s = capped(max(growing, a.retry_after_s or 0.0))
@@ -201,7 +202,7 @@ class NotifierHandler:
             error = a.error if a.kind is Kind.GONE else f"{a.error} (attempt {attempts} of {self.settings.max_attempts})"
             return Decision(dead=self._dead(p, attempts, status, error), outcome=Outcome.FAILED)
         delay_s = max(a.retry_after_s or 0.0, self.backoff_s(attempts))  # more time when asked, never less (Retry-After: 0)
-        later = Pending(p.id, p.url, p.event, attempts, status, a.error)
+        later = Pending(p.id, p.url, p.event, attempts, status, a.error, tenant=p.tenant)
         return Decision(delayed=(int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
 
     def backoff_s(self, attempts: int) -> float:

@@ -43,6 +43,16 @@ names under a wildcard DNS entry):
 - a proven endpoint that turns slow or stalls has its deliveries in flight
   counted in that budget from then on (:meth:`EndpointLimiter.tick`), so
   origins that hang after earning their connections fill it too.
+
+Proof is history, and a receiver can build it: origins that earn their
+connections and then all hang at once hold what they were given until the
+attempt timeout. Between tenants that is bounded: a tenant's own webhooks (the
+job's ``webhook``, not the operator's subscriptions) hold at most its fair share
+of the suspect budget, ``suspect_budget // (tenants under way + 1)`` (at least
+``per_endpoint``); beyond it they are parked like the rest. However many
+tenants' receivers hang at once, their deliveries then fill less than the
+budget, so other tenants' endpoints, proven or not, still start (the ``+ 1``
+keeps a share for a tenant not yet under way and for deliveries without one).
 """
 
 from __future__ import annotations
@@ -123,6 +133,7 @@ class EndpointLimiter:
         self._suspects: set[str] = set()  # endpoints with deliveries counted in the suspect budget
         self._waiting_for_budget: dict[str, EndpointQueue] = {}  # in arrival order
         self._budget_hung = False  # half the budget is held by deliveries stalled past SLOW_S (see tick)
+        self._tenant_held: dict[str, int] = {}  # tenants with deliveries of their own webhooks admitted: how many
 
     def little(self, queue: EndpointQueue, now: float) -> int:
         """How many more it may queue: what ``per_endpoint`` connections drain in ``queue_wait_s`` at its latency."""
@@ -144,11 +155,17 @@ class EndpointLimiter:
         lone = max(self.per_endpoint, int(self.per_endpoint * LONE_QUEUE_S / max(queue.latency_s, 1e-3)))
         return None if lone >= self.pool else lone
 
-    def enter(self, origin: str, *, returning: bool = False) -> EndpointQueue | Busy:
-        """Admit one delivery (it must call :meth:`leave`), or say why not.
+    def tenant_share(self, tenant: str) -> int:
+        """How many deliveries of its own webhooks ``tenant`` may have admitted: its fair share of the suspect budget."""
+        under_way = len(self._tenant_held) + (tenant not in self._tenant_held)
+        return max(self.per_endpoint, self.suspect_budget // (under_way + 1))
+
+    def enter(self, origin: str, *, returning: bool = False, tenant: str = "") -> EndpointQueue | Busy:
+        """Admit one delivery (it must call :meth:`leave` with the same ``tenant``), or say why not.
 
         ``returning``: it was parked before and its time has come; a healthy endpoint takes it past its share
         (those come back at the endpoint's pace, so they do not pile up), and parks the new ones instead.
+        ``tenant``: a delivery to the job's own webhook names the job's tenant, held to :meth:`tenant_share`.
         """
         now = time.monotonic()
         queue = self._queues.get(origin)
@@ -171,6 +188,11 @@ class EndpointLimiter:
                     return Busy(f"{origin} is slow ({latency:.1f}s) with {queue.held} deliveries under way", latency, growing=True)
             elif not returning and (room := self.room(queue, now)) is not None and waiting >= room:
                 return Busy(self._over_room(queue), self._come_back_s(queue, now, ahead=queue.held - queue.leaving))
+        if tenant:
+            if (held := self._tenant_held.get(tenant, 0)) >= (share := self.tenant_share(tenant)):
+                return Busy(f"this job's tenant has {held} deliveries to its webhooks under way, its share of the "
+                            f"notifier's {self.pool} slots", SLOW_S, growing=True)
+            self._tenant_held[tenant] = held + 1
         queue.held += 1
         return queue
 
@@ -262,9 +284,13 @@ class EndpointLimiter:
             if origin in self._waiting_for_budget:  # still blocked: the budget is full again
                 break
 
-    @staticmethod
-    def leave(queue: EndpointQueue) -> None:
+    def leave(self, queue: EndpointQueue, tenant: str = "") -> None:
         queue.held -= 1
+        if tenant:
+            if (held := self._tenant_held[tenant] - 1) > 0:
+                self._tenant_held[tenant] = held
+            else:
+                del self._tenant_held[tenant]
 
     def tick(self) -> int:
         """Forget endpoints idle past ``ACTIVE_S``; count the deliveries in flight of queues turned slow in the

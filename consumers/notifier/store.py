@@ -128,7 +128,9 @@ class Pending:
     """One event still to deliver to one URL.
 
     ``attempts`` counts the attempts already made; ``deferred`` how many times
-    in a row it was parked because its endpoint was busy (it spaces them out).
+    in a row it was parked because its endpoint was busy (it spaces them out);
+    ``tenant`` is the job's on a delivery to the job's own webhook ('' otherwise:
+    a subscription is the operator's), held to the tenant's share of the slots.
     """
 
     id: str
@@ -138,11 +140,12 @@ class Pending:
     last_status: str = ""
     error: str = ""
     deferred: int = 0
+    tenant: str = ""
 
     @classmethod
     def from_fields(cls, raw: dict[str, str]) -> Pending:
         return cls(raw.get("id", ""), raw.get("url", ""), raw.get("event", "{}"), _int(raw.get("attempts")),
-                   raw.get("last_status", ""), raw.get("error", ""), _int(raw.get("deferred")))
+                   raw.get("last_status", ""), raw.get("error", ""), _int(raw.get("deferred")), raw.get("tenant", ""))
 
     def member(self) -> str:
         """A delayed-set member; the nonce keeps two identical waits apart. Text a peer sent that is not UTF-8 (lone
@@ -150,7 +153,7 @@ class Pending:
         fields = {
             "id": self.id, "url": self.url, "event": self.event, "attempts": str(self.attempts),
             "last_status": self.last_status, "error": self.error, "deferred": str(self.deferred),
-            "n": secrets.token_hex(6),
+            **({"tenant": self.tenant} if self.tenant else {}), "n": secrets.token_hex(6),
         }
         try:
             return orjson.dumps(fields).decode()

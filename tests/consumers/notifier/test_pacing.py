@@ -29,7 +29,7 @@ PER_ENDPOINT = 10  # the notifier's default
 HELD = 200 // REFILL_FRACTION  # at its default concurrency: settled entries whose commit may wait for a batch
 
 
-async def add_results(redis: Redis, keys: Keys, hooks: list[str], *, prefix: str = "job") -> dict[str, int]:
+async def add_results(redis: Redis, keys: Keys, hooks: list[str], *, prefix: str = "job", tenant: str | None = None) -> dict[str, int]:
     """XADD one result per hook URL, in one pipeline per thousand; returns each job id's place in the stream."""
     await ensure_groups(redis, standard_groups(keys))
     t = now_ms()
@@ -40,7 +40,7 @@ async def add_results(redis: Redis, keys: Keys, hooks: list[str], *, prefix: str
                 order[f"{prefix}-{n}"] = n
                 pipe.xadd(keys.results, JobResult(id=f"{prefix}-{n}", agent="echo", status=Status.COMPLETED, result={"n": n},
                                                   attempts=1, submitted_at=t, started_at=t, finished_at=t, worker="test",
-                                                  webhook=hooks[n]).to_fields())
+                                                  webhook=hooks[n], tenant=tenant).to_fields())
             await pipe.execute()
     return order
 
@@ -172,6 +172,36 @@ async def test_origins_that_answer_once_then_hang_do_not_take_the_slots_of_a_hea
         except TimeoutError:
             pytest.fail(f"the healthy endpoint's 20 webhooks waited past 20 s: {receiver.most_hanging} requests hung at once")
         assert receiver.most_hanging <= 100, receiver.most_hanging
+        assert not receiver.duplicates()
+        notifier.kill()
+    finally:
+        await receiver.stop()
+
+
+async def test_a_tenants_origins_that_earn_their_connections_then_hang_leave_other_tenants_room(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory
+) -> None:
+    # Given one tenant's 25 origins (loopback addresses, one receiver) that have each answered 10 webhooks fast,
+    # so each has earned its 10 connections: 250 proven connections, more than the notifier's 200 slots
+    hosts = [f"127.0.40.{1 + i}" for i in range(25)]
+    receiver = await PacedReceiver(latency_s=0.005).start(["127.0.0.1", *hosts])
+    try:
+        notifier = notifiers.start(env={"STREAMCREW_TIMEOUT_S": "30"})
+        await add_results(redis, keys, [receiver.url("/hook", h) for h in hosts for _ in range(PER_ENDPOINT)], prefix="proven",
+                          tenant="mallory")
+        await receiver.wait_for(PER_ENDPOINT * len(hosts), prefix="/hook", timeout=30)
+        # When each of them gets 10 of the tenant's webhooks that hang, then another tenant's new endpoint 20
+        await add_results(redis, keys, [receiver.url("/hang", h) for h in hosts for _ in range(PER_ENDPOINT)], prefix="hang",
+                          tenant="mallory")
+        await add_results(redis, keys, [receiver.url("/hook")] * 20, prefix="job", tenant="alice")
+        # Then the other tenant's webhooks arrive while the hanging requests are still open (before the 30 s attempt
+        # timeout frees a slot): the hanging tenant holds its share, half the 100 allowed endpoints not proven
+        # healthy (before, its proven origins took every slot, and the other tenant waited for the timeout)
+        try:
+            await receiver.wait_for(PER_ENDPOINT * len(hosts) + 20, prefix="/hook", timeout=20)
+        except TimeoutError:
+            pytest.fail(f"the other tenant's 20 webhooks waited past 20 s: {receiver.most_hanging} requests hung at once")
+        assert receiver.most_hanging <= 50, receiver.most_hanging
         assert not receiver.duplicates()
         notifier.kill()
     finally:

@@ -421,6 +421,46 @@ async def test_a_proven_endpoint_that_stalls_counts_in_the_budget_of_endpoints_n
     assert limiter._suspect_in_flight == 0 and turned.suspect_in_flight == 0
 
 
+async def test_a_tenants_own_webhooks_hold_at_most_its_fair_share_of_the_slots() -> None:
+    # Given a pool of 120 (a budget of 60 for endpoints not proven healthy) and twenty proven origins of one tenant,
+    # each with its 10 connections
+    limiter = EndpointLimiter(10, pool=120, queue_wait_s=0.5)
+    origins = [proven(limiter, f"http://mallory-{i}:80") for i in range(20)]
+    # When the tenant's webhooks arrive for all of them (as they would before they all hang)
+    admitted = [q for q in origins for _ in range(10) if isinstance(limiter.enter(q.origin, tenant="mallory"), EndpointQueue)]
+    # Then alone it holds half that budget (a share stays free for tenants not yet under way), the rest is parked
+    assert len(admitted) == 30
+    parked = limiter.enter(origins[-1].origin, tenant="mallory")
+    assert isinstance(parked, Busy) and parked.growing and "its share of the notifier's 120 slots" in parked.reason
+    # And another tenant still gets in, up to a third of the budget once two are under way
+    alice = [limiter.enter("http://alice:80", tenant="alice") for _ in range(25)]
+    assert sum(isinstance(q, EndpointQueue) for q in alice) == 20
+    # And deliveries without a tenant (subscriptions, untenanted jobs) are not held to any tenant's share
+    assert isinstance(limiter.enter("http://ops:80"), EndpointQueue)
+    # And as the tenant's deliveries leave, its count goes, and with it its place among the tenants under way
+    for q in admitted:
+        limiter.leave(q, "mallory")
+    assert "mallory" not in limiter._tenant_held and limiter.tenant_share("alice") == 30
+
+
+async def test_tenants_whose_receivers_all_hang_leave_room_for_another_tenants_new_endpoint() -> None:
+    # Given a pool of 200 and two tenants, each with 20 proven origins, whose webhooks all go out and then hang
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    for tenant in ("t1", "t2"):
+        for i in range(20):
+            q = proven(limiter, f"http://{tenant}-{i}:80")
+            for _ in range(10):
+                if isinstance(limiter.enter(q.origin, tenant=tenant), EndpointQueue):
+                    assert await limiter.turn(q)
+            q.stalled_since -= 20
+    limiter.tick()
+    # Then together they hold less than the budget for endpoints not proven healthy (50 + 33 of 100)
+    assert limiter._suspect_in_flight == 83, limiter._suspect_in_flight
+    # And a third tenant's endpoint that never answered yet starts at once
+    new = limiter.enter("http://alice:80", tenant="alice")
+    assert isinstance(new, EndpointQueue) and await asyncio.wait_for(limiter.turn(new), 1)
+
+
 async def test_a_proven_endpoint_that_once_waited_for_the_budget_keeps_its_waiters() -> None:
     # Given a budget of 4 held by 4 hanging new endpoints, and a proven endpoint that turned slow for a moment,
     # so that its next delivery waited for room in the budget
