@@ -24,7 +24,7 @@ from agents.crews.models import (
     SupportInput,
     SupportRequest,
 )
-from agents.crews.specialists import build_crew, run_specialist
+from agents.crews.specialists import build_crew, run_specialist, task_inputs
 from agents.crews.support import support
 from agents.registry import AgentRegistry
 
@@ -45,4 +45,5 @@ __all__ = [
     "DESIGN_ALIASES", "DesignRequest", "OrderInput", "OrderRequest", "ProductInput", "ProductRequest", "ReturnsInput",
     "ReturnsRequest", "StreamcrewLLM", "SupportInput", "SupportRequest", "answer_design_request", "build_crew",
     "configure_executor", "order", "product", "register_crews", "returns", "run_specialist", "support", "support_desk",
+    "task_inputs",
 ]

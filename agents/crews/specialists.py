@@ -11,11 +11,15 @@ kickoff failed is dropped rather than reused.
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from crewai import Agent, Crew, Process, Task
+from crewai.agents.agent_executor import AgentExecutor
+from crewai.flow.flow_definition import FlowDefinition
 from crewai.utilities.task_output_storage_handler import TaskOutputStorageHandler
 
 from agents.crews.executor import ensure_executor
@@ -70,15 +74,45 @@ for _kind, _spec in list(SPECIALISTS.items()):
         expected_output="A short analysis that uses the facts the tools returned.")
 
 
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill_once(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with each ``{name}`` of ``values`` replaced in one pass; other braces stay as written.
+
+    The values are customers' text. CrewAI fills a template one name after another over the text so far
+    (``interpolate_only``; its executor likewise ``{input}``, then ``{tool_names}`` and ``{tools}``), so a
+    customer id of ``{question}`` turned into the question and a ``{tools}`` into the tools' descriptions.
+    Here a value is never read for placeholders: it reaches the prompt as it was, once.
+    """
+    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
+
+
+def task_inputs(kind: str, inputs: Mapping[str, str]) -> dict[str, str]:
+    """The kickoff inputs of a :func:`build_crew` crew: its one placeholder, ``{task}``, is the whole task, written here."""
+    return {"task": fill_once(SPECIALISTS[kind].task, inputs)}
+
+
+class VerbatimExecutor(AgentExecutor):
+    """CrewAI's executor, its prompt filled by :func:`fill_once`, so a ``{tools}`` in the task stays text."""
+
+    # CrewAI reads a Flow's steps from its class's own namespace, not its bases': without this, none.
+    _flow_definition: ClassVar[FlowDefinition | None] = AgentExecutor.flow_definition()
+
+    @staticmethod
+    def _format_prompt(prompt: str, inputs: dict[str, str]) -> str:
+        return fill_once(prompt, inputs)
+
+
 def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
     spec = SPECIALISTS[kind]
     agent = Agent(
         role=spec.role, goal=spec.goal, backstory=spec.backstory, llm=llm,
         tools=[make_tool(name) for name in spec.tools],
-        allow_delegation=False, max_iter=4, verbose=False, cache=False,
+        allow_delegation=False, max_iter=4, verbose=False, cache=False, executor_class=VerbatimExecutor,
         max_retry_limit=0,  # the worker retries a job's attempt; CrewAI's own retry ran the task (tools too) 3 times in one
     )
-    task = Task(description=spec.task, expected_output=spec.expected_output, agent=agent)
+    task = Task(description="{task}", expected_output=spec.expected_output, agent=agent)
     crew = Crew(agents=[agent], tasks=[task], process=Process.sequential, verbose=False, memory=False, cache=False, tracing=False)
     crew._task_output_handler = NoTaskOutputStorage()
     return crew
@@ -120,7 +154,7 @@ async def run_specialist(kind: str, inputs: dict[str, str]) -> dict[str, Any]:
         llm = StreamcrewLLM.bound(model, loop)
         crew = build_crew(kind, llm)
     try:
-        output = await crew.akickoff(inputs=inputs)
+        output = await crew.akickoff(inputs=task_inputs(kind, inputs))
     except BaseException:  # a timeout's cancel stops only this task: the step's thread and its LLM call go on unless aborted
         llm.abort()
         raise

@@ -68,7 +68,7 @@ async def test_a_tool_that_raises_is_an_error_naming_the_exception_without_url_s
 
 @pytest.mark.parametrize("status", [400, 500])
 async def test_a_crew_makes_one_try_of_its_task_per_attempt_when_the_llm_fails(status: int) -> None:
-    from agents.crews.specialists import build_crew
+    from agents.crews.specialists import build_crew, task_inputs
     from agents.llm import LLMRequestError, LLMUnavailable
     from tests.hostile import HostilePeer, response
 
@@ -85,7 +85,7 @@ async def test_a_crew_makes_one_try_of_its_task_per_attempt_when_the_llm_fails(s
     try:
         # When the order crew is kicked off once (one attempt of its job)
         with pytest.raises((LLMRequestError, LLMUnavailable)):
-            await asyncio.wait_for(crew.akickoff(inputs={"customer": "c-1", "order_id": "ORD-1", "question": "where is it?"}), 60)
+            await asyncio.wait_for(crew.akickoff(inputs=task_inputs("order", {"customer": "c-1", "order_id": "ORD-1", "question": "where is it?"})), 60)
     finally:
         await client.aclose()
         await peer.stop()
