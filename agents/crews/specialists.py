@@ -15,11 +15,9 @@ import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from crewai import Agent, Crew, Process, Task
-from crewai.agents.agent_executor import AgentExecutor
-from crewai.flow.flow_definition import FlowDefinition
 from crewai.utilities.task_output_storage_handler import TaskOutputStorageHandler
 
 from agents.crews.executor import ensure_executor
@@ -77,31 +75,28 @@ for _kind, _spec in list(SPECIALISTS.items()):
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+# CrewAI's executor fills these into its prompt after the task is in it ({input} first: the task itself), so the
+# same names in the task would be filled with the tools' descriptions; a WORD JOINER (invisible) keeps them text.
+_EXECUTOR_NAMES = {"{tools}": "{\u2060tools}", "{tool_names}": "{\u2060tool_names}"}
+
+
 def fill_once(template: str, values: Mapping[str, str]) -> str:
     """``template`` with each ``{name}`` of ``values`` replaced in one pass; other braces stay as written.
 
     The values are customers' text. CrewAI fills a template one name after another over the text so far
-    (``interpolate_only``; its executor likewise ``{input}``, then ``{tool_names}`` and ``{tools}``), so a
-    customer id of ``{question}`` turned into the question and a ``{tools}`` into the tools' descriptions.
-    Here a value is never read for placeholders: it reaches the prompt as it was, once.
+    (``interpolate_only``), so a customer id of ``{question}`` turned into the question. Here a value is never
+    read for placeholders: it reaches the prompt as it was, once.
     """
     return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
 
 
 def task_inputs(kind: str, inputs: Mapping[str, str]) -> dict[str, str]:
-    """The kickoff inputs of a :func:`build_crew` crew: its one placeholder, ``{task}``, is the whole task, written here."""
-    return {"task": fill_once(SPECIALISTS[kind].task, inputs)}
-
-
-class VerbatimExecutor(AgentExecutor):
-    """CrewAI's executor, its prompt filled by :func:`fill_once`, so a ``{tools}`` in the task stays text."""
-
-    # CrewAI reads a Flow's steps from its class's own namespace, not its bases': without this, none.
-    _flow_definition: ClassVar[FlowDefinition | None] = AgentExecutor.flow_definition()
-
-    @staticmethod
-    def _format_prompt(prompt: str, inputs: dict[str, str]) -> str:
-        return fill_once(prompt, inputs)
+    """The kickoff inputs of a :func:`build_crew` crew: its one placeholder, ``{task}``, is the whole task, written
+    here (CrewAI then has one name to fill, once); the names its executor fills later are kept from it."""
+    task = fill_once(SPECIALISTS[kind].task, inputs)
+    for name, kept in _EXECUTOR_NAMES.items():
+        task = task.replace(name, kept)
+    return {"task": task}
 
 
 def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
@@ -109,7 +104,7 @@ def build_crew(kind: str, llm: StreamcrewLLM) -> Crew:
     agent = Agent(
         role=spec.role, goal=spec.goal, backstory=spec.backstory, llm=llm,
         tools=[make_tool(name) for name in spec.tools],
-        allow_delegation=False, max_iter=4, verbose=False, cache=False, executor_class=VerbatimExecutor,
+        allow_delegation=False, max_iter=4, verbose=False, cache=False,
         max_retry_limit=0,  # the worker retries a job's attempt; CrewAI's own retry ran the task (tools too) 3 times in one
     )
     task = Task(description="{task}", expected_output=spec.expected_output, agent=agent)
