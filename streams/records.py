@@ -6,12 +6,12 @@ import asyncio
 import time
 from typing import Any, cast
 
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
 
 from streams.envelope import TERMINAL, JobResult, Status
 from streams.keys import Keys, keys_for_job
+from streams.strict_json import parsed_json
 from streams.workflow import WORKFLOW_AGENT
 from streams.workflows import get_steps
 
@@ -69,10 +69,7 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord | None:
     values["parked"] = True if str(raw.get("source", "")).startswith(PARKED_SOURCE) and raw.get("status") in ("queued", "retrying") else None
     for name in ("result", "usage"):
         if name in values:
-            try:
-                values[name] = orjson.loads(values[name])
-            except orjson.JSONDecodeError:
-                pass
+            values[name] = parsed_json(values[name])  # the stored text when it is no JSON, or too deep to write back
     values["id"] = job_id
     try:
         return JobRecord.model_validate(values)

@@ -48,11 +48,34 @@ def json_bytes(value: Any) -> bytes:
     try:
         return orjson.dumps(value, default=json_default)
     except orjson.JSONEncodeError:
-        mended = ints_as_json(value)
+        # ints_as_json recurses (two frames a level): only when there is an integer to mend, so a deep value's
+        # writing is the stdlib's alone (one level a frame, MAX_SHOWN_DEPTH within Python's limit)
+        mended = ints_as_json(value) if _has_wide_int(value) else value
     try:
         return orjson.dumps(mended, default=json_default)
     except orjson.JSONEncodeError:
         return json.dumps(mended, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# How deep a stored result may nest and still be shown parsed (streams.records): orjson reads 1,023 levels but writes
+# 254, the stdlib writes deeper within Python's recursion limit (1,000 frames), which must leave room for its caller's.
+MAX_SHOWN_DEPTH = 512
+
+
+def parsed_json(text: str) -> Any:
+    """``text``'s JSON value, or ``text`` itself when it is no JSON or nests past ``MAX_SHOWN_DEPTH``: a reader
+    could not write that back (a raw writer's result of 900 levels answered 500), and the text loses nothing."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    if text.count("[") + text.count("{") <= MAX_SHOWN_DEPTH:  # too few brackets to nest that deep: no walk
+        return value
+    try:
+        orjson.dumps(value)  # written at C speed: 254 levels at most
+    except orjson.JSONEncodeError:
+        return text if _nests_deeper(value, MAX_SHOWN_DEPTH) else value
+    return value
 
 
 def encode_data(data: Any) -> str:
@@ -104,6 +127,36 @@ def has_wide_integer(text: str) -> bool:
 
 class TooDeep(ValueError):
     """JSON nested deeper than a check of it can go (Python's recursion limit)."""
+
+
+def _nests_deeper(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``levels`` deep; walked with a stack, not recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list | tuple):
+            continue
+        if depth > levels:
+            return True
+        stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def _has_wide_int(value: Any) -> bool:
+    """Whether ``value`` holds an integer orjson cannot write (past 64 bits); walked with a stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            if item not in JSON_INTS:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def _has_non_finite(value: Any) -> bool:

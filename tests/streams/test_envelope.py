@@ -88,3 +88,15 @@ def test_a_wide_integer_is_told_at_any_length(data: str, wide: bool) -> None:
             JobRequest.from_fields(raw)
     else:
         JobRequest.from_fields(raw)
+
+
+def test_a_stored_json_past_the_shown_depth_reads_as_its_text() -> None:
+    from streams.strict_json import MAX_SHOWN_DEPTH, json_bytes, parsed_json
+
+    # Given stored texts: at the depth still shown, one level past it, wide but shallow, and no JSON at all
+    at, past = "[" * MAX_SHOWN_DEPTH + "]" * MAX_SHOWN_DEPTH, "[" * (MAX_SHOWN_DEPTH + 1) + "]" * (MAX_SHOWN_DEPTH + 1)
+    wide = "[" + ",".join(["{}"] * 2000) + "]"
+    # Then only the one past the depth, and the one no JSON, read as text; the deepest parsed one is written back
+    assert json_bytes(parsed_json(at)) == at.encode()
+    assert parsed_json(past) == past and parsed_json("not json") == "not json"
+    assert parsed_json(wide) == [{}] * 2000

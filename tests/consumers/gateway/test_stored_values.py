@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from streams.keys import Keys
+from streams.strict_json import MAX_SHOWN_DEPTH
 from tests.consumers.gateway.support import GatewayFactory, sse_events
 
 YEAR_58888 = 1796163777734000  # microseconds stored as milliseconds: an epoch ms no datetime holds
@@ -124,3 +125,30 @@ def test_an_events_data_is_one_line_whatever_line_breaks_its_text_holds() -> Non
     assert len(data.splitlines()) == 1, data
     # ... which reads back as the record
     assert json.loads(data) == body
+
+
+async def test_a_result_nested_past_what_the_gateway_writes_is_answered_as_its_stored_text(gateways: GatewayFactory, redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given records whose result is 900 levels deep, as settle.lua copies a raw XADD's result (orjson reads it,
+    # no writer in the gateway writes it back: past Python's recursion limit), and one at the 512 levels still shown parsed
+    deep, deepest = "[" * 900 + "]" * 900, "[" * MAX_SHOWN_DEPTH + "]" * MAX_SHOWN_DEPTH
+    for job_id, result in (("raw-deep", deep), ("raw-deepest", deepest)):
+        await redis.hset(keys.job(job_id), mapping={
+            "status": "completed", "agent": "echo", "attempts": "1", "finished_at": "1", "result": result})
+    gateway = await gateways.start()
+    async with gateway.client() as client:
+        # When their records, results and event streams are read
+        answers = {job_id: [await client.get(f"/jobs/{job_id}"), await client.get(f"/jobs/{job_id}/result")]
+                   for job_id in ("raw-deep", "raw-deepest")}
+        for job_id in answers:
+            async with sse_events(client, f"/jobs/{job_id}/events") as events:
+                first = await anext(events)
+            assert first["event"] == "status", first
+            answers[job_id].append(json.loads(first["data"]))
+    # Then each answers whole: the 900 levels as the stored JSON text, as the notifier delivers it (it answered 500,
+    # and the event stream broke off), the 512 levels as JSON
+    for job_id, shown in (("raw-deep", deep), ("raw-deepest", json.loads(deepest))):
+        record, result, event = answers[job_id]
+        for answer in (record, result):
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "completed" and answer.json()["result"] == shown
+        assert event["result"] == shown
