@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from consumers.gateway.deadline import unanswered
+from consumers.gateway.deadline import answered_within
 from consumers.gateway.errors import ApiError
 
 if TYPE_CHECKING:
@@ -86,12 +85,7 @@ async def _limit(state: GatewayState, bucket: str) -> None:
     STREAMCREW_REQUEST_TIMEOUT_S, as the answer deadline (consumers.gateway.deadline) answers: /metrics, /openapi.json
     and the event streams are not under it, and waited out a hung Redis here (75 s)."""
     if state.limiter.enabled:
-        seconds = state.settings.request_timeout_s
-        try:
-            async with asyncio.timeout(seconds):
-                verdict = await state.limiter.take(bucket)
-        except TimeoutError:
-            raise ApiError(503, "redis_unavailable", unanswered(seconds), headers={"Retry-After": "1"}) from None
+        verdict = await answered_within(state.settings.request_timeout_s, state.limiter.take(bucket))
         if not verdict.allowed:
             raise ApiError(429, "rate_limited", f"rate limit exceeded; retry after {verdict.retry_after_s}s",
                            headers={"Retry-After": str(verdict.retry_after_s)})

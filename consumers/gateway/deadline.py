@@ -6,8 +6,8 @@ client: 15 s per try, sent again twice, so a caller would hear nothing for ~45 s
 held a connection and memory here. The clock starts again at each body chunk, so a slow upload is the client's
 time, not the budget; it stops once the answer has started. Bounded: ``/jobs`` and ``/tasks`` calls, and the
 admin routes' reads (``GET /queue/stats``, ``/dead``, ``/webhooks/dead``: cutting a read off changes nothing).
-Not bounded: event streams (``/jobs/{job_id}/events``, which answer for minutes by design) and the admin routes that replay
-or purge (they may move many entries in one call, and one cut off half-way would leave the operator unsure what
+Not bounded: event streams (``/jobs/{job_id}/events``, which answer for minutes by design: their reads of the job are
+bounded each, :func:`answered_within` and consumers.gateway.sse) and the admin routes that replay or purge (they may move many entries in one call, and one cut off half-way would leave the operator unsure what
 was moved).
 
 One watchdog task looks at the requests in flight every ``TICK_S`` and cancels the late ones (a timer per
@@ -20,13 +20,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway.errors import redis_unavailable
+from consumers.gateway.errors import ApiError, redis_unavailable
 from streams.sizes import short
 
 log = logging.getLogger("streamcrew.gateway")
+T = TypeVar("T")
 
 BOUNDED = ("/jobs", "/tasks")
 BOUNDED_READS = ("/queue/stats", "/dead", "/webhooks/dead")
@@ -44,6 +47,17 @@ def is_bounded(method: str, path: str) -> bool:
 
 def unanswered(seconds: float) -> str:
     return f"the job store (Redis) did not answer within {seconds:g}s; retry later"
+
+
+async def answered_within(seconds: float, call: Awaitable[T]) -> T:
+    """``call``'s reply, or ``503 redis_unavailable`` once ``seconds`` pass: the answer deadline for a Redis call on
+    a route the middleware leaves out (the rate limiter's, an event stream's first read), which waited out a hung
+    Redis (~45 s of the client's timeouts and tries)."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await call
+    except TimeoutError:
+        raise ApiError(503, "redis_unavailable", unanswered(seconds), headers={"Retry-After": "1"}) from None
 
 
 def late_message(method: str, seconds: float) -> str:

@@ -63,7 +63,8 @@ class GatewaySettings(StreamSettings):
     ready_timeout_s: float = Field(default=1.0, gt=0, description="seconds /readyz waits for Redis to answer PING")
     request_timeout_s: float = Field(
         default=5.0, gt=0, description="seconds a /jobs or /tasks call or an admin read may wait on Redis after its body arrived, and any "
-                                 "rate-limited route on its bucket; then 503",
+                                 "rate-limited route on its bucket, and an event stream on each read of its job; then 503 (a stream's later "
+                                 "reads: looked at again)",
     )
     head_timeout_s: float = Field(
         default=30.0, gt=0,

@@ -24,6 +24,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from redis.exceptions import RedisError
 
 from consumers.gateway.auth import Caller, authorize
+from consumers.gateway.deadline import answered_within
 from consumers.gateway.errors import ApiError
 from consumers.gateway.jobs import JobIdPath, visible_job
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_view
@@ -64,8 +65,9 @@ async def _resume_point(
     last_event_id: Annotated[str | None, Header(max_length=200, description=LAST_EVENT_ID)] = None,
     last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=200, description=LAST_EVENT_ID_QUERY)] = None,
 ) -> tuple[JobRecord, str | None]:
-    """Runs before the stream opens, so an unknown job is a plain 404."""
-    record = await visible_job(state, caller, job_id)
+    """Runs before the stream opens, so an unknown job is a plain 404, and a Redis that does not answer within
+    STREAMCREW_REQUEST_TIMEOUT_S a 503 (the middleware's deadline leaves event streams out)."""
+    record = await answered_within(state.settings.request_timeout_s, visible_job(state, caller, job_id))
     seen = last_event_id or last_event_id_query
     if record.terminal and seen == event_id(record):
         raise NothingNew
@@ -128,9 +130,10 @@ async def job_events(
             return
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, settings.sse_poll_max_s)
-        try:
-            polled = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
-        except (RedisError, *REDIS_DOWN):  # Redis away (a cluster's "no node answers" too): keep the stream, look again later
+        try:  # under the first read's deadline: a hung Redis held the stream past its close (~45 s a poll)
+            async with asyncio.timeout(settings.request_timeout_s):
+                polled = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
+        except (RedisError, TimeoutError, *REDIS_DOWN):  # Redis away or hung (a cluster's "no node answers" too): keep the stream, look again later
             delay = settings.sse_poll_max_s
             continue
         # The tenant is checked on every poll: the record may have expired and been created again by another

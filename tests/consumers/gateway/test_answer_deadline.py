@@ -9,7 +9,7 @@ import asyncio
 from streams.connection import connect
 from streams.embedded import RedisServer
 from streams.keys import Keys
-from tests.consumers.gateway.support import GatewayFactory
+from tests.consumers.gateway.support import GatewayFactory, sse_events
 from tests.support import stall_redis, wait_until
 
 STALL_MS = 6000
@@ -104,3 +104,47 @@ async def test_the_rate_limit_answers_503_within_the_deadline_on_routes_outside_
         await stall
         # And once Redis is back, they answer again
         assert (await client.get("/openapi.json")).status_code == 200
+
+
+async def test_an_event_streams_first_read_is_answered_503_within_the_deadline(
+    gateways: GatewayFactory, own_redis: RedisServer,
+) -> None:
+    # Given a gateway without keys or rate limit (no call of the limiter's before the stream's own read), waiting
+    # at most 1 s on Redis
+    gateway = await gateways.start({"STREAMCREW_REQUEST_TIMEOUT_S": str(TIMEOUT_S)}, redis_url=own_redis.url)
+    async with gateway.client() as client:
+        assert (await client.post("/jobs", json=_job("streamed"))).status_code == 202
+        # When Redis stalls and a caller opens the job's event stream (its first read looks the job up)
+        stall = await stall_redis(own_redis, STALL_MS)
+        async with client.stream("GET", "/jobs/streamed/events") as answer:
+            # Then it is answered 503 redis_unavailable with Retry-After before Redis is back, as the bounded routes
+            # are (it waited out the stall: the event streams are not under the answer deadline's middleware)
+            assert not stall.done(), "the answer came only after the stall ended"
+            await answer.aread()
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "redis_unavailable"
+            assert answer.headers["retry-after"] == "1"
+        await stall
+        # And once Redis is back, the stream opens
+        async with sse_events(client, "/jobs/streamed/events") as events:
+            assert (await anext(events))["id"] == "0-queued"
+
+
+async def test_an_event_streams_later_poll_is_cut_off_within_the_deadline(
+    gateways: GatewayFactory, own_redis: RedisServer,
+) -> None:
+    # Given a gateway whose event streams close after 2 s, waiting at most 1 s on Redis, and a stream open on a job
+    gateway = await gateways.start({"STREAMCREW_REQUEST_TIMEOUT_S": str(TIMEOUT_S), "STREAMCREW_SSE_MAX_S": "2"},
+                                   redis_url=own_redis.url)
+    async with gateway.client() as client:
+        assert (await client.post("/jobs", json=_job("polled"))).status_code == 202
+        async with sse_events(client, "/jobs/polled/events") as events:
+            assert (await anext(events))["id"] == "0-queued"
+            # When Redis stalls while the stream polls the job
+            stall = await stall_redis(own_redis, STALL_MS)
+            rest = [event async for event in events]
+            # Then the stream ends at its close, before Redis is back, as its first read is answered (a poll waited
+            # out the stall, holding the stream past its close)
+            assert not stall.done(), "the stream ended only after the stall ended"
+            assert rest == []
+        await stall
