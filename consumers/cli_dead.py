@@ -15,7 +15,8 @@ from streams.config import StreamSettings
 if TYPE_CHECKING:
     from streams.dead import Replay
 
-# The reasons a dead letter can carry: a job's, and step_failed, which workflow.lua gives a workflow that failed.
+# The reasons a dead letter is listed with (streams.dead.REASONS): a job's, step_failed (a workflow a step failed), and
+# malformed (a letter streamcrew did not write, which only purge removes).
 REASONS = dead.REASONS
 Count = Annotated[int, typer.Option(min=1, help="how many, oldest first")]
 

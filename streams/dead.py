@@ -29,7 +29,10 @@ from streams.workflow import STEP_ID, WORKFLOW_AGENT
 Entries = list[tuple[str, dict[str, str]]]
 StreamOf = Callable[[Keys], str]  # which dead stream of a prefix's (or a partition's) keys
 PAGE = 500
-REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "unencodable", "step_failed")  # step_failed: a workflow a step failed (workflow.lua)
+# The reasons a dead letter is listed with: those streamcrew writes (step_failed: a workflow a step failed, workflow.lua),
+# and malformed, a letter whose fields are not ones streamcrew writes (a hand-made XADD): replay and purge take each
+# (replay skips a malformed letter, saying why).
+REASONS = ("invalid", "rejected", "exhausted", "expired", "too_large", "unencodable", "step_failed", MALFORMED_LETTER)
 # A dead letter's name: its entry ID, then ``:<partition>`` in a partitioned prefix.
 DEAD_ENTRY_PATTERN = r"^\d{1,19}-\d{1,19}(?::\d{1,5})?$"
 _NAMED = re.compile(r"^(\d+-\d+):(\d+)$")
@@ -205,7 +208,8 @@ def _passed(deadline: str | None) -> bool:
 
 
 async def present(redis: Redis, stream: str, reason: str | None = None) -> AsyncIterator[list[str]]:
-    """Pages of the entry IDs of the dead letters in ``stream`` now (with ``reason``, when given), not later ones."""
+    """Pages of the entry IDs of the dead letters in ``stream`` now (with ``reason``, when given), not later ones.
+    A letter's reason is the one it is listed with: ``malformed`` for one streamcrew did not write, whatever it says."""
     async for entries in _present_entries(redis, stream, reason):
         yield [eid for eid, _ in entries]
 
@@ -220,7 +224,7 @@ async def _present_entries(redis: Redis, stream: str, reason: str | None = None)
         entries = cast(Entries, await redis.xrange(stream, min=start, max=end, count=PAGE))
         if not entries:
             return
-        yield [(eid, fields) for eid, fields in entries if reason is None or fields.get("reason") == reason]
+        yield [(eid, fields) for eid, fields in entries if reason is None or DeadLetter.from_entry(eid, fields).reason == reason]
         start = "(" + entries[-1][0]
 
 

@@ -94,7 +94,7 @@ async def test_stats_says_unknown_for_a_lag_redis_cannot_tell(redis_url: str, pr
     (("dead", "list", "--count", "0"), "'--count'"),
     (("dead", "list", "--count", "-1"), "'--count'"),
     (("webhooks", "dead", "list", "--count", "0"), "'--count'"),
-    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, too_large, unencodable, step_failed"),
+    (("dead", "replay", "--all", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason; use one of invalid, rejected, exhausted, expired, too_large, unencodable, step_failed, malformed"),
     (("dead", "purge", "--yes", "--reason", "foo"), "--reason 'foo' is not a dead-letter reason"),
     (("worker", "--log-level", "verbose"), "invalid setting log_level: 'verbose' is not one of debug, info, warning, error, critical"),
     (("notifier", "--log-level", "loud"), "invalid setting log_level: 'loud'"),
@@ -129,6 +129,26 @@ async def test_step_failed_is_a_reason_purge_accepts(redis_url: str, prefix: str
     # Then that one went, and the other stayed
     assert json.loads(done.stdout) == {"purged": 1}, done.stderr
     assert await redis.xlen(keys.dead) == 1
+
+
+async def test_malformed_is_a_reason_purge_and_replay_accept(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given a hand-made letter (no source_stream, source_id, dead_at: listed as malformed) that says it is exhausted,
+    # one of another reason, and a well-formed exhausted one
+    await redis.xadd(keys.dead, {"id": "hand", "agent": "echo", "reason": "exhausted", "error": "e"})
+    await redis.xadd(keys.dead, {"id": "odd", "reason": "bogus"})
+    await redis.xadd(keys.dead, {"id": "d0", "agent": "echo", "reason": "exhausted", "error": "e", "source_stream": keys.lane("low"),
+                                 "source_id": "1-0", "attempts": "1", "dead_at": "1", "request": "{}"})
+    listed = [json.loads(line) for line in cli(redis_url, prefix, "dead", "list", "--json").stdout.splitlines()]
+    assert [(d["id"], d["reason"]) for d in listed] == [("hand", "malformed"), ("odd", "malformed"), ("d0", "exhausted")]
+    # When replay --all takes the malformed ones: each is skipped as unreplayable (exit 1), not refused as a usage error
+    replayed = cli(redis_url, prefix, "dead", "replay", "--all", "--reason", "malformed")
+    assert replayed.returncode == 1, replayed.stderr
+    answer = json.loads(replayed.stdout)
+    assert answer["replayed"] == [] and len(answer["skipped"]) == 2 and all("cannot be replayed" in s for s in answer["skipped"]), answer
+    # And purge takes them by the reason they are listed with, whatever their own field says
+    purged = cli(redis_url, prefix, "dead", "purge", "--yes", "--reason", "malformed")
+    assert (purged.returncode, json.loads(purged.stdout)) == (0, {"purged": 2}), purged.stderr
+    assert [f["id"] for _, f in await redis.xrange(keys.dead)] == ["d0"]
 
 
 @pytest.mark.parametrize("answer", ["n\n", ""], ids=["no", "stdin-closed"])
