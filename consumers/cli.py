@@ -14,7 +14,7 @@ from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks de
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
 from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
 from streams.config import StreamSettings
-from streams.envelope import json_view
+from streams.envelope import data_priority_problem, json_view
 from streams.strict_json import has_wide_integer
 from streams.workflow import WORKFLOW_AGENT
 
@@ -164,7 +164,7 @@ def _read_data(data: str, limit: int) -> str:
 def submit(
     agent: Annotated[str, typer.Argument(help="agent name")],
     data: Annotated[str, typer.Option(help="JSON object: the agent's input; @FILE reads it from a file (a workflow's graph, say)")] = "{}",
-    priority: Annotated[str | None, typer.Option(help="high, normal, low or 0-10")] = None,
+    priority: Annotated[str | None, typer.Option(help="high, normal, low or 0-10 \\[default: an integer priority 0-10 in --data (data.priority or data.data.priority; another number there is refused), else normal]")] = None,
     webhook: Annotated[str | None, typer.Option(help="URL the notifier POSTs the result to")] = None,
     id: Annotated[str | None, typer.Option("--id", help="job id and idempotency key")] = None,
     tenant: Annotated[str | None, typer.Option(help="tenant id")] = None,
@@ -193,6 +193,9 @@ def submit(
         raise typer.Exit(Exit.USAGE)
     if not isinstance(payload, dict):
         err.print("[red]--data must be a JSON object[/red]")
+        raise typer.Exit(Exit.USAGE)
+    if priority is None and (problem := data_priority_problem(payload)):  # it picks the lane: out of range, as --priority 12
+        err.print(f"--data: {problem} (it picks the lane unless --priority is given)", style="red", markup=False, highlight=False)
         raise typer.Exit(Exit.USAGE)
     if webhook is not None and (problem := webhook_url_problem(webhook)):  # as POST /jobs answers 422, before anything is queued
         err.print(f"invalid webhook: {problem}", style="red", markup=False, highlight=False)

@@ -116,6 +116,19 @@ def priority_in_data(data: Mapping[str, Any]) -> int | None:
     return None
 
 
+def data_priority_problem(data: Mapping[str, Any]) -> str | None:
+    """Why the ``priority`` in a request's data cannot pick its lane, looked for as :func:`priority_in_data` does: a
+    number that is not an integer 0-10 (a string, say, is the agent's own field, not a priority). None otherwise."""
+    for where, holder in (("data.priority", data), ("data.data.priority", data.get("data"))):
+        value = holder.get("priority") if isinstance(holder, Mapping) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if isinstance(value, int) and 0 <= value <= 10:
+            return None  # this one picks the lane
+        return f"{where} must be an integer 0-10, got {value!r}"
+    return None
+
+
 def lane_for_request(priority: int | str | None, data: Mapping[str, Any]) -> str:
     """The lane of a request: its explicit ``priority``, else the one in its data, else ``normal`` (contract §13)."""
     return lane_for_priority(priority if priority is not None else priority_in_data(data))

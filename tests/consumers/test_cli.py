@@ -420,6 +420,39 @@ def test_a_request_field_out_of_range_is_one_line(redis_url: str, prefix: str, a
     assert done.stderr.strip() == line, done.stderr
 
 
+@pytest.mark.parametrize(("data", "line"), [
+    ('{"priority": 42}', "--data: data.priority must be an integer 0-10, got 42 (it picks the lane unless --priority is given)"),
+    ('{"priority": -1}', "--data: data.priority must be an integer 0-10, got -1 (it picks the lane unless --priority is given)"),
+    ('{"priority": 7.5}', "--data: data.priority must be an integer 0-10, got 7.5 (it picks the lane unless --priority is given)"),
+    ('{"customer_id": "C", "data": {"priority": 11}}',
+     "--data: data.data.priority must be an integer 0-10, got 11 (it picks the lane unless --priority is given)"),
+])
+def test_submit_refuses_a_priority_in_data_out_of_range_before_queueing(redis_url: str, prefix: str, tmp_path, data: str,  # type: ignore[no-untyped-def]
+                                                                        line: str) -> None:
+    # Given a priority in the request's data (it picks the lane, contract §13) outside 0-10, as --data and as --data @FILE
+    request = tmp_path / "request.json"
+    request.write_text(data)
+    for given in (data, f"@{request}"):
+        # When it is submitted without --priority
+        done = cli(redis_url, prefix, "submit", "echo", "--data", given)
+        # Then it is refused in one line naming the field and the range, as --priority 12 is: exit 2, nothing queued
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert done.stderr.strip() == line, done.stderr
+    with sync_redis.Redis.from_url(redis_url) as client:
+        assert not list(client.scan_iter(match=f"{prefix}:*")), "the request was queued with its priority ignored"
+    # And with --priority, which wins over data's, the data goes as it is (its priority is then the agent's own field)
+    explicit = cli(redis_url, prefix, "submit", "echo", "--data", data, "--priority", "low")
+    assert explicit.returncode == 0 and json.loads(explicit.stdout)["created"], explicit.stderr
+
+
+def test_submit_takes_a_priority_in_data_that_is_no_number_as_the_agents_own(redis_url: str, prefix: str) -> None:
+    # A string is no priority (contract §13: an integer 0-10 picks the lane): the job goes to normal, as POST /jobs sends it
+    done = cli(redis_url, prefix, "submit", "echo", "--data", '{"priority": "urgent"}', "--id", "own-field")
+    assert done.returncode == 0, done.stderr
+    with sync_redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        assert client.hget(Keys(prefix).job("own-field"), "lane") == "normal"
+
+
 def test_submit_refuses_a_webhook_that_is_no_http_url_before_queueing(redis_url: str, prefix: str) -> None:
     # Given webhooks POST /jobs answers 422 for
     for webhook in ("notaurl", "ftp://example.com/x", "/relative/hook"):

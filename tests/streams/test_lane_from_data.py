@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from streams.envelope import JobRequest, lane_for_request, priority_in_data
+from streams.envelope import JobRequest, data_priority_problem, lane_for_request, priority_in_data
 from streams.keys import Keys
 from streams.records import get_job
 
@@ -25,6 +25,21 @@ from streams.records import get_job
 ])
 def test_priority_in_data(data: dict[str, Any], priority: int | None) -> None:
     assert priority_in_data(data) == priority
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    ({"priority": 8}, None),
+    ({"priority": 2, "data": {"priority": 99}}, None),  # the top level picks the lane: the nested one is the agent's
+    ({"priority": "urgent", "data": {"priority": 9}}, None),
+    ({"priority": True}, None),  # a flag, not a number
+    ({"priority": 11}, "data.priority must be an integer 0-10, got 11"),
+    ({"priority": 7.5}, "data.priority must be an integer 0-10, got 7.5"),
+    ({"priority": "urgent", "data": {"priority": -3}}, "data.data.priority must be an integer 0-10, got -3"),
+    ({"data": "not an object"}, None),
+])
+def test_data_priority_problem(data: dict[str, Any], problem: str | None) -> None:
+    # What `submit` refuses (a number that cannot pick the lane), where priority_in_data says "no priority"
+    assert data_priority_problem(data) == problem
 
 
 def test_an_explicit_priority_wins() -> None:
