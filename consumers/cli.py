@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from consumers import cli_dead  # noqa: F401 - registers `dead` and `webhooks dead`
 from consumers import cli_kafka  # noqa: F401 - registers `kafka-bridge` (imports faust only when it runs)
-from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, app, build, err, out, run, setup_logging
+from consumers.cli_base import Exit, MetricsHost, Prefix, RedisUrl, ShownPartitions, app, build, err, out, run, setup_logging, shown_partitions
 from streams.config import StreamSettings
 from streams.envelope import data_priority_problem, json_view
 from streams.strict_json import has_wide_integer
@@ -289,6 +289,7 @@ Window = Annotated[int, typer.Option(min=1, max=10_000, help="how many of the la
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     window: Window = 1000,
+    partitions: ShownPartitions = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -297,10 +298,11 @@ def stats(
     from consumers.views import stats_table
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    only = shown_partitions(partitions, settings)
 
     async def go() -> dict[str, Any]:
         async with open_ops(settings) as ops:
-            return await ops.stats(window)
+            return await ops.stats(window, only=only)
 
     figures = run(go())
     if as_json:
@@ -314,6 +316,7 @@ def monitor(
     interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 5.0,
     once: Annotated[bool, typer.Option("--once", help="print one report and exit")] = False,
     window: Window = 1000,
+    partitions: ShownPartitions = None,
     redis_url: RedisUrl = None,
     prefix: Prefix = None,
 ) -> None:
@@ -322,10 +325,11 @@ def monitor(
     from consumers.ops import open_ops
 
     settings = build(StreamSettings, redis_url=redis_url, prefix=prefix)
+    only = shown_partitions(partitions, settings)
 
     async def go() -> int:
         async with open_ops(settings) as ops:
-            await show(lambda: ops.stats(window), out, interval_s=interval, once=once)
+            await show(lambda: ops.stats(window, only=only), out, interval_s=interval, once=once)
         return Exit.OK
 
     try:

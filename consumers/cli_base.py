@@ -23,6 +23,7 @@ from rich.markup import escape
 from streams.config import StreamSettings
 from streams.connection import url_option_problem
 from streams.errors import ConfigError, StreamcrewError
+from streams.keys import parse_partitions
 from streams.outage import REDIS_DOWN, WritesHeldBack, quiet_cluster_refresh_errors
 from streams.seeds import seed_urls
 
@@ -67,6 +68,23 @@ def setup_logging(level: str = "info") -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # one line per job is ours
     quiet_cluster_refresh_errors()  # an outage of a whole cluster is one line per loop, not one per retry
+
+
+# stats and monitor: as a worker's --partitions, but the option alone (a worker's STREAMCREW_SERVE_PARTITIONS in the
+# environment does not narrow what an operator asks for)
+ShownPartitions = Annotated[str | None, typer.Option("--partitions", help="partitions to show, e.g. 0-3,5 \\[default: all]", show_default=False)]
+
+
+def shown_partitions(spec: str | None, settings: StreamSettings) -> tuple[int, ...] | None:
+    """``--partitions`` of stats and monitor, parsed and refused as a worker's is (``streams.keys.parse_partitions``,
+    the same line); None: every partition."""
+    if spec is None:
+        return None
+    try:
+        return parse_partitions(spec, settings.partitions)
+    except ValueError as exc:
+        err.print(f"[red]invalid settings: {escape(str(exc))}[/red]")
+        raise typer.Exit(Exit.USAGE) from None
 
 
 def build(cls: type[T], **overrides: Any) -> T:

@@ -78,9 +78,16 @@ def as_text(*cells: str) -> list[Text]:
     return [Text(visible(cell)) for cell in cells]
 
 
+def scope(figures: dict[str, Any]) -> str:
+    """Whose figures: the prefix, and the partitions shown when ``--partitions`` narrowed them."""
+    shown = figures.get("shown_partitions")
+    some = f", partitions {', '.join(map(str, shown))} of {figures['of_partitions']}" if shown is not None else ""
+    return f"prefix {visible(figures['prefix'])}{some}"
+
+
 def _heading(figures: dict[str, Any]) -> str:
     now = datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"{TITLE} (prefix {visible(figures['prefix'])}, {now})"
+    return f"{TITLE} ({scope(figures)}, {now})"
 
 
 def plain_report(figures: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """What the operator commands do (submit, job, watch, stats, dead): async calls over one Redis client.
 
-Every call covers every partition of the prefix (contract §10), on one Redis or a Redis Cluster alike.
+Every call covers every partition of the prefix (contract §10; `stats --partitions` some), on one Redis or a Redis Cluster alike.
 """
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ class Ops:
         newest = await self.redis.xrevrange(stream, count=1)
         return str(newest[0][0]) if newest else "0-0"
 
-    async def stats(self, window: int = DEFAULT_WINDOW) -> dict[str, Any]:
-        return await partitioned_queue_stats(self.redis, self.keys, self.partitions, window=window)
+    async def stats(self, window: int = DEFAULT_WINDOW, *, only: tuple[int, ...] | None = None) -> dict[str, Any]:
+        """Every partition's figures, or those of ``only`` (``stats --partitions``)."""
+        return await partitioned_queue_stats(self.redis, self.keys, self.partitions, window=window, only=only)
 
     async def dead_list(self, count: int) -> list[DeadLetter]:
         return await dead_letters.list_dead(self.redis, self.keys, count=count, partitions=self.partitions)

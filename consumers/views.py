@@ -10,9 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from consumers.monitor import as_text, report_rows
+from consumers.monitor import as_text, report_rows, scope
 from streams.envelope import DeadLetter
-from streams.sizes import visible
 from streams.urls import loggable_url
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def _group(stream: dict[str, Any]) -> str:
 
 
 def stats_table(figures: dict[str, Any]) -> Group:
-    streams = Table(title=Text(f"streams (prefix {visible(figures['prefix'])})"))  # a prefix may hold '[': not markup
+    streams = Table(title=Text(f"streams ({scope(figures)})"))  # a prefix may hold '[': not markup
     for column in ("stream", "group", "length", "pending", "lag", "oldest pending s", "consumers"):
         streams.add_column(column, justify="right" if column not in ("stream", "group") else "left")
     rows = [(name, s) for name, s in figures["lanes"].items()] + [("results", figures["results"])]

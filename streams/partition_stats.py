@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
-from streams.keys import LANES, Keys, partition_keys
+from streams.keys import LANES, Keys
 from streams.stats import most_parked, queue_stats
 from streams.window import DEFAULT_WINDOW, window_figures
 
 SUMMED = ("length", "pending", "lag")
 
 
-def _merge_stream(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One stream's figures summed over partitions; the oldest age is the oldest of any partition; the partitions whose
-    stream lacks its group (their lag counted as their length) by number."""
+def _merge_stream(parts: list[dict[str, Any]], numbers: Sequence[int]) -> dict[str, Any]:
+    """One stream's figures summed over partitions (``numbers``: each one's); the oldest age is the oldest of any
+    partition; the partitions whose stream lacks its group (their lag counted as their length) by number."""
     out = dict(parts[0])
     for name in SUMMED:
         values = [p[name] for p in parts]
@@ -27,9 +27,9 @@ def _merge_stream(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["consumers"] = _merge_consumers([c for p in parts for c in p["consumers"]])
     out["last_delivered_id"] = None  # each partition's own is under ``partitions``
     # Told by each partition, not read from the merged last_delivered_id (always unset here)
-    out["group_missing_partitions"] = [n for n, p in enumerate(parts) if p.get("group_missing")]
+    out["group_missing_partitions"] = [n for n, p in zip(numbers, parts, strict=True) if p.get("group_missing")]
     out["group_missing"] = bool(out["group_missing_partitions"])
-    out["stream"] = str(parts[0]["stream"]).replace(":{0}:", ":{*}:", 1)
+    out["stream"] = str(parts[0]["stream"]).replace(f":{{{numbers[0]}}}:", ":{*}:", 1)
     return out
 
 
@@ -56,20 +56,23 @@ def _sum_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
 
 
 async def partitioned_queue_stats(
-    redis: Redis, keys: Keys, partitions: int, *, window: int | None = DEFAULT_WINDOW,
+    redis: Redis, keys: Keys, partitions: int, *, window: int | None = DEFAULT_WINDOW, only: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """:func:`~streams.stats.queue_stats` for N = 1; for N > 1 the sums, plus ``partitions``: each one's figures.
 
-    The monitor's window figures cover the latest ``window`` results of all partitions together.
+    ``only`` (``streams.keys.parse_partitions``' answer): the figures of those partitions alone, listed in
+    ``partitions`` in that order and named in ``shown_partitions`` (``of_partitions``: N). The monitor's window
+    figures cover the latest ``window`` results of the partitions read, together.
     """
     if partitions <= 1:
         return await queue_stats(redis, keys, window=window)
-    every = partition_keys(keys, partitions)
+    numbers = list(range(partitions) if only is None else only)
+    every = [keys.in_partition(p) for p in numbers]
     each = [await queue_stats(redis, k, window=None) for k in every]
     total: dict[str, Any] = {
         "prefix": keys.prefix,
-        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each]) for lane in LANES},
-        "results": _merge_stream([s["results"] for s in each]),
+        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each], numbers) for lane in LANES},
+        "results": _merge_stream([s["results"] for s in each], numbers),
         "dead_letters": sum(s["dead_letters"] for s in each),
         "retrying": sum(s["retrying"] for s in each),
         "parked": sum(s["parked"] for s in each),
@@ -79,6 +82,8 @@ async def partitioned_queue_stats(
         "webhooks": {name: sum(s["webhooks"][name] for s in each) for name in ("dead_letters", "retrying")},
         "partitions": each,
     }
+    if only is not None:
+        total["shown_partitions"], total["of_partitions"] = numbers, partitions
     if window is not None:
         total.update(await window_figures(redis, every, window))
     return total

@@ -328,6 +328,57 @@ def test_a_structured_variable_that_is_not_json_is_one_line(prefix: str) -> None
     assert " ".join(done.stderr.split()) == "invalid setting STREAMCREW_LLM_PRICES: not valid JSON", done.stderr
 
 
+async def test_stats_and_monitor_partitions_show_only_those(redis_url: str, prefix: str, redis, keys: Keys) -> None:
+    # Given 4 partitions whose normal lanes hold 1, 2, 3 and 4 entries and whose dead streams 1 letter each, and a
+    # consumer group missing in partitions 1 and 3's normal lane
+    env = {"STREAMCREW_PARTITIONS": "4", "COLUMNS": "200"}
+    every = [keys.in_partition(p) for p in range(4)]
+    for p, k in enumerate(every):
+        for _ in range(p + 1):
+            await redis.xadd(k.lane("normal"), {"agent": "echo", "data": "{}"})
+        if p % 2 == 0:
+            await redis.xgroup_create(k.lane("normal"), "workers", id="$")
+        await redis.xadd(k.dead, {"id": f"d{p}", "agent": "echo", "reason": "exhausted", "error": "e", "source_stream": k.lane("low"),
+                                  "source_id": "1-0", "attempts": "1", "dead_at": "1", "request": "{}"})
+    # When stats is narrowed to partitions 1 and 3 (a list, as a worker's --partitions takes)
+    narrowed = cli(redis_url, prefix, "stats", "--json", "--partitions", "1,3", env=env)
+    # Then its figures are those two partitions' alone, each one's listed and named, the missing groups by partition
+    assert narrowed.returncode == 0, narrowed.stderr
+    figures = json.loads(narrowed.stdout)
+    assert (figures["lanes"]["normal"]["length"], figures["dead_letters"]) == (2 + 4, 2)
+    assert figures["shown_partitions"] == [1, 3] and len(figures["partitions"]) == 2
+    assert [each["lanes"]["normal"]["length"] for each in figures["partitions"]] == [2, 4]
+    assert figures["lanes"]["normal"]["group_missing_partitions"] == [1, 3]
+    assert figures["lanes"]["normal"]["lag"] == 6  # a lane without its group: every entry waits
+    # And a range narrows alike, every partition stays the default, and the table says which it shows
+    assert json.loads(cli(redis_url, prefix, "stats", "--json", "--partitions", "2-3", env=env).stdout)["lanes"]["normal"]["length"] == 3 + 4
+    whole = json.loads(cli(redis_url, prefix, "stats", "--json", env=env).stdout)
+    assert (whole["lanes"]["normal"]["length"], whole["dead_letters"], len(whole["partitions"])) == (10, 4, 4) and "shown_partitions" not in whole
+    table = cli(redis_url, prefix, "stats", "--partitions", "1,3", env=env).stdout
+    assert f"prefix {prefix}, partitions 1, 3 of 4" in table, table
+    # And the monitor shows the same partitions' figures (a pipe: plain lines)
+    report = cli(redis_url, prefix, "monitor", "--once", "--partitions", "1,3", env=env)
+    assert report.returncode == 0, report.stderr
+    assert "Queue Depth: 6 (high 0, normal 6, low 0)" in report.stdout and "Dead Letters: 2" in report.stdout, report.stdout
+    assert f"prefix {prefix}, partitions 1, 3 of 4" in report.stdout, report.stdout
+
+
+@pytest.mark.parametrize("command", [["stats"], ["monitor", "--once"]])
+@pytest.mark.parametrize(("spec", "line"), [
+    ("4", "invalid settings: partition range '4' is outside 0-3"),
+    ("3-1", "invalid settings: partition range '3-1' runs backwards; write 1-3"),
+    ("x", "invalid settings: bad partition range 'x'; use e.g. 0-3,5"),
+])
+def test_stats_and_monitor_refuse_partitions_as_a_worker_does(redis_url: str, prefix: str, command: list[str], spec: str, line: str) -> None:
+    env = {"STREAMCREW_PARTITIONS": "4"}
+    # Given the line a worker prints for a --partitions it cannot serve
+    worker = cli(redis_url, prefix, "worker", "--partitions", spec, "--metrics-port", "0", env=env)
+    assert (worker.returncode, worker.stderr.strip()) == (2, line), worker.stderr
+    # Then stats and monitor refuse it with the same line and exit 2
+    done = cli(redis_url, prefix, *command, "--partitions", spec, env=env)
+    assert (done.returncode, done.stderr.strip(), done.stdout) == (2, line, ""), done.stderr
+
+
 @pytest.mark.parametrize("partitions", ["1", "4"])
 def test_job_prints_a_record_by_its_id_alone(redis_url: str, prefix: str, workers, partitions: str) -> None:
     # Given a job with an id and an id-less one, queued with no worker running (in 4 partitions: wherever they landed)
