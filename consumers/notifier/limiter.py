@@ -189,7 +189,7 @@ class EndpointLimiter:
             elif not returning and (room := self.room(queue, now)) is not None and waiting >= room:
                 return Busy(self._over_room(queue), self._come_back_s(queue, now, ahead=queue.held - queue.leaving))
         if tenant:
-            if (held := self._tenant_held.get(tenant, 0)) >= (share := self.tenant_share(tenant)):
+            if (held := self._tenant_held.get(tenant, 0)) >= self.tenant_share(tenant):
                 return Busy(f"this job's tenant has {held} deliveries to its webhooks under way, its share of the "
                             f"notifier's {self.pool} slots", SLOW_S, growing=True)
             self._tenant_held[tenant] = held + 1
