@@ -62,7 +62,7 @@ class JobRecord(BaseModel):
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord | None:
     """The record, or None when its status is missing or none the scripts write (a raw writer's HSET): no job's
     status to show (a 500 before, for every caller, which told another tenant's key that the id is stored).
-    publish.lua takes such a record for none too: a POST with its id is queued over it (the record deleted first)."""
+    publish.lua takes a record without status for none too: a POST with its id writes over it."""
     if raw.get("status") not in STATUSES:
         return None
     values: dict[str, Any] = {k: v for k, v in raw.items() if k not in INTERNAL_FIELDS}

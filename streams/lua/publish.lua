@@ -20,11 +20,6 @@
 -- that record is gone by the time it could read it; '' for a job created here (its tenant is the request's).
 -- The slot guard (Keys.slot_guard) is a key never written: declaring it makes Redis answer TRYAGAIN while the
 -- partition's slot migrates, since the job records and lanes this script names itself are not declared.
--- A record whose status is none of JOB_STATUSES (streams.envelope.Status), or that has none, is no job (a raw
--- writer's HSET; streams.records reads it as none: GET /jobs answers 404): the request is queued over it, the
--- record deleted first, so none of its fields (started_at, base, usage, result) passes for the new job's.
-local JOB_STATUSES = {queued = true, running = true, retrying = true, completed = true, failed = true,
-  rejected = true, expired = true, skipped = true}
 local lane, clock, receipt = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, lane_name, id_suffix = ARGV[1], ARGV[2], ARGV[4]
 local kept = redis.call('GET', receipt)
@@ -50,14 +45,10 @@ end
 local out = {}
 for _, job in ipairs(cjson.decode(ARGV[3])) do
   local jid, agent, sub, fields, extra = job[1], job[2], job[3], job[4], job[5]
-  local st, tenant, at, stale = false, false, false, false
+  local st, tenant, at = false, false, false
   if jid ~= '' then
     local rec = redis.call('HMGET', job_prefix .. jid, 'status', 'tenant', 'lane')
-    if rec[1] and JOB_STATUSES[rec[1]] then
-      st, tenant, at = rec[1], rec[2], rec[3]
-    else
-      stale = rec[1] or rec[2] or rec[3]  -- a record that is no job (free to tell: no command more for a new id)
-    end
+    st, tenant, at = rec[1], rec[2], rec[3]
   end
   if st then
     out[#out + 1] = {jid, st, 0, tenant or '', at or ''}
@@ -77,7 +68,6 @@ for _, job in ipairs(cjson.decode(ARGV[3])) do
       end
     end
     if jid then
-      if stale then redis.call('DEL', job_prefix .. jid) end
       if sub == '' then sub = string.match(eid, '^(%d+)') end
       -- one HSET with the request's own fields (a replica is sent each write: one command, not two)
       redis.call('HSET', job_prefix .. jid, 'status', 'queued', 'agent', agent, 'attempts', 0,

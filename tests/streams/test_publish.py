@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from importlib import resources
-
 import pytest
 from redis.asyncio import Redis
 
@@ -13,7 +10,6 @@ from streams.envelope import JobRequest
 from streams.errors import InvalidRequest, RequestTooLarge
 from streams.keys import Keys, partition_keys
 from streams.producer import Producer
-from streams.records import STATUSES, get_job
 
 
 @pytest.mark.parametrize("job_id", ["1700000000000-0", "normal:1700000000000-7", "low:1-1"])
@@ -199,42 +195,3 @@ async def test_a_repeated_id_of_a_resumed_job_answers_its_lane(redis, keys: Keys
     # When its id is published again, the answer names its lane, not the stream (docs: high, normal or low)
     again = await producer.publish("echo", {}, id="handed-back", priority="high")
     assert (again.lane, again.created) == ("normal", False)
-
-
-@pytest.mark.parametrize("status", ["paused", None], ids=["odd-status", "no-status"])
-async def test_a_record_without_a_known_status_is_no_job_to_publish_as_well(redis, keys: Keys, producer: Producer,  # type: ignore[no-untyped-def]
-                                                                            status: str | None) -> None:
-    # Given a record a raw writer stored with HSET, with a status no script writes (or none), and fields a job reads (a
-    # start time that would hide a deadline, a base of attempts, usage and a result): GET /jobs/{id} answers 404 for it
-    odd = {"agent": "other", "tenant": "globex", "lane": "high", "started_at": "1", "base": "5",
-           "usage": '{"prompt_tokens": 9}', "result": "42", "finished_at": "2", **({"status": status} if status else {})}
-    await redis.hset(keys.job("oddstatus"), mapping=odd)
-    assert await get_job(redis, keys, "oddstatus") is None
-    # When a request with its id is published
-    published = await producer.publish("echo", {"q": 1}, id="oddstatus", tenant="acme")
-    # Then it is a new job, queued over that record (not answered with "paused", a status no reader takes for a job),
-    # whose record holds the new job's fields alone
-    assert (published.job_id, published.status, published.created, published.tenant) == ("oddstatus", "queued", True, "acme")
-    record = await redis.hgetall(keys.job("oddstatus"))
-    assert {k: v for k, v in record.items() if k not in ("submitted_at", "source")} == {
-        "status": "queued", "agent": "echo", "attempts": "0", "lane": "normal", "tenant": "acme"}, record
-    assert await redis.xlen(keys.lane("normal")) == 1
-    found = await get_job(redis, keys, "oddstatus")
-    assert found is not None and (found.status, found.started_at, found.usage) == ("queued", None, None)
-
-
-@pytest.mark.parametrize("status", sorted(STATUSES))
-async def test_a_record_of_each_known_status_answers_a_repeated_id(redis, keys: Keys, producer: Producer, status: str) -> None:  # type: ignore[no-untyped-def]
-    # publish.lua's statuses are the ones the readers take for a job (streams.records.STATUSES): each is the job the id names
-    await redis.hset(keys.job("known"), mapping={"status": status, "agent": "echo", "tenant": "globex", "lane": "low"})
-    published = await producer.publish("echo", {}, id="known")
-    assert (published.status, published.created, published.tenant, published.lane) == (status, False, "globex", "low")
-    assert await redis.xlen(keys.lane("normal")) == 0
-
-
-def test_publish_lua_knows_the_statuses_the_readers_know() -> None:
-    # publish.lua's list of job statuses is its own copy of streams.envelope.Status: a status added there must be added here
-    source = resources.files("streams").joinpath("lua", "publish.lua").read_text()
-    listed = re.search(r"local JOB_STATUSES = \{(.*?)\}", source, re.S)
-    assert listed is not None
-    assert set(re.findall(r"(\w+) = true", listed.group(1))) == set(STATUSES)
