@@ -224,8 +224,16 @@ async def _present_entries(redis: Redis, stream: str, reason: str | None = None)
         entries = cast(Entries, await redis.xrange(stream, min=start, max=end, count=PAGE))
         if not entries:
             return
-        yield [(eid, fields) for eid, fields in entries if reason is None or DeadLetter.from_entry(eid, fields).reason == reason]
+        yield [(eid, fields) for eid, fields in entries if reason is None or _listed_with(eid, fields, reason)]
         start = "(" + entries[-1][0]
+
+
+def _listed_with(entry_id: str, fields: dict[str, str], reason: str) -> bool:
+    """Whether the letter is listed with ``reason``. Its field is compared first: reading the whole letter (its request
+    up to 1 MiB) is needed only where the field agrees (it may still be malformed) or for ``malformed`` itself."""
+    if reason != MALFORMED_LETTER and fields.get("reason") != reason:
+        return False
+    return DeadLetter.from_entry(entry_id, fields).reason == reason
 
 
 def _workflow_of(job_id: str) -> str | None:

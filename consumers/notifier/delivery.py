@@ -100,7 +100,7 @@ class Deliverer:
 
     async def deliver(self, url: str, msg_id: str, body: bytes, *, returning: bool = False, tenant: str = "") -> Attempt:
         """One attempt; ``returning``: the delivery was parked as busy and comes back at its time; ``tenant``: the
-        job's, on a delivery to the job's own webhook (held to the tenant's share of the slots)."""
+        job's, on a delivery to the job's own webhook (held to the tenant's share in flight)."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):  # a resolver that never answers costs this attempt only
@@ -116,8 +116,8 @@ class Deliverer:
         if isinstance(queue, Busy):
             return Attempt(Kind.BUSY, error=queue.reason, retry_after_s=queue.wait_s, backing_off=queue.growing)
         try:
-            if not await self.limiter.turn(queue):
-                busy = self.limiter.sent_away(queue)
+            if not await self.limiter.turn(queue, tenant):
+                busy = self.limiter.sent_away(queue, tenant)
                 return Attempt(Kind.BUSY, error=busy.reason, retry_after_s=busy.wait_s, backing_off=busy.growing)
             seconds: float | None = None
             try:
@@ -126,9 +126,9 @@ class Deliverer:
                     seconds = attempt.seconds
                     return attempt
             finally:
-                self.limiter.finished(queue, seconds)
+                self.limiter.finished(queue, seconds, tenant)
         finally:
-            self.limiter.leave(queue, tenant)
+            self.limiter.leave(queue)
 
     async def _post(self, url: str, msg_id: str, body: bytes, budget_s: float) -> Attempt:
         headers = self.signer.headers(msg_id, body, url=url)

@@ -47,12 +47,15 @@ names under a wildcard DNS entry):
 Proof is history, and a receiver can build it: origins that earn their
 connections and then all hang at once hold what they were given until the
 attempt timeout. Between tenants that is bounded: a tenant's own webhooks (the
-job's ``webhook``, not the operator's subscriptions) hold at most its fair share
-of the suspect budget, ``suspect_budget // (tenants under way + 1)`` (at least
-``per_endpoint``); beyond it they are parked like the rest. However many
-tenants' receivers hang at once, their deliveries then fill less than the
-budget, so other tenants' endpoints, proven or not, still start (the ``+ 1``
-keeps a share for a tenant not yet under way and for deliveries without one).
+job's ``webhook``, not the operator's subscriptions) have at most its fair share
+of the suspect budget in flight, ``suspect_budget // (tenants with deliveries
+in flight + 1)`` (at least ``per_endpoint``); a delivery whose turn comes while
+its tenant has that many is sent away (parked) instead of started, and one
+arriving then is parked at once. One tenant's receivers hanging all at once so
+fill at most half the budget, two a third each, and other tenants' endpoints,
+proven or not, still start (the ``+ 1`` keeps a share for a tenant not yet
+under way and for deliveries without one). A tenant whose one endpoint answers
+never meets the bound: its connections are fewer than its share.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ class EndpointQueue:
     """One endpoint: its waiting deliveries (FIFO of turn futures), turns under way, measured latency."""
 
     origin: str
-    waiters: deque[asyncio.Future[bool]] = field(default_factory=deque)
+    waiters: deque[tuple[asyncio.Future[bool], str]] = field(default_factory=deque)  # each turn with its tenant
     in_flight: int = 0
     held: int = 0  # admitted and not yet left: waiting or in flight
     leaving: int = 0  # of held, those sent away by tick that have not yet been told when to come back
@@ -133,7 +136,7 @@ class EndpointLimiter:
         self._suspects: set[str] = set()  # endpoints with deliveries counted in the suspect budget
         self._waiting_for_budget: dict[str, EndpointQueue] = {}  # in arrival order
         self._budget_hung = False  # half the budget is held by deliveries stalled past SLOW_S (see tick)
-        self._tenant_held: dict[str, int] = {}  # tenants with deliveries of their own webhooks admitted: how many
+        self._tenant_in_flight: dict[str, int] = {}  # tenants with deliveries to their own webhooks in flight: how many
 
     def little(self, queue: EndpointQueue, now: float) -> int:
         """How many more it may queue: what ``per_endpoint`` connections drain in ``queue_wait_s`` at its latency."""
@@ -156,16 +159,23 @@ class EndpointLimiter:
         return None if lone >= self.pool else lone
 
     def tenant_share(self, tenant: str) -> int:
-        """How many deliveries of its own webhooks ``tenant`` may have admitted: its fair share of the suspect budget."""
-        under_way = len(self._tenant_held) + (tenant not in self._tenant_held)
+        """How many deliveries to its own webhooks ``tenant`` may have in flight: its fair share of the suspect budget."""
+        under_way = len(self._tenant_in_flight) + (tenant not in self._tenant_in_flight)
         return max(self.per_endpoint, self.suspect_budget // (under_way + 1))
 
+    def _tenant_full(self, tenant: str) -> bool:
+        return bool(tenant) and self._tenant_in_flight.get(tenant, 0) >= self.tenant_share(tenant)
+
+    def _tenant_busy(self, tenant: str) -> Busy:
+        return Busy(f"this job's tenant has {self._tenant_in_flight.get(tenant, 0)} deliveries to its webhooks in flight, "
+                    f"its share of the {self.suspect_budget} allowed endpoints not proven healthy", SLOW_S, growing=True)
+
     def enter(self, origin: str, *, returning: bool = False, tenant: str = "") -> EndpointQueue | Busy:
-        """Admit one delivery (it must call :meth:`leave` with the same ``tenant``), or say why not.
+        """Admit one delivery (it must call :meth:`leave`), or say why not.
 
         ``returning``: it was parked before and its time has come; a healthy endpoint takes it past its share
         (those come back at the endpoint's pace, so they do not pile up), and parks the new ones instead.
-        ``tenant``: a delivery to the job's own webhook names the job's tenant, held to :meth:`tenant_share`.
+        ``tenant``: a delivery to the job's own webhook names the job's tenant, held to :meth:`tenant_share` in flight.
         """
         now = time.monotonic()
         queue = self._queues.get(origin)
@@ -188,33 +198,34 @@ class EndpointLimiter:
                     return Busy(f"{origin} is slow ({latency:.1f}s) with {queue.held} deliveries under way", latency, growing=True)
             elif not returning and (room := self.room(queue, now)) is not None and waiting >= room:
                 return Busy(self._over_room(queue), self._come_back_s(queue, now, ahead=queue.held - queue.leaving))
-        if tenant:
-            if (held := self._tenant_held.get(tenant, 0)) >= self.tenant_share(tenant):
-                return Busy(f"this job's tenant has {held} deliveries to its webhooks under way, its share of the "
-                            f"notifier's {self.pool} slots", SLOW_S, growing=True)
-            self._tenant_held[tenant] = held + 1
+        if self._tenant_full(tenant):
+            return self._tenant_busy(tenant)
         queue.held += 1
         return queue
 
-    async def turn(self, queue: EndpointQueue) -> bool:
-        """Wait for this delivery's turn (FIFO); False when it was sent away (the endpoint turned slow, or over its share)."""
+    async def turn(self, queue: EndpointQueue, tenant: str = "") -> bool:
+        """Wait for this delivery's turn (FIFO); False when it was sent away (the endpoint turned slow, over its share,
+        or its ``tenant`` had its share in flight when the turn came): then :meth:`sent_away` says why."""
         if not queue.waiters and self._may_start(queue, time.monotonic()):
-            self._start(queue)
+            if self._tenant_full(tenant):
+                queue.leaving += 1
+                return False
+            self._start(queue, tenant)
             return True
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        queue.waiters.append(turn)
+        queue.waiters.append((turn, tenant))
         self._note_blocked(queue)
         try:
             return await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 if turn.result():
-                    self.finished(queue, None)  # granted, never used: pass it on
+                    self.finished(queue, None, tenant)  # granted, never used: pass it on
                 else:
                     queue.leaving -= 1  # sent away, never to ask when to come back
             else:
                 try:
-                    queue.waiters.remove(turn)
+                    queue.waiters.remove((turn, tenant))
                 except ValueError:
                     pass
             raise
@@ -232,8 +243,10 @@ class EndpointLimiter:
         else:  # its waiters wait for its own connections now (it answered, or it has none waiting)
             self._waiting_for_budget.pop(queue.origin, None)
 
-    def _start(self, queue: EndpointQueue) -> None:
+    def _start(self, queue: EndpointQueue, tenant: str = "") -> None:
         now = time.monotonic()
+        if tenant:
+            self._tenant_in_flight[tenant] = self._tenant_in_flight.get(tenant, 0) + 1
         if queue.in_flight == 0:
             queue.stalled_since = now
         queue.in_flight += 1
@@ -255,15 +268,25 @@ class EndpointLimiter:
         """Start its waiters, first come first, while it and the budget have room."""
         now = time.monotonic()
         while queue.waiters and self._may_start(queue, now):
-            turn = queue.waiters.popleft()
-            if not turn.done():
-                self._start(queue)
-                turn.set_result(True)
+            turn, tenant = queue.waiters.popleft()
+            if turn.done():
+                continue
+            if self._tenant_full(tenant):  # sent away, so the waiters behind it (other tenants') are not held up
+                queue.leaving += 1
+                turn.set_result(False)
+                continue
+            self._start(queue, tenant)
+            turn.set_result(True)
         self._note_blocked(queue)
 
-    def finished(self, queue: EndpointQueue, seconds: float | None) -> None:
+    def finished(self, queue: EndpointQueue, seconds: float | None, tenant: str = "") -> None:
         """The turn is over (``seconds`` the attempt took, None if none was made); the next waiter goes."""
         queue.in_flight -= 1
+        if tenant:
+            if (left := self._tenant_in_flight[tenant] - 1) > 0:
+                self._tenant_in_flight[tenant] = left
+            else:
+                del self._tenant_in_flight[tenant]
         if queue.suspect_in_flight > queue.in_flight:
             queue.suspect_in_flight -= 1
             self._suspect_in_flight -= 1
@@ -284,13 +307,9 @@ class EndpointLimiter:
             if origin in self._waiting_for_budget:  # still blocked: the budget is full again
                 break
 
-    def leave(self, queue: EndpointQueue, tenant: str = "") -> None:
+    @staticmethod
+    def leave(queue: EndpointQueue) -> None:
         queue.held -= 1
-        if tenant:
-            if (held := self._tenant_held[tenant] - 1) > 0:
-                self._tenant_held[tenant] = held
-            else:
-                del self._tenant_held[tenant]
 
     def tick(self) -> int:
         """Forget endpoints idle past ``ACTIVE_S``; count the deliveries in flight of queues turned slow in the
@@ -313,17 +332,19 @@ class EndpointLimiter:
             if keep is None or len(queue.waiters) <= keep:
                 continue
             newest = [queue.waiters.pop() for _ in range(len(queue.waiters) - keep)]  # the oldest keep their place
-            for turn in reversed(newest):  # told oldest first, so they are parked, and come back, in their order
+            for turn, _ in reversed(newest):  # told oldest first, so they are parked, and come back, in their order
                 if not turn.done():
                     turn.set_result(False)
                     queue.leaving += 1
                     sent_away += 1
         return sent_away
 
-    def sent_away(self, queue: EndpointQueue) -> Busy:
+    def sent_away(self, queue: EndpointQueue, tenant: str = "") -> Busy:
         """Why a waiting delivery was sent away, and when to bring it back."""
         now = time.monotonic()
         queue.leaving -= 1
+        if self._tenant_full(tenant):
+            return self._tenant_busy(tenant)
         if queue.suspect(now, self.per_endpoint) and self._budget_hung:
             return Busy(f"{queue.origin} is not proven healthy and such endpoints hold all {self.suspect_budget} "
                         "connections allowed them, most of them stalled", SLOW_S, growing=True)

@@ -195,7 +195,7 @@ async def test_a_tenants_origins_that_earn_their_connections_then_hang_leave_oth
                           tenant="mallory")
         await add_results(redis, keys, [receiver.url("/hook")] * 20, prefix="job", tenant="alice")
         # Then the other tenant's webhooks arrive while the hanging requests are still open (before the 30 s attempt
-        # timeout frees a slot): the hanging tenant holds its share, half the 100 allowed endpoints not proven
+        # timeout frees a slot): the hanging tenant has its share in flight, half the 100 allowed endpoints not proven
         # healthy (before, its proven origins took every slot, and the other tenant waited for the timeout)
         try:
             await receiver.wait_for(PER_ENDPOINT * len(hosts) + 20, prefix="/hook", timeout=20)

@@ -421,44 +421,81 @@ async def test_a_proven_endpoint_that_stalls_counts_in_the_budget_of_endpoints_n
     assert limiter._suspect_in_flight == 0 and turned.suspect_in_flight == 0
 
 
-async def test_a_tenants_own_webhooks_hold_at_most_its_fair_share_of_the_slots() -> None:
+async def start_all(limiter: EndpointLimiter, queues: list[EndpointQueue], tenant: str, each: int) -> tuple[int, list[Busy]]:
+    """Enter and take a turn ``each`` times on every queue for ``tenant``: how many started, and why the others not."""
+    started, refused = 0, []
+    for queue in queues:
+        for _ in range(each):
+            entered = limiter.enter(queue.origin, tenant=tenant)
+            if isinstance(entered, Busy):
+                refused.append(entered)
+            elif await limiter.turn(entered, tenant):
+                started += 1
+            else:
+                refused.append(limiter.sent_away(entered, tenant))
+                limiter.leave(entered)
+    return started, refused
+
+
+async def test_a_tenants_own_webhooks_have_at_most_its_fair_share_in_flight() -> None:
     # Given a pool of 120 (a budget of 60 for endpoints not proven healthy) and twenty proven origins of one tenant,
     # each with its 10 connections
     limiter = EndpointLimiter(10, pool=120, queue_wait_s=0.5)
     origins = [proven(limiter, f"http://mallory-{i}:80") for i in range(20)]
-    # When the tenant's webhooks arrive for all of them (as they would before they all hang)
-    admitted = [q for q in origins for _ in range(10) if isinstance(limiter.enter(q.origin, tenant="mallory"), EndpointQueue)]
-    # Then alone it holds half that budget (a share stays free for tenants not yet under way), the rest is parked
-    assert len(admitted) == 30
-    parked = limiter.enter(origins[-1].origin, tenant="mallory")
-    assert isinstance(parked, Busy) and parked.growing and "its share of the notifier's 120 slots" in parked.reason
-    # And another tenant still gets in, up to a third of the budget once two are under way
-    alice = [limiter.enter("http://alice:80", tenant="alice") for _ in range(25)]
-    assert sum(isinstance(q, EndpointQueue) for q in alice) == 20
-    # And deliveries without a tenant (subscriptions, untenanted jobs) are not held to any tenant's share
-    assert isinstance(limiter.enter("http://ops:80"), EndpointQueue)
-    # And as the tenant's deliveries leave, its count goes, and with it its place among the tenants under way
-    for q in admitted:
-        limiter.leave(q, "mallory")
-    assert "mallory" not in limiter._tenant_held and limiter.tenant_share("alice") == 30
+    # When the tenant's webhooks go out to all of them (as they would before they all hang)
+    started, refused = await start_all(limiter, origins, "mallory", 10)
+    # Then alone it has half that budget in flight (a share stays free for tenants not yet under way), the rest parked
+    assert started == 30 and len(refused) == 170
+    assert all(b.growing and "its share of the 60" in b.reason for b in refused), refused[0]
+    # And another tenant still starts, up to a third of the budget once two have deliveries in flight
+    alice = [proven(limiter, f"http://alice-{i}:80") for i in range(3)]
+    assert (await start_all(limiter, alice, "alice", 10))[0] == 20
+    # And deliveries without a tenant (subscriptions, untenanted jobs) are held to no tenant's share
+    ops = proven(limiter, "http://ops:80")
+    assert (await start_all(limiter, [ops], "", 10))[0] == 10
+    # And as the tenant's deliveries end, its count goes, and with it its place among the tenants in flight
+    for queue in origins[:3]:
+        for _ in range(10):
+            limiter.finished(queue, 0.01, "mallory")
+            limiter.leave(queue)
+    assert "mallory" not in limiter._tenant_in_flight and limiter.tenant_share("alice") == 30
+
+
+async def test_a_tenant_whose_one_endpoint_answers_keeps_its_backlog_in_order_past_its_share() -> None:
+    # Given a proven endpoint of a tenant, alone, and 300 of the tenant's deliveries for it at once
+    limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
+    queue = proven(limiter, "http://acme:80")
+    entered = [limiter.enter(queue.origin, tenant="acme") for _ in range(300)]
+    assert all(e is queue for e in entered)
+    turns = [asyncio.ensure_future(limiter.turn(queue, "acme")) for _ in range(300)]
+    await asyncio.sleep(0)
+    # When they are answered one after another
+    order: list[int] = []
+    for _ in range(300):
+        done = next(i for i, t in enumerate(turns) if t.done() and i not in order)
+        assert turns[done].result(), "sent away"
+        order.append(done)
+        limiter.finished(queue, 0.01, "acme")
+        limiter.leave(queue)
+        await asyncio.sleep(0)
+    # Then none was parked (its 10 connections are fewer than its share) and they went in arrival order
+    assert order == list(range(300))
 
 
 async def test_tenants_whose_receivers_all_hang_leave_room_for_another_tenants_new_endpoint() -> None:
     # Given a pool of 200 and two tenants, each with 20 proven origins, whose webhooks all go out and then hang
     limiter = EndpointLimiter(10, pool=200, queue_wait_s=0.5)
     for tenant in ("t1", "t2"):
-        for i in range(20):
-            q = proven(limiter, f"http://{tenant}-{i}:80")
-            for _ in range(10):
-                if isinstance(limiter.enter(q.origin, tenant=tenant), EndpointQueue):
-                    assert await limiter.turn(q)
+        origins = [proven(limiter, f"http://{tenant}-{i}:80") for i in range(20)]
+        await start_all(limiter, origins, tenant, 10)
+        for q in origins:
             q.stalled_since -= 20
     limiter.tick()
     # Then together they hold less than the budget for endpoints not proven healthy (50 + 33 of 100)
     assert limiter._suspect_in_flight == 83, limiter._suspect_in_flight
     # And a third tenant's endpoint that never answered yet starts at once
     new = limiter.enter("http://alice:80", tenant="alice")
-    assert isinstance(new, EndpointQueue) and await asyncio.wait_for(limiter.turn(new), 1)
+    assert isinstance(new, EndpointQueue) and await asyncio.wait_for(limiter.turn(new, "alice"), 1)
 
 
 async def test_a_proven_endpoint_that_once_waited_for_the_budget_keeps_its_waiters() -> None:
