@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -145,30 +146,25 @@ def _nests_deeper(value: Any, levels: int) -> bool:
 
 
 def _has_wide_int(value: Any) -> bool:
-    """Whether ``value`` holds an integer orjson cannot write (past 64 bits); walked with a stack."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool):
-            if item not in JSON_INTS:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
+    """Whether ``value`` holds an integer orjson cannot write (past 64 bits)."""
+    return _any_leaf(value, lambda item: isinstance(item, int) and not isinstance(item, bool) and item not in JSON_INTS)
 
 
 def _has_non_finite(value: Any) -> bool:
-    """Whether any float in ``value`` is NaN or infinite; walked with a stack (data may nest 1,023 levels deep)."""
+    """Whether any float in ``value`` is NaN or infinite."""
+    return _any_leaf(value, lambda item: isinstance(item, float) and not math.isfinite(item))
+
+
+def _any_leaf(value: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether any value in ``value`` that is no list or object passes ``test``; walked with a stack, not recursion
+    (data may nest 1,023 levels deep)."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
+        elif test(item):
+            return True
     return False
