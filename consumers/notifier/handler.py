@@ -213,7 +213,7 @@ class NotifierHandler:
     @staticmethod
     def _dead(p: Pending, attempts: int, status: str, error: str) -> dict[str, str]:
         return {"id": p.id, "url": p.url, "attempts": str(attempts), "last_status": status,
-                "error": error, "dead_at": str(now_ms()), "event": p.event}
+                "error": error, "dead_at": str(now_ms()), "event": p.event, **({"tenant": p.tenant} if p.tenant else {})}
 
     def _submit(self, work: Work, decisions: list[Decision | None]) -> None:
         self._work.pop((work.stream, work.entry_id), None)

@@ -103,7 +103,7 @@ REPLAY_LUA = """
 -- KEYS: webhooks dead, due; ARGV: dead entry id. Re-queues it with a fresh attempt budget; returns the new id or false.
 local found = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #found == 0 then return false end
-local keep = {id = true, url = true, event = true, last_status = true, error = true}
+local keep = {id = true, url = true, event = true, last_status = true, error = true, tenant = true}
 local f = found[1][2]
 local flat = {'attempts', '0'}
 for j = 1, #f, 2 do

@@ -12,6 +12,8 @@ from standardwebhooks import Webhook
 
 from consumers.processes import streamcrew_cmd
 from consumers.notifier.dead import list_webhook_dead, purge_webhook_dead, replay_webhook_dead
+from consumers.notifier.handler import NotifierHandler
+from consumers.notifier.store import Pending
 from streams.embedded import free_port
 from streams.envelope import Status
 from streams.keys import Keys
@@ -73,9 +75,12 @@ async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers
     port = free_port()
     url = f"http://127.0.0.1:{port}/down"
     notifiers.start(*FAST, "--max-attempts", "3")
-    await add_result(redis, keys, "job-down", url)
-    # When every attempt fails, the delivery lands in the webhook dead letters with its reason
+    await add_result(redis, keys, "job-down", url, tenant="acme")
+    # When every attempt fails, the delivery lands in the webhook dead letters with its reason (and its job's tenant,
+    # which a replay keeps: the tenant's share of deliveries in flight holds for it too)
     await wait_until(lambda: _eq(redis.xlen(keys.webhooks_dead), 1), timeout=15, what="a webhook dead letter")
+    ((_, raw),) = await redis.xrange(keys.webhooks_dead)
+    assert raw["tenant"] == "acme"
     (letter,) = await list_webhook_dead(redis, keys)
     assert (letter.id, letter.url, letter.attempts, letter.last_status) == ("job-down", url, 3, None)
     assert "ConnectError" in letter.error and "attempt 3 of 3" in letter.error
@@ -93,6 +98,18 @@ async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers
         assert await replay_webhook_dead(redis, keys, [letter.entry_id]) == ([], [f"no webhook dead letter {letter.entry_id} (already replayed or purged?)"])
     finally:
         receiver.stop()
+
+
+async def test_a_replayed_webhook_dead_letter_keeps_its_jobs_tenant(redis: Redis, keys: Keys) -> None:
+    # Given a webhook dead letter of a tenant's job, as the notifier writes it
+    letter = NotifierHandler._dead(Pending("job-t", "https://example.com/h", "{}", tenant="acme"), 3, "503", "HTTP 503")
+    entry_id = await redis.xadd(keys.webhooks_dead, letter)
+    # When it is replayed
+    assert await replay_webhook_dead(redis, keys, [entry_id]) == ([entry_id], [])
+    # Then the delivery it queues names the tenant again (held to the tenant's share in flight), with a fresh budget
+    ((_, fields),) = await redis.xrange(keys.webhooks_due)
+    again = Pending.from_fields(fields)
+    assert (again.id, again.tenant, again.attempts) == ("job-t", "acme", 0)
 
 
 async def test_410_gone_stops_retries(redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver) -> None:
