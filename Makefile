@@ -17,11 +17,12 @@ demo: setup
 	$(BIN)/streamcrew demo
 
 # The suite on pytest-xdist workers, one more than the cores (2 - 8; tests/xdist_workers.py);
-# the cluster tests all run on one (one local cluster). TEST_WORKERS=0 runs it in a single process.
+# the cluster tests all run on one (one local cluster). TEST_WORKERS=0 runs it in a single process. The 15 slowest
+# tests are listed at the end: what to look at when CI takes long.
 TEST_WORKERS ?= $(shell $(PYTHON) tests/xdist_workers.py 2>/dev/null || echo 2)
 
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 bench: setup
 	$(BIN)/python -m bench.bench_core

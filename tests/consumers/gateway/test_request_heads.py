@@ -18,10 +18,11 @@ async def _open(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 async def _answer(reader: asyncio.StreamReader, within_s: float) -> bytes:
     """What the gateway sent before it closed the connection (b"" when it closed without a word); b"reset" when the
-    close reset the connection (bytes the client sent were still unread: the answer may be lost with them)."""
+    close reset the connection (bytes the client sent were still unread: the answer may be lost with them), or the
+    client's own write met the close (a broken pipe: asyncio's reader then raises it before any answer it holds)."""
     try:
         return await asyncio.wait_for(reader.read(), within_s)
-    except ConnectionResetError:
+    except (ConnectionResetError, BrokenPipeError):
         return b"reset"
 
 
