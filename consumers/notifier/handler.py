@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -189,7 +189,7 @@ class NotifierHandler:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()
         if a.kind is Kind.BUSY:  # not an attempt: parked until its queue could take it, or further off each time
-            later = Pending(p.id, p.url, p.event, p.attempts, p.last_status, p.error, p.deferred + 1, p.tenant)
+            later = replace(p, deferred=p.deferred + 1)
             if a.backing_off or a.retry_after_s is None:  # a slow endpoint: spaced out, further each time in a row
                 growing = BUSY_DELAY_S * 2.0 ** min(p.deferred, 10) * random.uniform(0.75, 1.25)
                 wait_s = capped(max(growing, a.retry_after_s or 0.0))
@@ -202,7 +202,7 @@ class NotifierHandler:
             error = a.error if a.kind is Kind.GONE else f"{a.error} (attempt {attempts} of {self.settings.max_attempts})"
             return Decision(dead=self._dead(p, attempts, status, error), outcome=Outcome.FAILED)
         delay_s = max(a.retry_after_s or 0.0, self.backoff_s(attempts))  # more time when asked, never less (Retry-After: 0)
-        later = Pending(p.id, p.url, p.event, attempts, status, a.error, tenant=p.tenant)
+        later = replace(p, attempts=attempts, last_status=status, error=a.error, deferred=0)
         return Decision(delayed=(int(delay_s * 1000), later.member()), outcome=Outcome.RETRIED)
 
     def backoff_s(self, attempts: int) -> float:
