@@ -15,9 +15,10 @@ from streams.window import DEFAULT_WINDOW, window_figures
 SUMMED = ("length", "pending", "lag")
 
 
-def _merge_stream(parts: list[dict[str, Any]], numbers: Sequence[int]) -> dict[str, Any]:
+def _merge_stream(parts: list[dict[str, Any]], numbers: Sequence[int], *, every: bool) -> dict[str, Any]:
     """One stream's figures summed over partitions (``numbers``: each one's); the oldest age is the oldest of any
-    partition; the partitions whose stream lacks its group (their lag counted as their length) by number."""
+    partition; the partitions whose stream lacks its group (their lag counted as their length) by number. Its name
+    has ``{*}`` for the partition when ``every`` one is summed, else the numbers summed (``{2}``, ``{0,3}``)."""
     out = dict(parts[0])
     for name in SUMMED:
         values = [p[name] for p in parts]
@@ -29,7 +30,8 @@ def _merge_stream(parts: list[dict[str, Any]], numbers: Sequence[int]) -> dict[s
     # Told by each partition, not read from the merged last_delivered_id (always unset here)
     out["group_missing_partitions"] = [n for n, p in zip(numbers, parts, strict=True) if p.get("group_missing")]
     out["group_missing"] = bool(out["group_missing_partitions"])
-    out["stream"] = str(parts[0]["stream"]).replace(f":{{{numbers[0]}}}:", ":{*}:", 1)
+    shown = "*" if every else ",".join(map(str, numbers))
+    out["stream"] = str(parts[0]["stream"]).replace(f":{{{numbers[0]}}}:", f":{{{shown}}}:", 1)
     return out
 
 
@@ -71,8 +73,8 @@ async def partitioned_queue_stats(
     each = [await queue_stats(redis, k, window=None) for k in every]
     total: dict[str, Any] = {
         "prefix": keys.prefix,
-        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each], numbers) for lane in LANES},
-        "results": _merge_stream([s["results"] for s in each], numbers),
+        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each], numbers, every=only is None) for lane in LANES},
+        "results": _merge_stream([s["results"] for s in each], numbers, every=only is None),
         "dead_letters": sum(s["dead_letters"] for s in each),
         "retrying": sum(s["retrying"] for s in each),
         "parked": sum(s["parked"] for s in each),

@@ -350,10 +350,12 @@ async def test_stats_and_monitor_partitions_show_only_those(redis_url: str, pref
     assert [each["lanes"]["normal"]["length"] for each in figures["partitions"]] == [2, 4]
     assert figures["lanes"]["normal"]["group_missing_partitions"] == [1, 3]
     assert figures["lanes"]["normal"]["lag"] == 6  # a lane without its group: every entry waits
+    assert figures["lanes"]["normal"]["stream"] == f"{prefix}:{{1,3}}:requests:normal"  # the partitions summed, not {*}
     # And a range narrows alike, every partition stays the default, and the table says which it shows
     assert json.loads(cli(redis_url, prefix, "stats", "--json", "--partitions", "2-3", env=env).stdout)["lanes"]["normal"]["length"] == 3 + 4
     whole = json.loads(cli(redis_url, prefix, "stats", "--json", env=env).stdout)
     assert (whole["lanes"]["normal"]["length"], whole["dead_letters"], len(whole["partitions"])) == (10, 4, 4) and "shown_partitions" not in whole
+    assert whole["results"]["stream"] == f"{prefix}:{{*}}:results"
     table = cli(redis_url, prefix, "stats", "--partitions", "1,3", env=env).stdout
     assert f"prefix {prefix}, partitions 1, 3 of 4" in table, table
     # And the monitor shows the same partitions' figures (a pipe: plain lines)
