@@ -109,12 +109,15 @@ async def submit_job(request: Request) -> Response:
     """Queue a job at once: 202 with its id and links; a repeated ``id`` answers 200 with the existing job."""
     state: GatewayState = request.app.state.gateway
     caller = await identify(request)
-    body = parse_submission(await request.body(), request.headers.get("content-type"))
-    return await accept_submission(state, caller, body, request.headers.get("traceparent"))
+    raw = await request.body()
+    async with state.large_bodies.turn(caller.bucket, len(raw)):  # the parse and the envelope are the costly part
+        body = parse_submission(raw, request.headers.get("content-type"))
+        job_request = request_for(state, caller, body, request.headers.get("traceparent"))
+    return await accept_request(state, caller, job_request, lane_for_request(body.priority, body.data))
 
 
-async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmission, traceparent: str | None) -> Response:
-    """Publish ``body`` for ``caller``: 202 for a new job, 200 with the record for a repeated id (also POST /tasks)."""
+def request_for(state: GatewayState, caller: Caller, body: JobSubmission, traceparent: str | None) -> JobRequest:
+    """The request ``body`` asks ``caller`` to publish, or the API's error (4xx) for it (also POST /tasks)."""
     known = state.settings.known_agents
     if known is not None and body.agent not in known:
         raise ApiError(422, "invalid_request", f"agent: unknown agent {body.agent!r}; this deployment runs {', '.join(known)}")
@@ -128,15 +131,19 @@ async def accept_submission(state: GatewayState, caller: Caller, body: JobSubmis
             raise ApiError(403, "tenant_mismatch", f"this key is bound to tenant {caller.tenant!r}")
         tenant = caller.tenant
     try:
-        job_request = JobRequest.model_validate({  # data was checked by JobSubmission
+        return JobRequest.model_validate({  # data was checked by JobSubmission
             "agent": body.agent, "data": body.data, "id": body.id, "webhook": body.webhook, "tenant": tenant,
             "max_attempts": body.max_attempts, "timeout_s": body.timeout_s, "deadline": body.deadline,
             "traceparent": trace_context(traceparent), "submitted_at": now_ms(),
         }, context={DATA_CHECKED: True})
     except ValidationError as exc:  # a rule of the envelope's that JobSubmission does not repeat: 422, not 500
         raise _in_body(exc) from None
+
+
+async def accept_request(state: GatewayState, caller: Caller, job_request: JobRequest, lane: str) -> Response:
+    """Publish ``job_request`` on ``lane``: 202 for a new job, 200 with the record for a repeated id (also POST /tasks)."""
     try:
-        published = await state.batcher.publish(job_request, lane_for_request(body.priority, body.data))
+        published = await state.batcher.publish(job_request, lane)
     except RequestTooLarge as exc:
         raise ApiError(413, "request_too_large", str(exc)) from None
     except InvalidRequest as exc:  # this request alone: the others of its batch went out

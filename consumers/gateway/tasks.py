@@ -13,10 +13,11 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from consumers.gateway.auth import Caller, authorize, identify
-from consumers.gateway.jobs import JobIdPath, accept_submission, parse_body, visible_job
+from consumers.gateway.jobs import JobIdPath, accept_request, parse_body, request_for, visible_job
 from consumers.gateway.models import JobAccepted, JobSubmission, JobTimes, TaskSubmission
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
 from consumers.gateway.state import GatewayState, gateway_state
+from streams.envelope import lane_for_request
 from streams.records import JobRecord
 
 router = APIRouter(tags=["tasks"])
@@ -34,16 +35,20 @@ TASK_OPENAPI = {
 
 @router.post(
     "/tasks", status_code=202, response_model=JobAccepted, summary="Submit a query (the ask agent)", openapi_extra=TASK_OPENAPI,
-    responses=errors(403, 409, 413, *AUTH_ERRORS),  # 409: no free id (accept_submission), as for POST /jobs
+    responses=errors(403, 409, 413, *AUTH_ERRORS),  # 409: no free id (accept_request), as for POST /jobs
 )
 async def submit_task(request: Request) -> Response:
     """Queue ``query`` for the ``ask`` agent: 202 ``{"job_id", "status": "queued"}``; follow it with
     ``GET /jobs/{job_id}/status`` and ``GET /jobs/{job_id}/result`` (``{"result": {"answer": ...}}``)."""
     state: GatewayState = request.app.state.gateway
     caller = await identify(request)
-    task = parse_body(TaskSubmission, await request.body(), request.headers.get("content-type"))
-    body = JobSubmission(agent=TASK_AGENT, data={"prompt": task.query}, priority=task.priority, webhook=task.webhook, tenant=task.user_id)
-    return await accept_submission(state, caller, body, request.headers.get("traceparent"))
+    raw = await request.body()
+    async with state.large_bodies.turn(caller.bucket, len(raw)):  # as POST /jobs: one large body per caller at a time
+        task = parse_body(TaskSubmission, raw, request.headers.get("content-type"))
+        body = JobSubmission(agent=TASK_AGENT, data={"prompt": task.query}, priority=task.priority, webhook=task.webhook,
+                             tenant=task.user_id)
+        job_request = request_for(state, caller, body, request.headers.get("traceparent"))
+    return await accept_request(state, caller, job_request, lane_for_request(body.priority, body.data))
 
 
 def _iso(epoch_ms: int | None) -> str | None:

@@ -1,0 +1,114 @@
+"""Large request bodies take turns (consumers.gateway.large_bodies): one tenant's many large bodies hold another
+tenant's requests for about one parse each, not for all of them in a row."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+
+from consumers.gateway.large_bodies import LargeBodyTurns
+from tests.consumers.gateway.support import GatewayFactory
+
+LARGE = 1_000_000
+WAIT_S = 10.0
+
+
+async def _enter(turns: LargeBodyTurns, caller: str, size: int, order: list[str], release: asyncio.Event, name: str) -> None:
+    async with turns.turn(caller, size):
+        order.append(name)
+        await release.wait()
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0)
+    assert condition(), what
+
+
+async def test_one_large_body_at_a_time_and_small_ones_never_wait() -> None:
+    turns = LargeBodyTurns()
+    order: list[str] = []
+    hold = asyncio.Event()
+    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a1"))
+    await _until(lambda: order == ["a1"], "the first large body takes the free turn")
+    second = asyncio.create_task(_enter(turns, "b", LARGE, order, asyncio.Event(), "b1"))
+    await _until(lambda: turns.waiting() == 1, "a second large body waits")
+    # A small body passes while the turn is held
+    async with asyncio.timeout(WAIT_S):
+        async with turns.turn("b", 100):
+            order.append("small")
+    assert order == ["a1", "small"]
+    hold.set()
+    await first
+    await _until(lambda: order[-1] == "b1", "the waiting body gets the turn when the first's ends")
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+    assert turns.waiting() == 0 and not turns._busy
+
+
+async def test_turns_go_round_robin_over_callers() -> None:
+    # Given mallory's three large bodies waiting behind a held turn, then alice's one
+    turns = LargeBodyTurns()
+    order: list[str] = []
+    go = asyncio.Event()
+    tasks = [asyncio.create_task(_enter(turns, "x", LARGE, order, go, "x"))]
+    await _until(lambda: order == ["x"], "the first body holds the turn")
+    for n in range(3):
+        tasks.append(asyncio.create_task(_enter(turns, "mallory", LARGE, order, go, f"m{n}")))
+    await _until(lambda: turns.waiting() == 3, "mallory's bodies wait")
+    tasks.append(asyncio.create_task(_enter(turns, "alice", LARGE, order, go, "alice")))
+    await _until(lambda: turns.waiting() == 4, "alice's body waits")
+    go.set()
+    async with asyncio.timeout(WAIT_S):
+        await asyncio.gather(*tasks)
+    # Then alice's goes after mallory's first, not after all three
+    assert order == ["x", "m0", "alice", "m1", "m2"]
+    assert turns.waiting() == 0 and not turns._busy
+
+
+async def test_a_cancelled_waiter_passes_the_turn_on() -> None:
+    turns = LargeBodyTurns()
+    order: list[str] = []
+    hold = asyncio.Event()
+    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a"))
+    await _until(lambda: order == ["a"], "the first holds the turn")
+    gone = asyncio.create_task(_enter(turns, "b", LARGE, order, asyncio.Event(), "b"))
+    last = asyncio.create_task(_enter(turns, "c", LARGE, order, asyncio.Event(), "c"))
+    await _until(lambda: turns.waiting() == 2, "two wait")
+    hold.set()  # the turn is handed to b ...
+    await first
+    gone.cancel()  # ... whose request is cancelled (a deadline's 503) before it ran
+    await asyncio.gather(gone, return_exceptions=True)
+    await _until(lambda: order == ["a", "c"] or order == ["a", "b", "c"], "the turn reaches c")
+    last.cancel()
+    await asyncio.gather(last, return_exceptions=True)
+    assert turns.waiting() == 0 and not turns._busy
+
+
+async def test_large_bodies_in_turns_are_each_answered_as_alone(gateways: GatewayFactory) -> None:
+    """Functional, through a real gateway (how long another tenant waits is bench/bench_neighbour.py's figure)."""
+    # Given a gateway with two tenants; mallory sends, at once, four jobs of ~0.6 MB, four bodies over the 1 MiB
+    # request limit and a task whose query is 100,000 characters, all large enough to take turns
+    gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-alice:alice,k-mallory:mallory"})
+    valid = [orjson.dumps({"agent": "echo", "id": f"big-{n}", "data": {f"k{i:06d}": i for i in range(35_000)}}) for n in range(4)]
+    over = orjson.dumps({"agent": "echo", "data": {f"k{i:07d}": i for i in range(110_000)}})
+    task = orjson.dumps({"query": "q" * 100_000})
+    assert min(len(b) for b in (*valid, over, task)) > 64 * 1024
+    async with gateway.client("k-alice") as alice, gateway.client("k-mallory") as mallory:
+        job_id = (await alice.post("/jobs", json={"agent": "echo", "data": {}})).json()["job_id"]
+
+        async def send(path: str, body: bytes) -> int:
+            return (await mallory.post(path, content=body, headers={"Content-Type": "application/json"})).status_code
+
+        sending = asyncio.gather(*(send("/jobs", b) for b in valid), *(send("/jobs", over) for _ in range(4)), send("/tasks", task))
+        status = await alice.get(f"/jobs/{job_id}")
+        answers = await sending
+        # Then each answer is the one it gets alone, and alice's status read is answered meanwhile
+        assert answers == [202] * 4 + [413] * 4 + [202], answers
+        assert status.status_code == 200, status.text
+        for n in range(4):
+            record = (await mallory.get(f"/jobs/big-{n}")).json()
+            assert record["tenant"] == "mallory" and record["status"] in ("queued", "running", "completed"), record
