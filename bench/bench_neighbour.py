@@ -4,7 +4,7 @@
 
 Starts redis-server (unless ``--redis-url``) and one ``streamcrew gateway`` with two tenant-bound keys.
 Each round, tenant ``mallory`` sends ``--bodies`` job bodies of ``--body-mib`` MiB at once (a valid job each
-below STREAMCREW_MAX_REQUEST_BYTES, refused 413 above it: both are parsed) while tenant ``alice`` asks for
+below STREAMCREW_MAX_REQUEST_BYTES, refused 413 above it: both are parsed; past 16 waiting, 429) while tenant ``alice`` asks for
 her job's status a few times; the same is measured with no large bodies sent. Prints alice's latency
 (median, max) both ways and their ratio: a gateway that parses one large body per caller at a time
 (consumers.gateway.large_bodies) keeps alice waiting for about one body's parse, not for all of them.

@@ -9,7 +9,8 @@ So a large body is parsed only in its turn: one at a time in the gateway, the ne
 after the last ended (requests that arrived meanwhile are read and go on first), and given round
 robin over callers (their rate-limit bucket: an API key, or the client address when keys are off), so a
 caller with one large body waits for one of each other caller's, never for a queue of them. Small bodies
-never wait.
+never wait. A caller may have ``MAX_WAITING`` large bodies waiting; one more is ``429 too_many_large_bodies``: a
+waiting body is held in memory, where before the blocked loop left the rest unread in the sockets.
 """
 
 from __future__ import annotations
@@ -19,19 +20,24 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 
+from consumers.gateway.errors import ApiError
+
 # A body this large costs ~1.5 ms to parse; below it, a turn would cost more than it saves.
 LARGE_BODY_BYTES = 64 * 1024
 # Loop passes a turn waits before its parse: requests that arrived during the last one are read and sent on to
 # Redis first (each pass costs ~10 µs; measured, 4 passes answered another tenant better than 0.5 – 5 ms of sleep).
 PASSES_BETWEEN_TURNS = 4
+# Large bodies one caller may have waiting for their turn: 16 of 2 MiB is ~1 s of parsing and 32 MiB held.
+MAX_WAITING = 16
 
 
 class LargeBodyTurns:
     """One large body parsed at a time, callers served round robin; small bodies pass at once."""
 
-    def __init__(self, threshold: int = LARGE_BODY_BYTES, *, passes: int = PASSES_BETWEEN_TURNS) -> None:
+    def __init__(self, threshold: int = LARGE_BODY_BYTES, *, passes: int = PASSES_BETWEEN_TURNS, max_waiting: int = MAX_WAITING) -> None:
         self.threshold = threshold
         self.passes = passes
+        self.max_waiting = max_waiting
         self._busy = False
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # insertion order: the round robin
 
@@ -41,7 +47,8 @@ class LargeBodyTurns:
 
     @contextlib.asynccontextmanager
     async def turn(self, caller: str, size: int) -> AsyncIterator[None]:
-        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once."""
+        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once. 429 when the caller
+        has ``max_waiting`` large bodies waiting already."""
         if size < self.threshold:
             yield
             return
@@ -57,8 +64,12 @@ class LargeBodyTurns:
         if not self._busy:
             self._busy = True
             return
+        queue = self._waiting.setdefault(caller, deque())
+        if len(queue) >= self.max_waiting:
+            raise ApiError(429, "too_many_large_bodies", f"{len(queue)} large bodies (64 KiB or more) of this key already wait "
+                           "to be read; send fewer at once", headers={"Retry-After": "1"})
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(caller, deque()).append(granted)
+        queue.append(granted)
         try:
             await granted
         except asyncio.CancelledError:  # the deadline's 503, a shutdown: give the turn on if it was ours

@@ -7,7 +7,9 @@ import asyncio
 from collections.abc import Callable
 
 import orjson
+import pytest
 
+from consumers.gateway.errors import ApiError
 from consumers.gateway.large_bodies import LargeBodyTurns
 from tests.consumers.gateway.support import GatewayFactory
 
@@ -67,6 +69,29 @@ async def test_turns_go_round_robin_over_callers() -> None:
     # Then alice's goes after mallory's first, not after all three
     assert order == ["x", "m0", "alice", "m1", "m2"]
     assert turns.waiting() == 0 and not turns._busy
+
+
+async def test_a_caller_with_too_many_large_bodies_waiting_is_told_429() -> None:
+    # Given a held turn and two of mallory's large bodies waiting, at most two waiting per caller
+    turns = LargeBodyTurns(max_waiting=2)
+    order: list[str] = []
+    go = asyncio.Event()
+    tasks = [asyncio.create_task(_enter(turns, "x", LARGE, order, go, "x"))]
+    await _until(lambda: order == ["x"], "the first body holds the turn")
+    tasks += [asyncio.create_task(_enter(turns, "mallory", LARGE, order, go, f"m{n}")) for n in range(2)]
+    await _until(lambda: turns.waiting() == 2, "mallory's two wait")
+    # When mallory sends a third, it is refused at once, clearly; alice's still waits its turn, as small ones pass
+    with pytest.raises(ApiError) as refused:
+        async with turns.turn("mallory", LARGE):
+            pass
+    assert (refused.value.status, refused.value.code) == (429, "too_many_large_bodies")
+    assert refused.value.headers == {"Retry-After": "1"}
+    tasks.append(asyncio.create_task(_enter(turns, "alice", LARGE, order, go, "alice")))
+    await _until(lambda: turns.waiting() == 3, "alice's body waits")
+    go.set()
+    async with asyncio.timeout(WAIT_S):
+        await asyncio.gather(*tasks)
+    assert order == ["x", "m0", "alice", "m1"] and turns.waiting() == 0
 
 
 async def test_a_cancelled_waiter_passes_the_turn_on() -> None:
