@@ -296,7 +296,8 @@ def test_cluster_overlay_builds_on_the_base_and_names_existing_objects() -> None
 def test_cluster_overlay_points_processes_and_keda_at_the_same_cluster() -> None:
     url = only(K8S_CLUSTER / "secret-redis-cluster.example.yaml", "Secret")["stringData"]["STREAMCREW_REDIS_URL"]
     host_port = url.split("://", 1)[1].split("@")[-1].split("/")[0]
-    addresses = {t["metadata"]["addresses"] for t in only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]}
+    addresses = {t["metadata"]["addresses"] for t in only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]
+                 if t["type"] == "redis-cluster-streams"}
     assert addresses == {host_port}
     _, partitions, _ = cluster_overlay_settings()
     assert partitions >= 2 * MASTERS and partitions % MASTERS == 0
@@ -312,11 +313,16 @@ def test_keda_partitions_file_is_current() -> None:
 
 def test_keda_triggers_cover_every_partition_lane_and_resumed_stream() -> None:
     prefix, partitions, concurrency = cluster_overlay_settings()
-    triggers = only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]
+    listed = only(K8S_CLUSTER / "keda-partitions.yaml", "ScaledObject")["spec"]["triggers"]
+    # the base's summed trigger, the same query: the gauges carry the partition label, and it sums over it
+    summed = [t for t in listed if t["type"] == "prometheus"]
+    assert summed == [t for t in only(K8S / "keda.yaml", "ScaledObject")["spec"]["triggers"] if t["type"] == "prometheus"]
+    assert len(summed) == 1 and int(summed[0]["metadata"]["threshold"]) == concurrency
+    triggers = [t for t in listed if t["type"] != "prometheus"]
     assert {t["type"] for t in triggers} == {"redis-cluster-streams"}
     streams = {stream for keys in partition_keys(Keys(prefix), partitions) for stream in keys.work_streams}
     assert len(streams) == 2 * partitions * len(LANES) and all(re.fullmatch(rf"{prefix}:\{{\d+\}}:requests:[\w-]+", s) for s in streams)
-    lag, pending = thresholds(partitions, concurrency)
+    lag, pending = thresholds(concurrency)
     base = {t["metadata"]["stream"]: t["metadata"] for t in only(K8S / "keda.yaml", "ScaledObject")["spec"]["triggers"]
             if "lagCount" in t["metadata"]}
     for stream in streams:
@@ -328,7 +334,6 @@ def test_keda_triggers_cover_every_partition_lane_and_resumed_stream() -> None:
         assert int(pendings[0]["pendingEntriesCount"]) == pending
         assert all(m["consumerGroup"] == WORKERS_GROUP for m in on)
     assert len(triggers) == 2 * len(streams)
-    # summed over the partitions, a trigger asks what the one-instance trigger asks of one lane
-    one_lane = int(next(iter(base.values()))["lagCount"])
-    assert one_lane <= lag * partitions < one_lane + partitions
-    assert concurrency <= pending * partitions < concurrency + partitions
+    # a partition's stream asks what one instance's lane would: never more than the sum does, nor divided by the
+    # partitions (that made one hot partition ask for N times its share)
+    assert {int(m["lagCount"]) for m in base.values()} == {lag} and pending == concurrency

@@ -26,8 +26,8 @@ from consumers.settings import DEFAULT_WORKER_METRICS_PORT, WorkerSettings
 from streams.gauges import StreamGauges
 from streams.keys import NOTIFIER_GROUP, WORKERS_GROUP, Keys
 from tests.deploy.support import (
-    ALERTS, COMPOSE, DASHBOARD, DEPLOY, DOCS, K8S, K8S_KAFKA, METRIC_NAME, PROMETHEUS_CONFIG, REDIS_IMAGE, ROOT, check_invocation,
-    command_lines_in_docs, env_names_in, env_vars, load_yaml_all, project_version,
+    ALERTS, COMPOSE, DASHBOARD, DEPLOY, DOCS, K8S, K8S_KAFKA, KEDA, KEDA_PARTITIONS, METRIC_NAME, PROMETHEUS_CONFIG, REDIS_IMAGE,
+    ROOT, check_invocation, command_lines_in_docs, env_names_in, env_vars, load_yaml_all, project_version,
 )
 
 METRICS_PORTS = {"worker": DEFAULT_WORKER_METRICS_PORT, "notifier": DEFAULT_NOTIFIER_METRICS_PORT,
@@ -135,7 +135,7 @@ def test_docs_commands_and_options_exist() -> None:
         check_invocation(argv, f"docs/operations.md: streamcrew {' '.join(argv)}")
 
 
-def test_metric_names_in_rules_and_dashboard_are_exported(redis_url: str) -> None:
+def test_metric_names_in_rules_dashboard_and_keda_are_exported(redis_url: str) -> None:
     # Every metric registered by a process module, and the stream gauges (read from a real Redis)
     import importlib
 
@@ -151,7 +151,7 @@ def test_metric_names_in_rules_and_dashboard_are_exported(redis_url: str) -> Non
         for suffix in suffixes.get(family.type, ("",))
     }
     named = {
-        path.name: set(METRIC_NAME.findall(path.read_text())) for path in (ALERTS, DASHBOARD)
+        path.name: set(METRIC_NAME.findall(path.read_text())) for path in (ALERTS, DASHBOARD, KEDA, KEDA_PARTITIONS)
     }
     missing = {f: sorted(n - exported) for f, n in named.items() if n - exported}
     assert not missing, f"metrics named but exported by no process: {missing}; exported: {sorted(exported)}"
@@ -306,15 +306,21 @@ def test_k8s_termination_grace_outlasts_the_drain() -> None:
         assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= grace + 5, name
 
 
-def test_k8s_workers_scale_on_every_lane_and_resumed_stream_from_one() -> None:
+def test_k8s_workers_scale_on_the_sum_over_every_lane_and_resumed_stream_from_one() -> None:
     (scaled,) = [o for o in k8s_objects() if o.get("kind") == "ScaledObject"]
     spec = scaled["spec"]
     assert spec["scaleTargetRef"]["name"] == "worker" and "replicas" not in deployments()["worker"]["spec"]
     assert spec["minReplicaCount"] == 1  # a delayed retry is promoted only by a running worker
     keys = Keys(configmap()["STREAMCREW_PREFIX"])
-    triggers = spec["triggers"]
+    concurrency = int({e["name"]: e["value"] for e in container(deployments()["worker"]).get("env", []) if "value" in e}["STREAMCREW_CONCURRENCY"])
+    # The HPA takes the max of the triggers' replica counts: the sum over the streams is one prometheus trigger
+    # (its query runs in tests/deploy/test_keda_prometheus.py), one replica per STREAMCREW_CONCURRENCY jobs
+    (summed,) = [t["metadata"] for t in spec["triggers"] if t["type"] == "prometheus"]
+    assert int(summed["threshold"]) == concurrency and summed["activationThreshold"] == "0"
+    assert summed["ignoreNullValues"] == "false"  # no samples is an error, not a 0 that lets the HPA scale down
+    assert re.fullmatch(r"http://[a-z0-9.-]+:9090", summed["serverAddress"])
+    triggers = [t for t in spec["triggers"] if t["type"] != "prometheus"]
     assert {t["type"] for t in triggers} == {"redis-streams"}
-    concurrency = {e["name"]: e["value"] for e in container(deployments()["worker"]).get("env", []) if "value" in e}["STREAMCREW_CONCURRENCY"]
     # the resumed streams too: a capped tenant's backlog ends as jobs let go from its parked list, run from there while
     # the lanes are empty, and a scale to zero then would cut them off and strand the rest
     assert {t["metadata"]["stream"] for t in triggers} == set(keys.work_streams)
@@ -323,8 +329,9 @@ def test_k8s_workers_scale_on_every_lane_and_resumed_stream_from_one() -> None:
         lag = [m for m in on_lane if "lagCount" in m]
         pending = [m for m in on_lane if "pendingEntriesCount" in m]
         assert len(lag) == 1 and len(pending) == 1, f"{stream}: one lag and one pending trigger"
-        assert lag[0]["activationLagCount"] == "0" and int(lag[0]["lagCount"]) >= 1
-        assert pending[0]["pendingEntriesCount"] == concurrency
+        # at least the summed trigger's threshold: one stream's trigger never asks for more replicas than the sum does
+        assert lag[0]["activationLagCount"] == "0" and int(lag[0]["lagCount"]) >= concurrency
+        assert int(pending[0]["pendingEntriesCount"]) == concurrency
         for m in on_lane:
             assert m["consumerGroup"] == WORKERS_GROUP
             assert m["address"].split(".")[0] == "redis" and m["address"].endswith(":6379")

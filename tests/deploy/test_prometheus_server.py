@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,21 +45,22 @@ class PrometheusServer:
         return float(result[0]["value"][1]) if result else None
 
 
-@pytest.fixture
-def prometheus(prometheus_bin: str, metrics_worker: MetricsWorker, tmp_path: Path) -> Iterator[PrometheusServer]:
-    """Prometheus on a free 127.0.0.1 port scraping the worker every second, with deploy/prometheus/alerts.yml loaded."""
+@contextlib.contextmanager
+def running_prometheus(binary: str, targets: list[int], tmp_path: Path, *, rule_files: Sequence[str] = (),
+                       job: str = SCRAPE_JOB) -> Iterator[PrometheusServer]:
+    """Prometheus on a free 127.0.0.1 port scraping ``127.0.0.1:<port>/metrics`` of each of ``targets`` every second."""
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(ALERTS)],
-        "scrape_configs": [{"job_name": SCRAPE_JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_worker.port}"]}]}],
+        "rule_files": list(rule_files),
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{t}" for t in targets]}]}],
     }
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     log_path = tmp_path / "prometheus.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [prometheus_bin, f"--config.file={config_path}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={tmp_path / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -74,7 +76,14 @@ def prometheus(prometheus_bin: str, metrics_worker: MetricsWorker, tmp_path: Pat
             process.wait(5)
 
 
-async def _ready(server: PrometheusServer) -> bool:
+@pytest.fixture
+def prometheus(prometheus_bin: str, metrics_worker: MetricsWorker, tmp_path: Path) -> Iterator[PrometheusServer]:
+    """Prometheus on a free 127.0.0.1 port scraping the worker every second, with deploy/prometheus/alerts.yml loaded."""
+    with running_prometheus(prometheus_bin, [metrics_worker.port], tmp_path, rule_files=[str(ALERTS)]) as server:
+        yield server
+
+
+async def ready(server: PrometheusServer) -> bool:
     assert server.process.poll() is None, f"prometheus exited with {server.process.returncode}:\n{server.log()}"
     try:
         async with httpx.AsyncClient(timeout=2) as client:
@@ -85,7 +94,7 @@ async def _ready(server: PrometheusServer) -> bool:
 
 async def test_prometheus_scrapes_the_worker_and_counts_its_jobs(prometheus: PrometheusServer, metrics_worker: MetricsWorker) -> None:
     # Given Prometheus scraping a worker that completed 12 jobs (and ended 14)
-    await wait_until(lambda: _ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
+    await wait_until(lambda: ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
     completed = 'sum(streamcrew_jobs_total{status="completed"})'
 
     async def scraped() -> bool:
@@ -102,7 +111,7 @@ async def test_prometheus_scrapes_the_worker_and_counts_its_jobs(prometheus: Pro
 
 async def test_prometheus_evaluates_every_alert_rule_without_error(prometheus: PrometheusServer) -> None:
     # Given Prometheus with deploy/prometheus/alerts.yml, evaluating every second over a live worker's series
-    await wait_until(lambda: _ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
+    await wait_until(lambda: ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
     expected = {r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
     rules: list[dict[str, Any]] = []
 
@@ -123,7 +132,7 @@ async def test_prometheus_evaluates_every_alert_rule_without_error(prometheus: P
 
 async def test_prometheus_runs_every_dashboard_query(prometheus: PrometheusServer) -> None:
     # Given the Grafana dashboard's queries, with Grafana's $__rate_interval filled in
-    await wait_until(lambda: _ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
+    await wait_until(lambda: ready(prometheus), timeout=30, what=f"prometheus to be ready; log:\n{prometheus.log()}")
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 20
