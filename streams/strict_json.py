@@ -151,7 +151,20 @@ def _has_wide_int(value: Any) -> bool:
 
 
 def _has_non_finite(value: Any) -> bool:
-    """Whether any float in ``value`` is NaN or infinite."""
+    """Whether any float in ``value`` is NaN or infinite (asked when orjson wrote a ``null``, which either may be).
+
+    The stdlib's C encoder answers that with ``allow_nan=False`` 5 – 8 times faster than a walk in Python (a
+    1.9 MiB list of 0s and one null: 21 ms against 108 ms, the walk run twice per request held a gateway for
+    ~1 s); only a value it cannot write (a datetime orjson wrote, a reader's own type) is walked."""
+    try:
+        json.dumps(value, allow_nan=False, default=json_default)
+    except ValueError as exc:
+        if str(exc).startswith("Out of range float values"):
+            return True
+    except (TypeError, RecursionError):
+        pass
+    else:
+        return False
     return _any_leaf(value, lambda item: isinstance(item, float) and not math.isfinite(item))
 
 

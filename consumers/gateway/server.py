@@ -9,6 +9,7 @@ import uvicorn
 from consumers.gateway.app import create_app
 from consumers.gateway.protocol import bounded_protocol
 from consumers.gateway.settings import GatewaySettings
+from consumers.lifecycle import settle_heap
 from consumers.serving import Server
 
 # Open event streams would hold a graceful shutdown forever; they resume with Last-Event-ID anyway.
@@ -26,4 +27,7 @@ def run_gateway(settings: GatewaySettings) -> None:
         # (uvicorn's default trusts it from 127.0.0.1, so anyone on the host could pick their own bucket).
         proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=settings.trusted_proxies or None,
     )
+    # As the worker and notifier do: a reader's large result (300,000 small lists) spent most of its parse in the
+    # collector's passes, every tenant's requests waiting (369 - 433 ms of the loop; 60 - 84 ms after this)
+    settle_heap()
     Server(config).run()

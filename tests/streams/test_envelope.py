@@ -1,9 +1,14 @@
 """Decoding requests: every malformed shape is a DecodeError that names the problem and keeps the raw fields."""
 
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
 import pytest
 
 from streams.envelope import JobRequest, JobResult, Status, lane_for_priority
 from streams.errors import DecodeError
+from streams.strict_json import encode_data
 
 
 @pytest.mark.parametrize(
@@ -100,3 +105,20 @@ def test_a_stored_json_past_the_shown_depth_reads_as_its_text() -> None:
     assert json_bytes(parsed_json(at)) == at.encode()
     assert parsed_json(past) == past and parsed_json("not json") == "not json"
     assert parsed_json(wide) == [{}] * 2000
+
+
+@pytest.mark.parametrize("data, refused", [
+    ({"a": [0] * 1000 + [None]}, False),  # a null orjson wrote for None: asked, and let through
+    ({"a": [[], {"b": [None, 1.5]}]}, False),
+    ({"a": [0, None, float("nan")]}, True),
+    ({"deep": [[[[{"x": float("inf")}]]]], "n": None}, True),
+    ({"x": -float("inf")}, True),
+    ({"when": datetime(2026, 12, 7, tzinfo=UTC), "n": None}, False),  # orjson writes datetimes, the stdlib does not: walked
+    ({"when": datetime(2026, 12, 7, tzinfo=UTC), "n": float("nan")}, True),
+])
+def test_data_with_nan_or_infinity_is_refused_and_a_null_is_not(data: dict[str, Any], refused: bool) -> None:
+    if refused:
+        with pytest.raises(ValueError, match="NaN or Infinity"):
+            encode_data(data)
+    else:
+        assert orjson.loads(encode_data(data)) == orjson.loads(orjson.dumps(data))
