@@ -9,8 +9,9 @@ So a large body is parsed only in its turn: one at a time in the gateway, the ne
 after the last ended (requests that arrived meanwhile are read and go on first), and given round
 robin over callers (their rate-limit bucket: an API key, or the client address when keys are off), so a
 caller with one large body waits for one of each other caller's, never for a queue of them. Small bodies
-never wait. A caller may have ``MAX_WAITING`` large bodies waiting; one more is ``429 too_many_large_bodies``: a
-waiting body is held in memory, where before the blocked loop left the rest unread in the sockets.
+never wait. A caller's waiting bodies may hold ``MAX_WAITING_BYTES``; one more, or one that waited past
+``max_wait_s``, is ``429 too_many_large_bodies``: a waiting body is held in memory, where before the blocked loop
+left the rest unread in the sockets.
 """
 
 from __future__ import annotations
@@ -27,19 +28,24 @@ LARGE_BODY_BYTES = 64 * 1024
 # Loop passes a turn waits before its parse: requests that arrived during the last one are read and sent on to
 # Redis first (each pass costs ~10 µs; measured, 4 passes answered another tenant better than 0.5 – 5 ms of sleep).
 PASSES_BETWEEN_TURNS = 4
-# Large bodies one caller may have waiting for their turn: 16 of 2 MiB is ~1 s of parsing and 32 MiB held.
-MAX_WAITING = 16
+# Bytes of large bodies one caller may have waiting for their turn: 16 bodies of 2 MiB, ~1 s of parsing at worst.
+MAX_WAITING_BYTES = 32 * 1_048_576
+# How long a large body waits for its turn at most, as a share of STREAMCREW_REQUEST_TIMEOUT_S: it is answered 429
+# before the answer deadline would answer 503 "Redis did not answer", which is not what happened.
+MAX_WAIT_SHARE = 0.8
 
 
 class LargeBodyTurns:
     """One large body parsed at a time, callers served round robin; small bodies pass at once."""
 
-    def __init__(self, threshold: int = LARGE_BODY_BYTES, *, passes: int = PASSES_BETWEEN_TURNS, max_waiting: int = MAX_WAITING) -> None:
+    def __init__(self, threshold: int = LARGE_BODY_BYTES, *, passes: int = PASSES_BETWEEN_TURNS,
+                 max_waiting_bytes: int = MAX_WAITING_BYTES, max_wait_s: float = 4.0) -> None:
         self.threshold = threshold
         self.passes = passes
-        self.max_waiting = max_waiting
+        self.max_waiting_bytes = max_waiting_bytes
+        self.max_wait_s = max_wait_s
         self._busy = False
-        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}  # insertion order: the round robin
+        self._waiting: dict[str, deque[tuple[asyncio.Future[None], int]]] = {}  # insertion order: the round robin
 
     def waiting(self) -> int:
         """Large bodies waiting for their turn (not the one in it)."""
@@ -47,12 +53,12 @@ class LargeBodyTurns:
 
     @contextlib.asynccontextmanager
     async def turn(self, caller: str, size: int) -> AsyncIterator[None]:
-        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once. 429 when the caller
-        has ``max_waiting`` large bodies waiting already."""
+        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once. 429 when the caller's
+        waiting bodies would pass ``max_waiting_bytes``, or this one waited ``max_wait_s`` for its turn."""
         if size < self.threshold:
             yield
             return
-        await self._take(caller)
+        await self._take(caller, size)
         try:
             for _ in range(self.passes):
                 await asyncio.sleep(0)
@@ -60,19 +66,28 @@ class LargeBodyTurns:
         finally:
             self._pass_on()
 
-    async def _take(self, caller: str) -> None:
+    async def _take(self, caller: str, size: int) -> None:
         if not self._busy:
             self._busy = True
             return
-        queue = self._waiting.setdefault(caller, deque())
-        if len(queue) >= self.max_waiting:
-            raise ApiError(429, "too_many_large_bodies", f"{len(queue)} large bodies (64 KiB or more) of this key already wait "
-                           "to be read; send fewer at once", headers={"Retry-After": "1"})
+        queue = self._waiting.get(caller) or deque()
+        if (held := sum(n for _, n in queue)) and held + size > self.max_waiting_bytes:
+            raise _refused(f"{len(queue)} large bodies (64 KiB or more, {held:,} bytes) of this key already wait to be read; "
+                           "send fewer at once")
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue.append(granted)
+        self._waiting[caller] = queue
+        queue.append((granted, size))
+        try:
+            async with asyncio.timeout(self.max_wait_s):
+                await self._granted(caller, granted)
+        except TimeoutError:
+            raise _refused(f"this large body waited {self.max_wait_s:g}s for its turn to be read (large bodies are read one "
+                           "at a time); send fewer at once") from None
+
+    async def _granted(self, caller: str, granted: asyncio.Future[None]) -> None:
         try:
             await granted
-        except asyncio.CancelledError:  # the deadline's 503, a shutdown: give the turn on if it was ours
+        except asyncio.CancelledError:  # the deadline's 503, our own wait's limit, a shutdown: pass the turn on if ours
             if granted.done() and not granted.cancelled():
                 self._pass_on()
             else:
@@ -83,7 +98,7 @@ class LargeBodyTurns:
         """The turn to the next caller in order (who then goes to the back), or free."""
         while self._waiting:
             caller, queue = next(iter(self._waiting.items()))
-            granted = queue.popleft()
+            granted, _ = queue.popleft()
             del self._waiting[caller]
             if queue:
                 self._waiting[caller] = queue  # back of the round
@@ -93,8 +108,13 @@ class LargeBodyTurns:
         self._busy = False
 
     def _forget(self, caller: str, granted: asyncio.Future[None]) -> None:
-        queue = self._waiting.get(caller)
-        if queue is not None and granted in queue:
-            queue.remove(granted)
-            if not queue:
-                del self._waiting[caller]
+        if (queue := self._waiting.get(caller)) is None:
+            return
+        for item in [item for item in queue if item[0] is granted]:
+            queue.remove(item)
+        if not queue:
+            del self._waiting[caller]
+
+
+def _refused(message: str) -> ApiError:
+    return ApiError(429, "too_many_large_bodies", message, headers={"Retry-After": "1"})

@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from consumers.gateway.auth import KeyRing
 from consumers.gateway.batching import PublishBatcher
-from consumers.gateway.large_bodies import LargeBodyTurns
+from consumers.gateway.large_bodies import MAX_WAIT_SHARE, LargeBodyTurns
 from consumers.gateway.ratelimit import RateLimiter
 from consumers.gateway.settings import GatewaySettings
 from consumers.gateway.streamslots import StreamSlots
@@ -42,7 +42,7 @@ class GatewayState:
             batcher=PublishBatcher(producer),
             streams=StreamSlots(settings.max_event_streams_per_key),
             webhook_rules=TargetRules(allow_private=settings.allow_private, allow_list=settings.allow_list),
-            large_bodies=LargeBodyTurns(),
+            large_bodies=LargeBodyTurns(max_wait_s=settings.request_timeout_s * MAX_WAIT_SHARE),
         )
 
 

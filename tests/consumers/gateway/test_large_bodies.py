@@ -72,8 +72,8 @@ async def test_turns_go_round_robin_over_callers() -> None:
 
 
 async def test_a_caller_with_too_many_large_bodies_waiting_is_told_429() -> None:
-    # Given a held turn and two of mallory's large bodies waiting, at most two waiting per caller
-    turns = LargeBodyTurns(max_waiting=2)
+    # Given a held turn and two of mallory's large bodies waiting, at most two bodies' bytes waiting per caller
+    turns = LargeBodyTurns(max_waiting_bytes=2 * LARGE)
     order: list[str] = []
     go = asyncio.Event()
     tasks = [asyncio.create_task(_enter(turns, "x", LARGE, order, go, "x"))]
@@ -92,6 +92,28 @@ async def test_a_caller_with_too_many_large_bodies_waiting_is_told_429() -> None
     async with asyncio.timeout(WAIT_S):
         await asyncio.gather(*tasks)
     assert order == ["x", "m0", "alice", "m1"] and turns.waiting() == 0
+
+
+async def test_a_large_body_waiting_past_its_limit_is_told_429_and_the_turns_go_on() -> None:
+    # Given a turn held longer than a waiting body may wait
+    turns = LargeBodyTurns(max_wait_s=0.05)
+    order: list[str] = []
+    hold = asyncio.Event()
+    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a"))
+    await _until(lambda: order == ["a"], "the first holds the turn")
+    # When another waits past the limit, it is refused clearly, not as a Redis outage
+    with pytest.raises(ApiError) as refused:
+        async with asyncio.timeout(WAIT_S), turns.turn("b", LARGE):
+            pass
+    assert (refused.value.status, refused.value.code) == (429, "too_many_large_bodies")
+    assert "waited 0.05s for its turn" in refused.value.message
+    # And the turns go on: nothing of it is left waiting, and the next body gets the turn once the first's ends
+    assert turns.waiting() == 0
+    hold.set()
+    await first
+    async with asyncio.timeout(WAIT_S), turns.turn("b", LARGE):
+        order.append("b")
+    assert order == ["a", "b"] and turns.waiting() == 0 and not turns._busy
 
 
 async def test_a_cancelled_waiter_passes_the_turn_on() -> None:
