@@ -1,12 +1,15 @@
-"""Request heads are bounded in size and time before any key is checked: one connection sending an endless header,
-or many never finishing a request, must not slow other clients or take the gateway's file descriptors."""
+"""Request heads are bounded in size, time and number of header fields before any key is checked: one connection
+sending an endless header, or many never finishing a request, or heads of thousands of tiny fields, must not slow other
+clients or take the gateway's file descriptors."""
 
 from __future__ import annotations
 
 import asyncio
 from urllib.parse import urlsplit
 
-from consumers.gateway.protocol import MAX_HEAD_BYTES
+import h11
+
+from consumers.gateway.protocol import MAX_HEAD_BYTES, MAX_HEADERS
 from tests.consumers.gateway.support import GatewayFactory
 from tests.consumers.gateway.test_keep_alive import Connection
 
@@ -96,3 +99,95 @@ async def test_pipelined_requests_are_not_taken_for_one_long_head(gateways: Gate
         pass
     writer.close()
     assert answers.count(b"HTTP/1.1 200 ") == n, (answers.count(b"HTTP/1.1 200 "), answers[-300:])
+
+
+def _head(fields: int, path: str = "/healthz") -> bytes:
+    """A GET with exactly ``fields`` header fields (host among them)."""
+    return (f"GET {path} HTTP/1.1\r\nhost: gateway\r\n".encode()
+            + b"".join(b"x-field-%d: v\r\n" % i for i in range(fields - 1)) + b"\r\n")
+
+
+async def _until_closed(reader: asyncio.StreamReader, within_s: float) -> tuple[bytes, bool]:
+    """What the gateway sent (b"reset" as :func:`_answer`), and whether it closed the connection within ``within_s``."""
+    got, deadline = b"", asyncio.get_running_loop().time() + within_s
+    try:
+        while chunk := await asyncio.wait_for(reader.read(65536), max(0.0, deadline - asyncio.get_running_loop().time())):
+            got += chunk
+        return got, True
+    except (ConnectionResetError, BrokenPipeError):
+        return got or b"reset", True
+    except TimeoutError:
+        return got, False
+
+
+async def _statuses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, heads: list[bytes]) -> list[int]:
+    """Send each head on the one connection in turn, reading its whole answer (h11) before the next; their statuses."""
+    conn, statuses = h11.Connection(h11.CLIENT), []
+    for head in heads:
+        if conn.our_state is h11.DONE:
+            conn.start_next_cycle()
+        conn.send(h11.Request(method="GET", target="/healthz", headers=[("host", "gateway")]))  # h11's state; bytes: ours
+        conn.send(h11.EndOfMessage())
+        writer.write(head)
+        await writer.drain()
+        while (event := conn.next_event()) is not h11.PAUSED:
+            if event is h11.NEED_DATA:
+                conn.receive_data(await asyncio.wait_for(reader.read(65536), 10))
+            elif isinstance(event, h11.Response):
+                statuses.append(event.status_code)
+            elif isinstance(event, h11.ConnectionClosed):
+                raise AssertionError(f"closed before an answer; answered so far: {statuses}")
+            if conn.their_state is h11.DONE:
+                break
+    return statuses
+
+
+async def test_a_head_with_more_fields_than_the_limit_is_refused_and_the_connection_closed(gateways: GatewayFactory) -> None:
+    # Given a request with one header field more than the limit
+    gateway = await gateways.start()
+    reader, writer = await _open(gateway.url)
+    writer.write(_head(MAX_HEADERS + 1))
+    await writer.drain()
+    # Then it is answered 431 (400 would do: uvicorn's invalid request) and closed: it was served 200, kept open
+    answer, closed = await _until_closed(reader, 5)
+    writer.close()
+    assert answer.startswith((b"HTTP/1.1 431 ", b"HTTP/1.1 400 ")) and b"connection: close" in answer.lower(), answer[:300]
+    assert closed
+    # And so is a head of ~16,000 tiny fields ("a:" each, under the head's 64 KiB), its fields not parsed past the limit
+    reader, writer = await _open(gateway.url)
+    writer.write(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n" + b"a:\r\n" * ((MAX_HEAD_BYTES - 200) // 4) + b"\r\n")
+    await writer.drain()
+    answer, closed = await _until_closed(reader, 5)
+    writer.close()
+    assert answer.startswith((b"HTTP/1.1 431 ", b"HTTP/1.1 400 ")) or answer == b"reset", answer[:300]
+    assert closed
+    # And a request with exactly the limit, on a new connection, is served, as is a usual one
+    reader, writer = await _open(gateway.url)
+    assert await _statuses(reader, writer, [_head(MAX_HEADERS)]) == [200]
+    writer.close()
+    async with gateway.client() as client:
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_the_fields_are_counted_per_request_on_a_kept_alive_connection(gateways: GatewayFactory) -> None:
+    # Given one connection sending two requests in turn, each with one field under the limit (199 fields in all)
+    gateway = await gateways.start()
+    reader, writer = await _open(gateway.url)
+    # Then both are served: the count starts again with each request
+    assert await _statuses(reader, writer, [_head(MAX_HEADERS - 1), _head(MAX_HEADERS - 1)]) == [200, 200]
+    writer.close()
+
+
+async def test_a_chunked_bodys_trailer_fields_count_with_its_head(gateways: GatewayFactory) -> None:
+    # Given a chunked request whose head has 10 fields and whose trailer has as many as the limit (uvicorn hands
+    # trailer fields to the same callback: unbounded, they would cost what head fields do, past the head's size bound)
+    gateway = await gateways.start()
+    reader, writer = await _open(gateway.url)
+    head = _head(10).replace(b"\r\n\r\n", b"\r\ntransfer-encoding: chunked\r\n\r\n")
+    writer.write(head + b"1\r\na\r\n0\r\n" + b"".join(b"x-trailer-%d: v\r\n" % i for i in range(MAX_HEADERS)) + b"\r\n")
+    await writer.drain()
+    # Then the request is refused and the connection closed, its trailer not read to the end (it was served 200)
+    answer, closed = await _until_closed(reader, 5)
+    writer.close()
+    assert answer.startswith((b"HTTP/1.1 431 ", b"HTTP/1.1 400 ")) or answer in (b"", b"reset"), answer[:300]
+    assert closed
