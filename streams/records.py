@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.asyncio import Redis
@@ -59,6 +59,31 @@ class JobRecord(BaseModel):
         return JobResult.model_validate(self.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done", "parked"}))
 
 
+class JobHead(BaseModel):
+    """What a read that shows neither result nor steps needs of a record (GET /jobs/{id}/status, an event stream's
+    polls, the tenant check before a full read). Each field reads as JobRecord's of that name."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    status: str
+    attempts: int = 0
+    submitted_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    tenant: str | None = None
+    steps_total: int | None = None
+    steps_done: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+HEAD_FIELDS = tuple(name for name in JobHead.model_fields if name != "id")
+R = TypeVar("R", JobRecord, JobHead)
+
+
 def _parse(job_id: str, raw: dict[str, str]) -> JobRecord | None:
     """The record, or None when its status is missing or none the scripts write (a raw writer's HSET): no job's
     status to show (a 500 before, for every caller, which told another tenant's key that the id is stored).
@@ -71,13 +96,17 @@ def _parse(job_id: str, raw: dict[str, str]) -> JobRecord | None:
         if name in values:
             values[name] = parsed_json(values[name])  # the stored text when it is no JSON, or too deep to write back
     values["id"] = job_id
+    return _validated(JobRecord, values)
+
+
+def _validated(model: type[R], values: dict[str, Any]) -> R:
     try:
-        return JobRecord.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         # A field a raw writer (HSET) stored not of its type reads as unset: the rest of the record still reads
         # (id and status are strings, checked above).
         bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
-        return JobRecord.model_validate({k: v for k, v in values.items() if k not in bad})
+        return model.model_validate({k: v for k, v in values.items() if k not in bad})
 
 
 async def get_job(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1) -> JobRecord | None:
@@ -93,6 +122,16 @@ async def get_job(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1)
     if record.agent == WORKFLOW_AGENT:
         record.steps = await get_steps(redis, job_keys, job_id)
     return record
+
+
+async def get_job_head(redis: Redis, keys: Keys, job_id: str, *, partitions: int = 1) -> JobHead | None:
+    """The head of ``job_id``'s record, or None where get_job gives None. One HMGET of its fields: the result (of
+    any size: 0.86 MiB of empty lists took ~0.12 s to parse) is neither fetched nor parsed, nor a workflow's steps read."""
+    stored = await redis.hmget(keys_for_job(keys, partitions, job_id).job(job_id), HEAD_FIELDS)
+    raw = {name: value for name, value in zip(HEAD_FIELDS, stored, strict=True) if value is not None}
+    if raw.get("status") not in STATUSES:
+        return None
+    return _validated(JobHead, {**raw, "id": job_id})
 
 
 async def wait_for_terminal(

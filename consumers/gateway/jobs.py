@@ -18,7 +18,7 @@ from consumers.gateway.state import GatewayState, gateway_state
 from streams.envelope import DATA_CHECKED, JobRequest, lane_for_request, now_ms
 from streams.job_ids import JOB_ID_MAX
 from streams.errors import InvalidRequest, RequestTooLarge
-from streams.records import JobRecord, get_job
+from streams.records import JobHead, JobRecord, get_job, get_job_head
 from streams.workflow import WORKFLOW_AGENT
 
 router = APIRouter(tags=["jobs"])
@@ -172,11 +172,31 @@ def _refused_webhook(url: str, refusal: str) -> RequestValidationError:
                                     "msg": f"the notifier would refuse it: {refusal}"}])
 
 
-async def visible_job(state: GatewayState, caller: Caller, job_id: str) -> JobRecord:
-    """The job's record, or 404; a tenant-bound key sees only its tenant's jobs."""
+def sees(caller: Caller, record: JobRecord | JobHead | None) -> bool:
+    """Whether ``caller`` may see ``record``: a tenant-bound key sees only its tenant's jobs."""
+    return record is not None and (caller.tenant is None or record.tenant == caller.tenant)
+
+
+def _not_found(job_id: str) -> ApiError:
+    return ApiError(404, "job_not_found", f"no job {job_id!r} (unknown, or its record expired)")
+
+
+async def visible_head(state: GatewayState, caller: Caller, job_id: str) -> JobHead:
+    """The head of the job's record (streams.records.JobHead: no result, no steps), or 404."""
+    head = await get_job_head(state.redis, state.keys, job_id, partitions=state.settings.partitions)
+    if head is None or not sees(caller, head):
+        raise _not_found(job_id)
+    return head
+
+
+async def visible_job(state: GatewayState, caller: Caller, job_id: str, *, head_seen: bool = False) -> JobRecord:
+    """The job's record, or 404; a tenant-bound key sees only its tenant's jobs. Its head is checked first (unless
+    ``head_seen``: the caller just did), so another tenant's id is a 404 without its result fetched or parsed."""
+    if caller.tenant is not None and not head_seen:
+        await visible_head(state, caller, job_id)
     record = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
-    if record is None or (caller.tenant is not None and record.tenant != caller.tenant):
-        raise ApiError(404, "job_not_found", f"no job {job_id!r} (unknown, or its record expired)")
+    if record is None or not sees(caller, record):  # checked again: the record may have expired and been written anew
+        raise _not_found(job_id)
     return record
 
 

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from consumers.gateway.auth import Caller, authorize, identify
-from consumers.gateway.jobs import JobIdPath, accept_request, parse_body, request_for, visible_job
+from consumers.gateway.jobs import JobIdPath, accept_request, parse_body, request_for, visible_head
 from consumers.gateway.models import JobAccepted, JobSubmission, JobTimes, TaskSubmission
 from consumers.gateway.responses import AUTH_ERRORS, errors, json_response
 from consumers.gateway.state import GatewayState, gateway_state
 from streams.envelope import lane_for_request
-from streams.records import JobRecord
+from streams.records import JobHead
 
 router = APIRouter(tags=["tasks"])
 State = Annotated[GatewayState, Depends(gateway_state)]
@@ -61,7 +61,7 @@ def _iso(epoch_ms: int | None) -> str | None:
         return None
 
 
-def job_times(record: JobRecord) -> dict[str, str | None]:
+def job_times(record: JobHead) -> dict[str, str | None]:
     return {"job_id": record.id, "status": record.status, "queued_at": _iso(record.submitted_at),
             "started_at": _iso(record.started_at), "completed_at": _iso(record.finished_at if record.terminal else None)}
 
@@ -69,4 +69,4 @@ def job_times(record: JobRecord) -> dict[str, str | None]:
 @router.get("/jobs/{job_id}/status", response_model=JobTimes, summary="A job's status and times", responses=errors(404, *AUTH_ERRORS))
 async def get_job_times(job_id: JobIdPath, state: State, caller: Authorized) -> Response:
     """``{"status", "queued_at", "started_at", "completed_at"}``: queue latency is started − queued."""
-    return json_response(200, job_times(await visible_job(state, caller, job_id)))
+    return json_response(200, job_times(await visible_head(state, caller, job_id)))  # no result, no steps: none read
