@@ -167,22 +167,29 @@ async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str
 
     ``keys`` are the workflow's partition's, which holds its steps' records too.
 
-    A step the workflow has published shows its own job's live status (queued, running, retrying, ...).
+    A step the workflow has published shows its own job's live status (queued, running, retrying, ...). Each step's
+    fields are read in one HMGET, and only a published step's record after: two commands a step made a 1,000-step
+    workflow's read ~40 ms of replies to parse, every event stream opened on it waiting.
     """
     h = keys.workflow(workflow_id)
     order = await redis.hget(h, "order")
     if order is None:
         return None
     ids = cast(list[str], orjson.loads(order))
-    pipe = redis.pipeline(transaction=False)
-    for sid in ids:
-        pipe.hmget(h, f"{sid}|st", f"{sid}|agent", f"{sid}|err")
-        pipe.hget(keys.job(step_job_id(workflow_id, sid)), "status")
-    replies = await pipe.execute()
+    if not ids:
+        return []
+    stored = cast(list[str | None], await redis.hmget(h, [f"{sid}|{part}" for sid in ids for part in ("st", "agent", "err")]))
+    published = [sid for sid, st in zip(ids, stored[0::3], strict=True) if st == "queued"]
+    live: dict[str, str | None] = {}
+    if published:
+        pipe = redis.pipeline(transaction=False)
+        for sid in published:
+            pipe.hget(keys.job(step_job_id(workflow_id, sid)), "status")
+        live = dict(zip(published, await pipe.execute(), strict=True))
     steps = []
     for i, sid in enumerate(ids):
-        (st, agent, err), live = replies[2 * i], replies[2 * i + 1]
-        status = live if st == "queued" and live else st
+        st, agent, err = stored[3 * i:3 * i + 3]
+        status = live.get(sid) or st
         step: dict[str, Any] = {"id": sid, "agent": agent, "status": status, "job_id": step_job_id(workflow_id, sid)}
         if err and status not in ("completed", "queued", "running"):
             step["error"] = err
