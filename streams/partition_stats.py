@@ -69,12 +69,13 @@ async def partitioned_queue_stats(
     if partitions <= 1:
         return await queue_stats(redis, keys, window=window)
     numbers = list(range(partitions) if only is None else only)
+    every_one = sorted(numbers) == list(range(partitions))  # named {*}; some of them, by number ({1,3})
     every = [keys.in_partition(p) for p in numbers]
     each = [await queue_stats(redis, k, window=None) for k in every]
     total: dict[str, Any] = {
         "prefix": keys.prefix,
-        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each], numbers, every=only is None) for lane in LANES},
-        "results": _merge_stream([s["results"] for s in each], numbers, every=only is None),
+        "lanes": {lane: _merge_stream([s["lanes"][lane] for s in each], numbers, every=every_one) for lane in LANES},
+        "results": _merge_stream([s["results"] for s in each], numbers, every=every_one),
         "dead_letters": sum(s["dead_letters"] for s in each),
         "retrying": sum(s["retrying"] for s in each),
         "parked": sum(s["parked"] for s in each),

@@ -77,8 +77,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._fields += 1
         if self._fields > MAX_HEADERS:
             cycle = self.cycle
-            if not self._in_head and cycle is not None and cycle.response_started and not cycle.response_complete:
-                self._disarm()  # trailers of a request whose answer is being written: no status line can follow it
+            if not self._in_head and cycle is not None and cycle.response_started:
+                self._disarm()  # trailers of a request already answered (or being answered): no status line may follow
                 self.transport.close()
             else:
                 self._refuse(b"431 Request Header Fields Too Large", f"request has over {MAX_HEADERS} header fields")

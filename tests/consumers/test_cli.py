@@ -356,6 +356,8 @@ async def test_stats_and_monitor_partitions_show_only_those(redis_url: str, pref
     whole = json.loads(cli(redis_url, prefix, "stats", "--json", env=env).stdout)
     assert (whole["lanes"]["normal"]["length"], whole["dead_letters"], len(whole["partitions"])) == (10, 4, 4) and "shown_partitions" not in whole
     assert whole["results"]["stream"] == f"{prefix}:{{*}}:results"
+    every = json.loads(cli(redis_url, prefix, "stats", "--json", "--partitions", "0-3", env=env).stdout)
+    assert every["results"]["stream"] == f"{prefix}:{{*}}:results"  # every partition, listed: {*} as unlisted
     table = cli(redis_url, prefix, "stats", "--partitions", "1,3", env=env).stdout
     assert f"prefix {prefix}, partitions 1, 3 of 4" in table, table
     # And the monitor shows the same partitions' figures (a pipe: plain lines)

@@ -191,3 +191,19 @@ async def test_a_chunked_bodys_trailer_fields_count_with_its_head(gateways: Gate
     writer.close()
     assert answer.startswith((b"HTTP/1.1 431 ", b"HTTP/1.1 400 ")) or answer in (b"", b"reset"), answer[:300]
     assert closed
+
+
+async def test_trailer_fields_past_the_limit_after_the_answer_add_no_second_answer(gateways: GatewayFactory) -> None:
+    # Given a chunked POST answered 401 before its body is read (no key), whose trailer then passes the limit
+    gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-operator"})
+    reader, writer = await _open(gateway.url)
+    writer.write(b"POST /jobs HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+    await writer.drain()
+    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert first.startswith(b"HTTP/1.1 401 "), first
+    writer.write(b"2\r\n{}\r\n0\r\n" + b"".join(b"x-trailer-%d: v\r\n" % i for i in range(MAX_HEADERS + 1)) + b"\r\n")
+    await writer.drain()
+    # Then the connection is closed with no status line after the 401 (a second answer no request asked for)
+    rest, closed = await _until_closed(reader, 5)
+    writer.close()
+    assert closed and b"HTTP/1.1 " not in rest, rest[:300]

@@ -122,3 +122,19 @@ async def test_a_body_of_very_many_unknown_fields_is_refused_without_listing_the
     response = await client.post("/jobs", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["message"] == "body: 100000 problems (unknown fields?); send the documented fields only"
+
+
+@pytest.mark.parametrize("unknown, summed", [(99, False), (101, True)])
+async def test_a_body_past_100_problems_is_told_how_many_in_one_entry(gateways: GatewayFactory, unknown: int, summed: bool) -> None:
+    # Given a job body with ``unknown`` unknown fields
+    gateway = await gateways.start()
+    body = {"agent": "echo", "data": {}, **{f"x{i}": 1 for i in range(unknown)}}
+    async with gateway.client() as client:
+        answer = await client.post("/jobs", json=body)
+    # Then it is 422; up to 100 problems each is an entry (20 shown), past that one entry says how many
+    assert answer.status_code == 422, answer.text
+    details = answer.json()["error"]["details"]
+    if summed:
+        assert [d["type"] for d in details] == ["too_many_problems"] and f"{unknown} problems" in details[0]["message"], details
+    else:
+        assert len(details) == 20 and {d["type"] for d in details} == {"extra_forbidden"}, details
