@@ -30,12 +30,18 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
     assert condition(), what
 
 
-async def test_one_large_body_at_a_time_and_small_ones_never_wait() -> None:
-    turns = LargeBodyTurns()
+async def _held(turns: LargeBodyTurns, name: str) -> tuple[list[str], asyncio.Event, asyncio.Task[None]]:
+    """A large body of caller ``name`` holding the free turn until the event is set: (order entered, event, its task)."""
     order: list[str] = []
     hold = asyncio.Event()
-    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a1"))
-    await _until(lambda: order == ["a1"], "the first large body takes the free turn")
+    task = asyncio.create_task(_enter(turns, name, LARGE, order, hold, name))
+    await _until(lambda: order == [name], f"{name} takes the free turn")
+    return order, hold, task
+
+
+async def test_one_large_body_at_a_time_and_small_ones_never_wait() -> None:
+    turns = LargeBodyTurns()
+    order, hold, first = await _held(turns, "a1")
     second = asyncio.create_task(_enter(turns, "b", LARGE, order, asyncio.Event(), "b1"))
     await _until(lambda: turns.waiting() == 1, "a second large body waits")
     # A small body passes while the turn is held
@@ -54,10 +60,8 @@ async def test_one_large_body_at_a_time_and_small_ones_never_wait() -> None:
 async def test_turns_go_round_robin_over_callers() -> None:
     # Given mallory's three large bodies waiting behind a held turn, then alice's one
     turns = LargeBodyTurns()
-    order: list[str] = []
-    go = asyncio.Event()
-    tasks = [asyncio.create_task(_enter(turns, "x", LARGE, order, go, "x"))]
-    await _until(lambda: order == ["x"], "the first body holds the turn")
+    order, go, held = await _held(turns, "x")
+    tasks = [held]
     for n in range(3):
         tasks.append(asyncio.create_task(_enter(turns, "mallory", LARGE, order, go, f"m{n}")))
     await _until(lambda: turns.waiting() == 3, "mallory's bodies wait")
@@ -74,10 +78,8 @@ async def test_turns_go_round_robin_over_callers() -> None:
 async def test_a_caller_with_too_many_large_bodies_waiting_is_told_429() -> None:
     # Given a held turn and two of mallory's large bodies waiting, at most two bodies' bytes waiting per caller
     turns = LargeBodyTurns(max_waiting_bytes=2 * LARGE)
-    order: list[str] = []
-    go = asyncio.Event()
-    tasks = [asyncio.create_task(_enter(turns, "x", LARGE, order, go, "x"))]
-    await _until(lambda: order == ["x"], "the first body holds the turn")
+    order, go, held = await _held(turns, "x")
+    tasks = [held]
     tasks += [asyncio.create_task(_enter(turns, "mallory", LARGE, order, go, f"m{n}")) for n in range(2)]
     await _until(lambda: turns.waiting() == 2, "mallory's two wait")
     # When mallory sends a third, it is refused at once, clearly; alice's still waits its turn, as small ones pass
@@ -97,10 +99,7 @@ async def test_a_caller_with_too_many_large_bodies_waiting_is_told_429() -> None
 async def test_a_large_body_waiting_past_its_limit_is_told_429_and_the_turns_go_on() -> None:
     # Given a turn held longer than a waiting body may wait
     turns = LargeBodyTurns(max_wait_s=0.05)
-    order: list[str] = []
-    hold = asyncio.Event()
-    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a"))
-    await _until(lambda: order == ["a"], "the first holds the turn")
+    order, hold, first = await _held(turns, "a")
     # When another waits past the limit, it is refused clearly, not as a Redis outage
     with pytest.raises(ApiError) as refused:
         async with asyncio.timeout(WAIT_S), turns.turn("b", LARGE):
@@ -118,10 +117,7 @@ async def test_a_large_body_waiting_past_its_limit_is_told_429_and_the_turns_go_
 
 async def test_a_cancelled_waiter_passes_the_turn_on() -> None:
     turns = LargeBodyTurns()
-    order: list[str] = []
-    hold = asyncio.Event()
-    first = asyncio.create_task(_enter(turns, "a", LARGE, order, hold, "a"))
-    await _until(lambda: order == ["a"], "the first holds the turn")
+    order, hold, first = await _held(turns, "a")
     gone = asyncio.create_task(_enter(turns, "b", LARGE, order, asyncio.Event(), "b"))
     last = asyncio.create_task(_enter(turns, "c", LARGE, order, asyncio.Event(), "c"))
     await _until(lambda: turns.waiting() == 2, "two wait")
