@@ -183,8 +183,10 @@ class NotifierHandler:
         # Deliveries are the routine: one line each at debug, a summary every SUMMARY_S; anything else at info.
         level = logging.DEBUG if a.kind in (Kind.DELIVERED, Kind.BUSY) else logging.INFO
         if log.isEnabledFor(level):
+            # A failed attempt that was the last one allowed is logged as what came of it (a dead letter), not "retry"
+            told = "failed" if a.kind is Kind.RETRY and attempts >= self.settings.max_attempts else a.kind
             log.log(level, "webhook job=%s url=%s attempt=%d outcome=%s status=%s seconds=%.3f%s", short(p.id, ID_LOGGED), loggable(p.url),
-                    attempts, a.kind, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
+                    attempts, told, status or "-", a.seconds, f" error={a.error!r}" if a.error else "")
         if a.kind is Kind.DELIVERED:
             metrics.deliveries(Outcome.DELIVERED).inc()
             return Decision()

@@ -74,7 +74,7 @@ async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers
     # Given an endpoint where nothing listens, and three attempts allowed
     port = free_port()
     url = f"http://127.0.0.1:{port}/down"
-    notifiers.start(*FAST, "--max-attempts", "3")
+    notifier = notifiers.start(*FAST, "--max-attempts", "3")
     await add_result(redis, keys, "job-down", url, tenant="acme")
     # When every attempt fails, the delivery lands in the webhook dead letters with its reason (and its job's tenant,
     # which a replay keeps: the tenant's share of deliveries in flight holds for it too)
@@ -85,6 +85,9 @@ async def test_receiver_down_dead_letters_after_max_attempts_and_replay_delivers
     assert (letter.id, letter.url, letter.attempts, letter.last_status) == ("job-down", url, 3, None)
     assert "ConnectError" in letter.error and "attempt 3 of 3" in letter.error
     assert letter.event["id"] == "job-down" and letter.event["status"] == "completed"
+    # And its log tells the first two attempts as retried and the last as failed
+    told = [line.split(" outcome=")[1].split()[0] for line in notifier.log_text().splitlines() if "webhook job=job-down" in line]
+    assert told == ["retry", "retry", "failed"], told
     # Then once the endpoint is up, a replay delivers it exactly once more
     receiver = Receiver(port).start()
     try:
