@@ -18,7 +18,7 @@ from consumers.gateway.state import GatewayState, gateway_state
 from streams.envelope import DATA_CHECKED, JobRequest, lane_for_request, now_ms
 from streams.job_ids import JOB_ID_MAX
 from streams.errors import InvalidRequest, RequestTooLarge
-from streams.records import JobHead, JobRecord, get_job, get_job_head
+from streams.records import JobHead, JobRecord, ParseTurn, get_job, get_job_head
 from streams.workflow import WORKFLOW_AGENT
 
 router = APIRouter(tags=["jobs"])
@@ -189,12 +189,18 @@ async def visible_head(state: GatewayState, caller: Caller, job_id: str) -> JobH
     return head
 
 
+def parse_turn(state: GatewayState, caller: Caller) -> ParseTurn:
+    """A large stored result is parsed in the caller's turn, as a large body is (consumers.gateway.large_bodies): ten
+    reads at once of one 0.86 MiB result held another tenant's requests for all ten parses in a row."""
+    return lambda size: state.large_bodies.turn(caller.bucket, size, what="results")
+
+
 async def visible_job(state: GatewayState, caller: Caller, job_id: str, *, head_seen: bool = False) -> JobRecord:
     """The job's record, or 404; a tenant-bound key sees only its tenant's jobs. Its head is checked first (unless
     ``head_seen``: the caller just did), so another tenant's id is a 404 without its result fetched or parsed."""
     if caller.tenant is not None and not head_seen:
         await visible_head(state, caller, job_id)
-    record = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions)
+    record = await get_job(state.redis, state.keys, job_id, partitions=state.settings.partitions, turn=parse_turn(state, caller))
     if record is None or not sees(caller, record):  # checked again: the record may have expired and been written anew
         raise _not_found(job_id)
     return record

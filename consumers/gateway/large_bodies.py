@@ -12,6 +12,10 @@ caller with one large body waits for one of each other caller's, never for a que
 never wait. A caller's waiting bodies may hold ``MAX_WAITING_BYTES``; one more, or one that waited past
 ``max_wait_s``, is ``429 too_many_large_bodies``: a waiting body is held in memory, where before the blocked loop
 left the rest unread in the sockets.
+
+A large stored result read back (``GET /jobs/{id}``, ``/result``, an event stream's event) is parsed in the same
+turns, refused alike as ``429 too_many_large_results``: ten reads at once of one 0.86 MiB result held another
+tenant's requests for all ten parses in a row.
 """
 
 from __future__ import annotations
@@ -54,13 +58,14 @@ class LargeBodyTurns:
         return sum(len(q) for q in self._waiting.values())
 
     @contextlib.asynccontextmanager
-    async def turn(self, caller: str, size: int) -> AsyncIterator[None]:
-        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once. 429 when the caller's
-        waiting bodies would pass ``max_waiting_bytes``, or this one waited ``max_wait_s`` for its turn."""
+    async def turn(self, caller: str, size: int, *, what: str = "bodies") -> AsyncIterator[None]:
+        """Hold the turn for the block when ``size`` (the body's bytes) is large; else at once. 429
+        ``too_many_large_<what>`` when the caller's waiting ones would pass ``max_waiting_bytes``, or this one waited
+        ``max_wait_s`` for its turn. ``what`` names the parse: request ``bodies``, or stored ``results`` read back."""
         if size < self.threshold:
             yield
             return
-        await self._take(caller, size)
+        await self._take(caller, size, what)
         try:
             for _ in range(self.passes):
                 await asyncio.sleep(0)
@@ -68,14 +73,14 @@ class LargeBodyTurns:
         finally:
             self._pass_on()
 
-    async def _take(self, caller: str, size: int) -> None:
+    async def _take(self, caller: str, size: int, what: str) -> None:
         if not self._busy:
             self._busy = True
             return
         queue = self._waiting.get(caller) or deque()
         if (held := sum(n for _, n in queue)) and held + size > self.max_waiting_bytes:
-            raise _refused(f"{len(queue)} large bodies (16 KiB or more, {held:,} bytes) of this key already wait to be read; "
-                           "send fewer at once")
+            raise _refused(what, f"{len(queue)} large {what} (16 KiB or more, {held:,} bytes) of this key already wait to be "
+                                 "parsed; send fewer at once")
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[caller] = queue
         queue.append((granted, size))
@@ -83,8 +88,8 @@ class LargeBodyTurns:
             async with asyncio.timeout(self.max_wait_s):
                 await self._granted(caller, granted)
         except TimeoutError:
-            raise _refused(f"this large body waited {self.max_wait_s:g}s for its turn to be read (large bodies are read one "
-                           "at a time); send fewer at once") from None
+            raise _refused(what, f"this one of the large {what} waited {self.max_wait_s:g}s for its turn to be parsed (large "
+                                 f"bodies and results are parsed one at a time); send fewer at once") from None
 
     async def _granted(self, caller: str, granted: asyncio.Future[None]) -> None:
         try:
@@ -118,5 +123,5 @@ class LargeBodyTurns:
             del self._waiting[caller]
 
 
-def _refused(message: str) -> ApiError:
-    return ApiError(429, "too_many_large_bodies", message, headers={"Retry-After": "1"})
+def _refused(what: str, message: str) -> ApiError:
+    return ApiError(429, f"too_many_large_{what}", message, headers={"Retry-After": "1"})

@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from consumers.gateway.auth import Caller, authorize
 from consumers.gateway.deadline import answered_within
 from consumers.gateway.errors import ApiError
-from consumers.gateway.jobs import JobIdPath, sees, visible_head, visible_job
+from consumers.gateway.jobs import JobIdPath, parse_turn, sees, visible_head, visible_job
 from consumers.gateway.responses import AUTH_ERRORS, errors, job_view
 from consumers.gateway.state import GatewayState, gateway_state
 from streams.outage import REDIS_DOWN
@@ -144,7 +144,8 @@ async def job_events(
             async with asyncio.timeout(settings.request_timeout_s):
                 polled: JobRecord | JobHead | None = await get_job_head(state.redis, state.keys, job_id, partitions=settings.partitions)
                 if polled is not None and sees(caller, polled) and event_id(polled) != last:
-                    polled = await get_job(state.redis, state.keys, job_id, partitions=settings.partitions)  # for the event
+                    polled = await get_job(state.redis, state.keys, job_id, partitions=settings.partitions,
+                                           turn=parse_turn(state, caller))  # for the event
         except (RedisError, TimeoutError, *REDIS_DOWN):  # Redis away or hung (a cluster's "no node answers" too): keep the stream, look again later
             delay = settings.sse_poll_max_s
             continue

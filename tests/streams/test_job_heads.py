@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 
+from streams.envelope import JobResult
 from streams.keys import Keys, keys_for_job
 from streams.records import HEAD_FIELDS, get_job, get_job_head
 
@@ -38,3 +42,36 @@ async def test_a_head_reads_as_the_record(redis, keys: Keys, partitions: int) ->
             name: getattr(record, name) for name in ("id", *HEAD_FIELDS)}, job_id
         assert head.terminal == record.terminal
     assert await get_job(redis, keys, "no-status", partitions=partitions) is None
+
+
+async def test_a_records_parse_runs_in_the_callers_turn_given_its_size(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    # Given an ended record with a result and usage, and one without either
+    for job_id in ("ended", "words"):
+        await redis.hset(keys.job(job_id), mapping=RECORDS[job_id])
+    await redis.hset(keys.job("bare"), mapping={"status": "queued", "agent": "echo"})
+    sizes: list[int] = []
+
+    @asynccontextmanager
+    async def turn(size: int) -> AsyncIterator[None]:
+        sizes.append(size)
+        yield
+
+    # When each is read whole with a turn to parse in
+    for job_id in ("ended", "words", "bare"):
+        record = await get_job(redis, keys, job_id, turn=turn)
+        assert record is not None and record.status == RECORDS.get(job_id, {"status": "queued"})["status"]
+    # Then the turn was asked for once a record, with the characters of its result and usage (what its parse costs)
+    assert sizes == [len('{"ok": true}') + len('{"tokens": 1}'), len("not json") + len("[1, 2]"), 0]
+
+
+@pytest.mark.parametrize("job_id", ["ended", "words"])
+async def test_a_records_result_event_is_the_one_a_full_dump_gave(redis, keys: Keys, job_id: str) -> None:  # type: ignore[no-untyped-def]
+    # Given records whose result is parsed JSON, or text that is none
+    await redis.hset(keys.job(job_id), mapping={**RECORDS[job_id], "status": "completed", "result": RECORDS[job_id]["result"]})
+    record = await get_job(redis, keys, job_id)
+    assert record is not None
+    # When its result event is built (the result handed on, not dumped), then it is the one the full dump built
+    dumped = JobResult.model_validate(record.model_dump(exclude={"lane", "attempt_started_at", "steps", "steps_total", "steps_done", "parked"}))
+    assert record.as_result() == dumped
+    assert record.as_result().to_json_dict() == dumped.to_json_dict()
+    assert record.as_result().result is record.result  # not a copy

@@ -1,5 +1,5 @@
-"""Large request bodies take turns (consumers.gateway.large_bodies): one tenant's many large bodies hold another
-tenant's requests for about one parse each, not for all of them in a row."""
+"""Large request bodies, and large stored results read back, take turns (consumers.gateway.large_bodies): one tenant's
+many large bodies or reads hold another tenant's requests for about one parse each, not for all of them in a row."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import pytest
 
 from consumers.gateway.errors import ApiError
 from consumers.gateway.large_bodies import LargeBodyTurns
+from streams.connection import connect
+from streams.embedded import RedisServer
+from streams.keys import Keys
 from tests.consumers.gateway.support import GatewayFactory
 
 LARGE = 1_000_000
@@ -155,3 +158,48 @@ async def test_large_bodies_in_turns_are_each_answered_as_alone(gateways: Gatewa
         for n in range(4):
             record = (await mallory.get(f"/jobs/big-{n}")).json()
             assert record["tenant"] == "mallory" and record["status"] in ("queued", "running", "completed"), record
+
+
+async def test_large_results_share_the_turns_and_are_refused_as_results() -> None:
+    # Given a turn held by mallory's large body, and a read of her large stored result waiting past its limit
+    turns = LargeBodyTurns(max_wait_s=0.05)
+    order, hold, first = await _held(turns, "mallory")
+    with pytest.raises(ApiError) as refused:
+        async with asyncio.timeout(WAIT_S), turns.turn("mallory", LARGE, what="results"):
+            pass
+    # Then it is refused as a result read, clearly (the gateway's GET /jobs/{id} and /result, an event stream's event)
+    assert (refused.value.status, refused.value.code) == (429, "too_many_large_results")
+    assert "large results waited 0.05s for its turn to be parsed" in refused.value.message
+    hold.set()
+    await first
+    async with asyncio.timeout(WAIT_S), turns.turn("alice", LARGE, what="results"):
+        order.append("alice")
+    assert order == ["mallory", "alice"] and not turns._busy
+
+
+async def test_large_results_read_at_once_are_each_answered_whole(gateways: GatewayFactory, own_redis: RedisServer, keys: Keys) -> None:
+    """Functional, through a real gateway: reads of a large stored result take turns to parse it, each answered as alone."""
+    # Given acme's completed job whose result is 0.86 MiB of empty lists (~30 ms to parse) with its usage
+    result = [[] for _ in range(300_000)]
+    redis = connect(own_redis.url)
+    try:
+        await redis.hset(keys.job("large"), mapping={
+            "status": "completed", "agent": "echo", "attempts": "1", "tenant": "acme", "result": orjson.dumps(result).decode(),
+            "usage": '{"total_tokens": 7}', "submitted_at": "1700000000000", "finished_at": "1700000001000"})
+        gateway = await gateways.start({"STREAMCREW_API_KEYS": "k-acme:acme,k-globex:globex"}, redis_url=own_redis.url)
+        async with gateway.client("k-acme") as acme, gateway.client("k-globex") as globex:
+            # When acme reads it ten times at once by each route that shows it
+            answers = await asyncio.gather(*(acme.get(path) for path in ("/jobs/large/result", "/jobs/large") for _ in range(10)))
+            # Then every read is answered 200, whole, as a read alone is
+            assert [a.status_code for a in answers] == [200] * 20, [a.text[:200] for a in answers if a.status_code != 200]
+            alone = {path: (await acme.get(path)).content for path in ("/jobs/large/result", "/jobs/large")}
+            assert all(a.content == alone["/jobs/large/result"] for a in answers[:10])
+            assert all(a.content == alone["/jobs/large"] for a in answers[10:])
+            event = orjson.loads(alone["/jobs/large/result"])
+            assert event["result"] == result and event["usage"] == {"total_tokens": 7} and event["status"] == "completed"
+            assert orjson.loads(alone["/jobs/large"])["result"] == result
+            # And another tenant's read of that id is a 404, its result not parsed for it
+            refused = await globex.get("/jobs/large/result")
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "job_not_found"
+    finally:
+        await redis.aclose()
