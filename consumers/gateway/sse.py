@@ -149,6 +149,9 @@ async def job_events(
         except (RedisError, TimeoutError, *REDIS_DOWN):  # Redis away or hung (a cluster's "no node answers" too): keep the stream, look again later
             delay = settings.sse_poll_max_s
             continue
+        except ApiError:  # its large result's parse refused its turn (too_many_large_results): this key's other reads first
+            delay = settings.sse_poll_max_s
+            continue
         # The tenant is checked on every poll: the record may have expired and been created again by another
         # tenant under the same id while this stream was open.
         if polled is None or not sees(caller, polled):

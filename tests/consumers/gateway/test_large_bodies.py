@@ -9,11 +9,16 @@ from collections.abc import Callable
 import orjson
 import pytest
 
+from consumers.gateway.auth import Caller
 from consumers.gateway.errors import ApiError
 from consumers.gateway.large_bodies import LargeBodyTurns
+from consumers.gateway.settings import GatewaySettings
+from consumers.gateway.sse import job_events
+from consumers.gateway.state import GatewayState
 from streams.connection import connect
 from streams.embedded import RedisServer
 from streams.keys import Keys
+from streams.records import get_job
 from tests.consumers.gateway.support import GatewayFactory
 
 LARGE = 1_000_000
@@ -203,3 +208,31 @@ async def test_large_results_read_at_once_are_each_answered_whole(gateways: Gate
             assert refused.status_code == 404 and refused.json()["error"]["code"] == "job_not_found"
     finally:
         await redis.aclose()
+
+
+
+async def test_an_event_streams_read_refused_its_turn_looks_again_later(redis, keys: Keys) -> None:  # type: ignore[no-untyped-def]
+    """In process, against a real Redis: the stream's generator itself, with a turn held as long as the test wants."""
+    # Given a stream following acme's running job, on a gateway whose large parses wait 0.05 s for their turn at most
+    settings = GatewaySettings(redis_url="redis://unused", prefix=keys.prefix, sse_poll_s=0.01, sse_poll_max_s=0.05)
+    state = GatewayState.build(settings, redis)
+    state.large_bodies = LargeBodyTurns(max_wait_s=0.05)
+    await redis.hset(keys.job("followed"), mapping={"status": "running", "agent": "echo", "attempts": "1", "tenant": "acme"})
+    record = await get_job(redis, keys, "followed")
+    assert record is not None
+    events = job_events("followed", state, (record, None), Caller(bucket="acme-key", tenant="acme"))
+    assert (await anext(events)).id == "1-running"
+    # When it completes with a large result while another large parse holds the turn past that wait
+    order, hold, holder = await _held(state.large_bodies, "globex-key")
+    large = ["x" * 100] * 200
+    await redis.hset(keys.job("followed"), mapping={"status": "completed", "result": orjson.dumps(large).decode()})
+    following = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0.3)  # several polls, each refused its turn after 0.05 s
+    # Then the stream is not broken off: it waits, and sends the completed event once its read gets a turn
+    assert not following.done(), following
+    hold.set()
+    await holder
+    async with asyncio.timeout(WAIT_S):
+        event = await following
+    assert event.id == "1-completed" and orjson.loads(event.raw_data)["result"] == large, event
+    await events.aclose()
