@@ -158,7 +158,7 @@ async def accept_request(state: GatewayState, caller: Caller, job_request: JobRe
     taken = ApiError(409, "id_conflict", f"job id {published.job_id!r} is already in use")
     if caller.tenant is not None and published.tenant != caller.tenant:  # whose status publish.lua read, told with it
         raise taken
-    record = await get_job(state.redis, state.keys, published.job_id, partitions=state.settings.partitions)
+    record = await get_job(state.redis, state.keys, published.job_id, partitions=state.settings.partitions, turn=parse_turn(state, caller))
     if record is None:  # ended and expired between the publish and this read: the status of the caller's own job
         return json_response(200, {"job_id": published.job_id, "status": published.status, "links": links})
     if caller.tenant is not None and record.tenant != caller.tenant:  # expired, and another tenant's took its place since
