@@ -168,13 +168,21 @@ class Settler:
         return await self._slow.unless_slow(self._slots[p], lambda: self._write_partition(p, batch), after_s=after_s)
 
     async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
-        ops = orjson.dumps([op.op for op in batch]).decode()
-        keys, args = self._script_keys[p], [*self._heads[p], ops]
-        if not self._replica_acks:
-            reply = await self._scripts.settle(keys=keys, args=args)
-        else:
-            reply = await self._write_replicated(p, keys, args)
-        return [_wrote(x) for x in reply]
+        """One call of settle.lua, or more: a call that did its share of workflow work (workflow.lua: WF_CALL_WORK)
+        answers the ops up to there, and the rest go in the next (a copy of the call after an outage answers the
+        ops it wrote as written)."""
+        wrote: list[bool] = []
+        while len(wrote) < len(batch):
+            ops = orjson.dumps([op.op for op in batch[len(wrote):]]).decode()
+            keys, args = self._script_keys[p], [*self._heads[p], ops]
+            if not self._replica_acks:
+                reply = await self._scripts.settle(keys=keys, args=args)
+            else:
+                reply = await self._write_replicated(p, keys, args)
+            if not reply:  # each call settles one op at least: not settle.lua's answer
+                raise ResponseError(f"settle: no answer for {len(batch) - len(wrote)} ops")
+            wrote += [_wrote(x) for x in reply]
+        return wrote
 
     async def _write_replicated(self, p: int, keys: list[str], args: list[Any]) -> Any:
         """The settle and a WAIT for ``replica_acks`` replicas of its master, on one connection (a failover then keeps it)."""

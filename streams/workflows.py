@@ -150,16 +150,21 @@ class WorkflowStarter:
 
     async def expire_due(self, keys: Keys) -> int:
         """End every workflow of the partition ``keys`` whose ``timeout_s`` has passed (any worker may; the status
-        fences repeats)."""
-        reply = await self._scripts.wf_expire(
-            keys=[keys.workflow_timeouts, keys.results, keys.dead, keys.slot_guard],
-            args=[keys.job_prefix, keys.lane_prefix, self.settings.max_result_bytes,
-                  self.settings.job_ttl_s, EXPIRE_BATCH, self.worker],
-        )
-        for job_id, status, duration_ms in cast(list[list[Any]], reply):
-            metrics.workflow_fanned_in(str(status), int(duration_ms))
-            log.info("workflow=%s outcome=%s seconds=%.3f", job_id, status, int(duration_ms) / 1000)
-        return len(reply)
+        fences repeats), in as many calls as their work takes (workflow.lua: WF_CALL_WORK), Redis free in between."""
+        ended = 0
+        more = True
+        while more:
+            reply = await self._scripts.wf_expire(
+                keys=[keys.workflow_timeouts, keys.results, keys.dead, keys.slot_guard],
+                args=[keys.job_prefix, keys.lane_prefix, self.settings.max_result_bytes,
+                      self.settings.job_ttl_s, EXPIRE_BATCH, self.worker],
+            )
+            more = int(reply[0]) == 1
+            for job_id, status, duration_ms in cast(list[list[Any]], reply[1]):
+                metrics.workflow_fanned_in(str(status), int(duration_ms))
+                log.info("workflow=%s outcome=%s seconds=%.3f", job_id, status, int(duration_ms) / 1000)
+            ended += len(reply[1])
+        return ended
 
 
 async def get_steps(redis: Redis, keys: Keys, workflow_id: str) -> list[dict[str, Any]] | None:

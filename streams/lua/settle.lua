@@ -17,7 +17,8 @@
 -- The fence: an op on a job whose record is terminal, or now owned by another entry, only acks (a done or retry op
 -- that finds its own write already made, as a copy of this call does, answers 1 all the same).
 -- Acked entries leave the lane with the periodic trim (trim.lua), not one XDEL each.
--- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow.
+-- Returns per op 1 when it wrote, 0 when it only acked, {1, status, duration_ms} when a step ended its workflow; for
+-- the ops up to the one after which the call's workflow work passed its share (WF_CALL_WORK): the caller sends the rest again.
 local results, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, group, max_result, ttl, lane_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local terminal = {completed = true, failed = true, rejected = true, expired = true}
@@ -142,6 +143,7 @@ for _, op in ipairs(cjson.decode(ARGV[6])) do
     if not ids then ids = {}; acks[lane] = ids end
     ids[#ids + 1] = eid
   end
+  if wf_call_full(C) then break end  -- the rest of the ops in another call (workflow.lua: WF_CALL_WORK)
 end
 for lane, ids in pairs(acks) do redis.call('XACK', lane, group, unpack(ids)) end  -- one XACK per lane, not per entry
 return out

@@ -10,6 +10,13 @@
 -- Keys are built only from the prefixes and ids, so with partitions every key has the hash tag of the caller's
 -- KEYS[1] (one slot: the partition's).
 local WF_INPUTS_SHARES = 16  -- a workflow's steps' inputs together: this many times STREAMCREW_MAX_RESULT_BYTES
+-- The workflow work one call does before it stops (settle.lua after the op, wf_expire.lua after the workflow) and leaves
+-- the rest to the next call, so Redis answers its other clients in between: a byte of inputs or of a workflow's result
+-- counts 1, a step published, ended or skipped WF_STEP_WORK. Unbounded, one settle call that published the dependents of
+-- 50 wide workflows' roots held Redis ~11 s (BUSY for every client); one expiry of 100 workflows of 1,000 steps, 1.4 s.
+-- One op or workflow is never split: its own work is bounded by the workflow limits (1,000 steps, WF_INPUTS_SHARES).
+local WF_CALL_WORK = 4 * 1048576
+local WF_STEP_WORK = 1024
 local WF_ENDED = {completed = true, failed = true, rejected = true, expired = true, skipped = true}
 
 local function wf_step_id(wid, sid)
@@ -20,7 +27,13 @@ end
 local function wf_context(job_prefix, lane_prefix, results, dead, max_result, ttl)
   return {job_prefix = job_prefix, wf_prefix = string.sub(job_prefix, 1, #job_prefix - 4) .. 'wf:',
           timeouts = string.sub(job_prefix, 1, #job_prefix - 4) .. 'workflows:timeouts',
-          lane_prefix = lane_prefix, results = results, dead = dead, max_result = tonumber(max_result), ttl = ttl}
+          lane_prefix = lane_prefix, results = results, dead = dead, max_result = tonumber(max_result), ttl = ttl,
+          work = 0}
+end
+
+-- Whether this call did its share of workflow work (WF_CALL_WORK): its caller stops after the op in hand.
+local function wf_call_full(C)
+  return C.work >= WF_CALL_WORK
 end
 
 local function wf_now()
@@ -31,6 +44,7 @@ end
 -- Publish one step to the workflow's lane; its 'after' steps' results travel as the field 'inputs'.
 -- p (optional, a fresh start): {req, after, lane, agent} as the caller has them, so nothing is read back.
 local function wf_publish(C, h, wid, sid, now, p)
+  C.work = C.work + WF_STEP_WORK
   local f = p or redis.call('HMGET', h, sid .. '|req', sid .. '|after', 'lane', sid .. '|agent')
   local fields = cjson.decode(f[1])
   local jid = wf_step_id(wid, sid)
@@ -57,6 +71,7 @@ local function wf_publish(C, h, wid, sid, now, p)
     else
       local parts = {}
       for i, a in ipairs(after) do parts[i] = cjson.encode(a) .. ':' .. (got[i] or 'null') end
+      C.work = C.work + size
       fields[#fields + 1] = 'inputs'
       fields[#fields + 1] = '{' .. table.concat(parts, ',') .. '}'
     end
@@ -188,6 +203,7 @@ local function wf_end(C, h, wid, status, err, worker)
   end
   local total = tonumber(m[2])
   local result = '{"steps":{' .. table.concat(parts, ',') .. '},"summary":"' .. ok .. ' of ' .. total .. ' steps completed"}'
+  C.work = C.work + WF_STEP_WORK * #order + #result
   local ev = {'id', wid, 'agent', 'workflow', 'status', status, 'result', result, 'attempts', m[8] or '1',
     'submitted_at', m[4], 'started_at', m[3], 'finished_at', now}
   if err and status ~= 'completed' then ev[#ev + 1] = 'error'; ev[#ev + 1] = err end
@@ -277,7 +293,9 @@ local function wf_step_settled(C, jid, wid, sid, res, dead_id)
       return wf_end(C, h, wid, 'failed', err, v.worker)
     end
     redis.call('HSETNX', h, 'first_error', err)
-    done = redis.call('HINCRBY', h, 'done', wf_skip_dependents(h, sid))
+    local skipped = wf_skip_dependents(h, sid)
+    C.work = C.work + WF_STEP_WORK * skipped
+    done = redis.call('HINCRBY', h, 'done', skipped)
   end
   redis.call('HSET', C.job_prefix .. wid, 'steps_done', done)
   if done >= total then

@@ -1,0 +1,121 @@
+"""One script call does a bounded share of workflow work (workflow.lua: WF_CALL_WORK) and leaves the rest to the next
+call, so Redis answers its other clients in between: a settle batch whose steps publish wide fan-outs of large inputs,
+and an expiry of many large workflows, each go in several calls, every op and workflow exactly once.
+
+Before, one settle call published the dependents of 50 wide workflows' roots (~820 MB of inputs) and held Redis ~11 s,
+BUSY for every client; one expiry of 100 workflows of 1,000 steps held it 0.9 - 1.4 s."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from streams.config import StreamSettings
+from streams.connection import connect
+from streams.embedded import RedisServer
+from streams.envelope import JobRequest
+from streams.keys import Keys
+from streams.producer import Producer
+from streams.settle import Settler, done_op
+from streams.workflow import Workflow, step_job_id
+from streams.workflows import ClaimedWorkflow, WorkflowStarter
+from tests.streams.test_resent_calls import Echo
+
+WIDE = 4  # workflows
+DEPENDENTS = 300  # each copies its root's 16 KB result: ~4.8 MB of inputs a root's settle, past one call's share
+ROOT_RESULT = orjson.dumps({"blob": "x" * 16_000}).decode()
+
+
+async def _evalsha_calls(redis: Redis) -> int:
+    """Script calls that ran: not a first call's NOSCRIPT, after which the client loads the script and calls again."""
+    stats = (await redis.info("commandstats")).get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0)) - int(stats.get("rejected_calls", 0))
+
+
+async def _start_all(redis: Redis, keys: Keys, settings: StreamSettings, workflows: list[Workflow]) -> None:
+    """Publish the workflows and start them as a worker would: their first steps go to the normal lane."""
+    producer = Producer(redis, keys)
+    for wf in workflows:
+        await producer.publish_workflow(wf)
+    lane = keys.lane("normal")
+    ((_, entries),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=len(workflows))
+    starter = WorkflowStarter(redis, settings, group="workers", worker="w1", checker=Echo(), reject=lambda *a: None,
+                              release=lambda stream, entry_id: None)
+    claimed = [ClaimedWorkflow(eid, raw["id"], JobRequest.from_fields(raw), raw) for eid, raw in entries]
+    await starter.start(keys, lane, "normal", claimed)
+
+
+async def test_a_settle_batch_of_wide_fan_outs_goes_in_several_calls_each_op_once(own_redis: RedisServer, prefix: str) -> None:
+    # Given four running workflows, each a root step with 300 dependents, their roots claimed by a worker
+    redis = connect(own_redis.url)
+    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
+    try:
+        workflows = []
+        for n in range(WIDE):
+            wf = Workflow(f"wide-{n}")
+            wf.step("root", "echo", {})
+            for d in range(DEPENDENTS):
+                wf.step(f"d{d}", "echo", {}, after=["root"])
+            workflows.append(wf)
+        await _start_all(redis, keys, settings, workflows)
+        lane = keys.lane("normal")
+        ((_, roots),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=10)
+        assert sorted(raw["id"] for _, raw in roots) == [step_job_id(f"wide-{n}", "root") for n in range(WIDE)]
+        # When their results, each 16 KB, are settled in one batch
+        done: list[tuple[str, bool]] = []
+        settler = Settler(redis, keys, group="workers", max_result_bytes=settings.max_result_bytes, job_ttl_s=3600,
+                          release=lambda stream, entry_id, settled=True: done.append((entry_id, settled)))
+        before = await _evalsha_calls(redis)
+        for eid, raw in roots:
+            result: dict[str, Any] = {"id": raw["id"], "agent": "echo", "status": "completed", "result": ROOT_RESULT,
+                                      "attempts": "1", "parent": raw["parent"], "step": "root"}
+            settler.submit(done_op(lane, eid, f"normal/{eid}", raw["id"], result, None, parent=raw["parent"], step="root"))
+        task = asyncio.create_task(settler.run())
+        async with asyncio.timeout(30):
+            await settler.close(task)
+        calls = await _evalsha_calls(redis) - before
+        # Then each root is settled once, in a call of its own (its fan-out alone passes a call's share)
+        assert sorted(done) == sorted((eid, True) for eid, _ in roots), done
+        assert calls >= WIDE, f"{calls} settle calls for {WIDE} roots whose fan-outs each pass a call's share"
+        # And every dependent is published once, with its root's result as its inputs
+        published = [raw for _, raw in await redis.xrange(lane) if raw.get("step", "").startswith("d")]
+        assert len(published) == WIDE * DEPENDENTS
+        assert len({raw["id"] for raw in published}) == WIDE * DEPENDENTS
+        assert orjson.loads(published[0]["inputs"]) == {"root": orjson.loads(ROOT_RESULT)}
+        assert {await redis.hget(keys.job(wf.id), "status") for wf in workflows} == {"running"}
+    finally:
+        await redis.aclose()
+
+
+async def test_an_expiry_of_many_large_workflows_goes_in_several_calls_each_once(own_redis: RedisServer, prefix: str) -> None:
+    # Given six running workflows of 1,000 queued steps, their timeouts passed
+    redis = connect(own_redis.url)
+    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
+    try:
+        workflows = []
+        for n in range(6):
+            wf = Workflow(f"big-{n}", timeout_s=3600)
+            for s in range(1000):
+                wf.step(f"s{s}", "echo", {})
+            workflows.append(wf)
+        await _start_all(redis, keys, settings, workflows)
+        for wf in workflows:
+            assert await redis.zadd(keys.workflow_timeouts, {wf.id: 0}, xx=True, ch=True) == 1
+        starter = WorkflowStarter(redis, settings, group="workers", worker="w1", checker=Echo(), reject=lambda *a: None,
+                                  release=lambda stream, entry_id: None)
+        before = await _evalsha_calls(redis)
+        # When a worker's upkeep ends those due
+        ended = await starter.expire_due(keys)
+        calls = await _evalsha_calls(redis) - before
+        # Then all six end expired, each with one result event, in more than one call
+        assert ended == 6
+        assert {await redis.hget(keys.job(wf.id), "status") for wf in workflows} == {"expired"}
+        events = [raw for _, raw in await redis.xrange(keys.results) if raw.get("agent") == "workflow"]
+        assert sorted(raw["id"] for raw in events) == sorted(wf.id for wf in workflows)
+        assert calls >= 2, f"{calls} expiry calls for 6,000 steps, ~1,000 a workflow's end"
+        assert await redis.zcard(keys.workflow_timeouts) == 0
+    finally:
+        await redis.aclose()
