@@ -144,12 +144,13 @@ class Workflow:
         self._steps: list[dict[str, Any]] = []
 
     def step(
-        self, id: str, agent: str, data: dict[str, Any] | None = None, *, after: Iterable[str] = (),
+        self, id: str, agent: str, data: dict[str, Any] | None = None, *, after: str | Iterable[str] = (),
         max_attempts: int | None = None, timeout_s: float | None = None,
     ) -> str:
-        """Add a step; returns its id (handy as another step's ``after``)."""
+        """Add a step; returns its id (handy as another step's ``after``: one id, or a list of them; a lone string was
+        read as a list of its characters, ``after="ab"`` as steps ``a`` and ``b``)."""
         step: dict[str, Any] = {"id": id, "agent": agent, "data": data or {}}
-        if after := list(after):
+        if after := [after] if isinstance(after, str) else list(after):
             step["after"] = after
         if max_attempts is not None:
             step["max_attempts"] = max_attempts

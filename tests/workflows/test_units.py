@@ -65,3 +65,16 @@ def test_inputs_reach_the_task_text() -> None:
 def test_a_job_id_with_a_final_newline_is_refused() -> None:
     with pytest.raises(ValueError, match="job id must be"):
         check_job_id("wf\n")  # re.match's '$' matched before it
+
+
+def test_after_one_step_id_as_a_string_is_that_step() -> None:
+    # Given steps a, b and ab, and steps after "ab" (a string, as step() returns it) and after ["a", "b"]
+    wf = Workflow("wf-after")
+    wf.step("a", "echo")
+    wf.step("b", "echo")
+    ab = wf.step("ab", "echo")
+    wf.step("s", "echo", after=ab)
+    wf.step("t", "echo", after=["a", "b"])
+    # Then the string names one step (before: its characters, steps a and b), the list each of its own
+    steps = {s["id"]: s.get("after") for s in wf.to_data()["steps"]}
+    assert steps["s"] == ["ab"] and steps["t"] == ["a", "b"]
