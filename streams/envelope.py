@@ -39,6 +39,9 @@ MAX_TIMEOUT_S, MAX_ATTEMPTS = 86_400, 1000
 NOT_STARTED_IN_TIME = "deadline passed before the job started"
 
 
+WORKFLOW_AGENT = "workflow"  # the built-in agent that runs a graph of steps (streams.workflow, contract §9)
+
+
 class Status(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -172,9 +175,13 @@ class JobRequest(BaseModel):
 
     @model_validator(mode="after")
     def _step_ids_are_the_systems(self) -> JobRequest:
-        """Only a workflow's step entry (written by the workflow script) carries an id with '::'."""
+        """Only a workflow's step entry (written by the workflow script) carries an id with '::'. A workflow's attempts
+        and time limits are its steps' and its data's: a request-level one was taken, then never applied."""
         if self.id and not may_carry_id(self.id, self.parent, self.step):
             raise ValueError(f"job id {self.id[:80]!r}: {STEP_ID_RESERVED}")
+        if self.agent == WORKFLOW_AGENT and (given := [n for n in ("max_attempts", "timeout_s") if getattr(self, n) is not None]):
+            raise ValueError(f"{' and '.join(given)}: a workflow takes none of its own; set data.timeout_s (the whole "
+                             "workflow's time limit) or each step's timeout_s and max_attempts")
         if (self.parent, self.step, self.inputs) != (None, None, None) and not is_step_entry(self.id, self.parent, self.step):
             # a step's fields on an entry no workflow wrote (a raw XADD): the agent ran as that workflow's step, and
             # its result event named the workflow and step, a step of it that never was

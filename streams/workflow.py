@@ -15,9 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from streams.envelope import MAX_ATTEMPTS, MAX_TIMEOUT_S
+from streams.envelope import WORKFLOW_AGENT as WORKFLOW_AGENT  # re-exported: where it was defined first
 from streams.keys import STEP_SEPARATOR
 
-WORKFLOW_AGENT = "workflow"
 MAX_STEPS = 1000
 STEP_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -1,8 +1,11 @@
 """The graph checks and the builder, without Redis; how a step's inputs reach an LLM task."""
 
+import orjson
 import pytest
 
 from agents.registry import AgentContext
+from streams.envelope import JobRequest
+from streams.errors import DecodeError
 from streams.job_ids import check_job_id
 from streams.workflow import Workflow, WorkflowInvalid, parse_workflow
 
@@ -78,3 +81,19 @@ def test_after_one_step_id_as_a_string_is_that_step() -> None:
     # Then the string names one step (before: its characters, steps a and b), the list each of its own
     steps = {s["id"]: s.get("after") for s in wf.to_data()["steps"]}
     assert steps["s"] == ["ab"] and steps["t"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("fields", [{"timeout_s": "1"}, {"max_attempts": "2"}, {"timeout_s": "1", "max_attempts": "2"}])
+def test_a_workflow_request_with_its_own_attempts_or_time_limit_is_refused_clearly(fields: dict[str, str]) -> None:
+    # Given a workflow request (a raw XADD's fields, as a worker reads them) with a request-level limit, taken and then
+    # never applied before
+    data = {"steps": [{"id": "a", "agent": "echo", "data": {}}]}
+    with pytest.raises(DecodeError) as refused:
+        JobRequest.from_fields({"agent": "workflow", "id": "wf-limits", "data": orjson.dumps(data).decode(), **fields})
+    # Then it is refused, naming each and where the limits go
+    for name in fields:
+        assert name in str(refused.value)
+    assert "data.timeout_s" in str(refused.value) and "each step's timeout_s and max_attempts" in str(refused.value)
+    # And a job of another agent takes them, as does a workflow without them
+    assert JobRequest.from_fields({"agent": "echo", "data": "{}", **fields}).agent == "echo"
+    assert JobRequest.from_fields({"agent": "workflow", "data": orjson.dumps(data).decode()}).agent == "workflow"
