@@ -264,7 +264,12 @@ local function wf_step_settled(C, jid, wid, sid, res, dead_id)
   local meta = redis.call('HMGET', h, 'status', sid .. '|st', 'on_failure', 'total')
   -- Only a step the workflow published and that has not settled counts: not a forged request for a step
   -- still pending, not a step's own dead letter replayed (replay the workflow's instead).
-  if meta[2] ~= 'queued' then return 1 end
+  if meta[2] ~= 'queued' then
+    -- A step that ended badly, replayed alone, ended badly again: its new letter is the one a replay of the workflow
+    -- removes as it runs the step again (the lone replay removed the first). Before, it stayed, stranded.
+    if dead_id and meta[2] and meta[2] ~= 'completed' and WF_ENDED[meta[2]] then redis.call('HSET', h, sid .. '|dead', dead_id) end
+    return 1
+  end
   local v = {}
   for i = 1, #res, 2 do v[res[i]] = res[i + 1] end
   local st = v.status

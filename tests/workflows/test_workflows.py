@@ -223,6 +223,33 @@ async def test_replay_all_runs_a_failed_step_once_through_its_workflow(
     assert await list_dead(redis, keys) == []
 
 
+
+async def test_a_step_replayed_alone_that_fails_again_leaves_no_letter_behind_its_workflows_replay(
+    redis, keys: Keys, producer: Producer, workers: WorkerFactory,
+) -> None:
+    # Given a failed workflow whose step failed, and the step's letter replayed alone, failing again (a new letter)
+    start_workers(workers, 1, "--concurrency", "4")
+    wf = Workflow("wf-again-alone")
+    wf.step("a", "echo", {"fail_first": 2}, max_attempts=1)
+    wf.step("b", "echo", {}, after=["a"])
+    await producer.publish_workflow(wf)
+    assert (await wait_event(redis, keys, "wf-again-alone")).status == "failed"
+    first = next(d.entry_id for d in await list_dead(redis, keys) if d.id == "wf-again-alone::a")
+    assert first is not None
+    await replay(redis, keys, first)
+    await wait_until(lambda: _letters_of(redis, keys, "wf-again-alone::a", not_=first), timeout=20, what="the step's second letter")
+    # When every dead letter is replayed: the workflow's, which runs the step a third time (now it completes)
+    replayed, skipped = await replay_all(redis, keys)
+    assert replayed == ["wf-again-alone"], (replayed, skipped)
+    assert (await wait_event(redis, keys, "wf-again-alone", n=2)).status == "completed"
+    # Then no letter of the workflow or its steps is left (before: the step's second letter stayed, and a replay of it
+    # said the step was submitted anew since it died)
+    assert [d.id for d in await list_dead(redis, keys)] == []
+
+
+async def _letters_of(redis, keys: Keys, job_id: str, *, not_: str) -> bool:  # type: ignore[no-untyped-def]
+    return any(d.id == job_id and d.entry_id != not_ for d in await list_dead(redis, keys))
+
 async def test_a_resubmitted_workflow_id_runs_once(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
     wf = Workflow("wf-dup")
     wf.step("a", "echo", {})
