@@ -371,7 +371,9 @@ class JobProcessor:
         alt = "" if explicit_id(raw) else f"{origin}:{job_id}"  # job_id names its partition, so the renamed id does too
         op = done_op(stream, entry_id, f"{origin}/{entry_id}", job_id, fields, dead, alt=alt, parent=raw.get("parent"), step=raw.get("step"),
                      keep_usage=True)  # a retry refused at claim: its earlier attempts' usage (the record's) still counts
-        op.on_written = count_ending(UNKNOWN_AGENT_LABEL, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
+        # a workflow's under its name (docs/workflows.md); any other agent's name, as sent, is not a label (unbounded)
+        label = WORKFLOW_AGENT if agent == WORKFLOW_AGENT else UNKNOWN_AGENT_LABEL
+        op.on_written = count_ending(label, "rejected", "invalid", job_id, reason, workflow=agent == WORKFLOW_AGENT)
         self.settler.submit(op)
 
     # -- upkeep and drain ----------------------------------------------------

@@ -44,6 +44,9 @@ async def test_workflow_metrics_count_each_ending(redis, keys: Keys, producer: P
     assert m[("streamcrew_workflow_duration_seconds_count", ())] == 4
     # and the steps are counted like any job
     assert m[("streamcrew_jobs_total", (("agent", "echo"), ("status", "completed")))] >= 4
+    # and the workflows' own results under agent="workflow", the invalid one too (before: agent="_unknown")
+    assert m[("streamcrew_jobs_total", (("agent", "workflow"), ("status", "rejected")))] == 1
+    assert ("streamcrew_jobs_total", (("agent", "_unknown"), ("status", "rejected"))) not in m
 
 
 async def test_workflows_ended_outside_a_steps_settle_are_counted(redis, keys: Keys, producer: Producer, workers: WorkerFactory) -> None:
