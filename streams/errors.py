@@ -10,6 +10,7 @@ StreamcrewError                 root of everything streamcrew raises on purpose
 ├── JobNotFound                 no job record for that id
 ├── DeadLetterNotFound          no dead letter with that entry ID
 ├── JobIsLive                   a dead letter's job id names a live job again: no replay
+├── AgentFailed                 an agent's failure said again without secrets; stored as it is said
 └── AgentControl                control flow an agent may raise; never logged as an error
     ├── RetryLater              run this job again after ``delay_s`` (counts as an attempt)
     └── Reject                  the request can never succeed: end it ``rejected``, no retry
@@ -72,6 +73,12 @@ class DeadLetterNotFound(StreamcrewError):
 
 class JobIsLive(StreamcrewError):
     """Raised when replaying a dead letter whose job id is queued, running or retrying again."""
+
+
+class AgentFailed(StreamcrewError):
+    """An agent's failure said again by the agent layer: its type and message, cleaned of secrets only that layer
+    knows (the LLM keys a model's answer quoted). The worker stores and logs its text as it is, not prefixed by this
+    type's name."""
 
 
 class AgentControl(Exception):

@@ -24,7 +24,7 @@ from streams.envelope import NOT_STARTED_IN_TIME, JobRequest, Status, dumps, ent
 from streams.job_counts import count_ending, count_retry
 from streams.job_fields import dead_letter_fields, explicit_id, readded_fields
 from streams.raw import repaired_fields
-from streams.errors import DecodeError, Reject, RetryLater, refusal
+from streams.errors import AgentFailed, DecodeError, Reject, RetryLater, refusal
 from streams.forward import Forwarder, home_partition
 from streams.hold import until_refill
 from streams.keys import Keys, lane_of, partition_keys
@@ -288,7 +288,8 @@ class JobProcessor:
             limit = c.request.timeout_s
             outcome = self._fail_or_retry(run, f"attempt timed out after {limit}s" if limit else "attempt timed out", exc, report=report)
         except Exception as exc:  # an agent failure is data, not a crash of the worker
-            outcome = self._fail_or_retry(run, f"{type(exc).__name__}: {exc}", exc, report=report)
+            said = str(exc) if isinstance(exc, AgentFailed) else f"{type(exc).__name__}: {exc}"
+            outcome = self._fail_or_retry(run, said, exc, report=report)
         finally:
             seconds = time.perf_counter() - t0
             metrics.RUNNING[agent] -= 1

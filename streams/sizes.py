@@ -3,18 +3,24 @@ record, the dead letter and the webhook, so their size is checked (and a text cu
 
 from __future__ import annotations
 
+import re
+
 from streams.urls import without_url_secrets
 
 MAX_ERROR_CHARS = 4096  # of an error text kept in a result (bounded_error)
 URL_SLACK = 2048  # read past the cut, so a URL across it is redacted whole
+ERROR_READ_CHARS = MAX_ERROR_CHARS + URL_SLACK  # of an error text, all that is ever read
+_CUT_NOTE = re.compile(r"\.\.\. \(\d{1,20} characters cut\)")
 
 
-def bounded_error(error: str) -> str:
+def bounded_error(error: str, unread: int = 0) -> str:
     """An agent's error text, its URLs without credentials or query (an HTTP client's error quotes them), cut to
-    ``MAX_ERROR_CHARS``: an exception may quote a whole input."""
-    read = MAX_ERROR_CHARS + URL_SLACK
-    text, unread = without_url_secrets(error[:read]), max(0, len(error) - read)
+    ``MAX_ERROR_CHARS``: an exception may quote a whole input. ``unread``: characters already cut from ``error``.
+    A text it returned comes back as it was (the agent layer cuts an error it cleans of secrets; the worker again)."""
+    text, unread = without_url_secrets(error[:ERROR_READ_CHARS]), unread + max(0, len(error) - ERROR_READ_CHARS)
     if len(text) <= MAX_ERROR_CHARS and not unread:
+        return text
+    if not unread and _CUT_NOTE.fullmatch(text, MAX_ERROR_CHARS):
         return text
     return f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS + unread} characters cut)"
 

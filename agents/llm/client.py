@@ -19,7 +19,6 @@ and a provider's error text is cleaned of our keys before it is cut short.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import math
 import random
@@ -37,6 +36,7 @@ from agents.llm.errors import LLMRequestError, LLMUnavailable
 from agents.llm.keys import ApiKey, KeyPool
 from agents.llm.pricing import PriceTable
 from agents.llm.providers import ChatResult, Reply
+from agents.llm.redact import Redactor, surely_secret, url_secrets
 from agents.llm.settings import LLMSettings
 from agents.usage import record_usage
 from streams.http_pool import FreshConnector
@@ -51,7 +51,6 @@ _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _ERROR_BODY_BYTES = 64 * 1024  # ample for a provider's error message; the rest is never read
 _MESSAGE_CHARS = 160  # of a provider's error text, in our error
 _REDACTED_CHARS = 1024  # of it redacted first: the kept 160 plus more than any key's length, and cheap to scan
-_KEY_RUN = 8  # this many characters of a key in a row are a leak; a provider's "...c85e" is not
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +82,12 @@ class LLMClient:
         self._url_secrets = url_secrets(self._url)  # a provider may quote them back in an error
         # and in an answer (a proxy that reports an error as a completion, an endpoint echoing its request): only what is
         # surely ours there, the URL's credentials and its long query values (a token, not an api-version date)
-        credentials = set(url_secrets(self._url.with_query(None)))
-        self._answer_secrets = [x for x in self._url_secrets if len(x) >= (8 if x in credentials else 16)]
+        self._answer_secrets = surely_secret(self._url)
         self.endpoint = f"{self._url.host}:{self._url.port}"  # what errors name: never credentials or the query
         if (self._url.user is not None or self._url.password is not None) and settings.provider == "openai" and settings.api_keys:
             self._url = self._url.with_user(None)  # the key's Bearer header is the authorization
         self.keys = KeyPool([k.get_secret_value() for k in settings.api_keys], max_concurrency=settings.max_concurrency)
+        self._redactor = Redactor([(k.secret, k.label) for k in self.keys.keys if k.secret], self._url_secrets)
         self._prices = prices or PriceTable.load(settings.price_file, settings.prices)
         self._rng = rng or random.Random()
         self._owns_http = http is None
@@ -241,12 +240,7 @@ class LLMClient:
     def _redact(self, text: str) -> str:
         """Providers quote (partly masked) keys in 401 bodies: ours become their label, any
         8-character run of one is masked, and anything key-shaped goes too."""
-        for key in self.keys.keys:
-            if key.secret:
-                text = text.replace(key.secret, key.label)
-        for secret in self._url_secrets:  # the endpoint URL's credentials and query values, longest first
-            text = text.replace(secret, "[redacted]")
-        text = _mask_key_runs(text, [key.secret for key in self.keys.keys if key.secret] + self._url_secrets)
+        text = self._redactor(text)  # keys, the endpoint URL's credentials and query values, and runs of them
         return _AUTH_VALUE.sub(r"\1 [redacted]", _KEYLIKE.sub("[redacted]", text))
 
     def _result(self, reply: Reply) -> ChatResult:
@@ -254,8 +248,15 @@ class LLMClient:
         metrics.record_call(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
         record_usage(self.model, reply.prompt_tokens, reply.completion_tokens, cost)
         content = None if reply.content is None else self._scrub(reply.content)
-        calls = [{**c, "function": {**c["function"], "arguments": self._scrub(c["function"]["arguments"])}} for c in reply.tool_calls]
+        calls = [self._scrub_call(c) for c in reply.tool_calls]
         return ChatResult(content, self.model, reply.prompt_tokens, reply.completion_tokens, cost, calls, reply.finish_reason)
+
+    def _scrub_call(self, call: dict[str, Any]) -> dict[str, Any]:
+        """A tool call's id and name are the model's text as much as its arguments: an endpoint echoing its request put
+        the key in both, and CrewAI quotes a call it cannot use in the job's error."""
+        fn = call["function"]
+        return {**call, "id": None if call["id"] is None else self._scrub(call["id"]),
+                "function": {**fn, "name": self._scrub(fn["name"]), "arguments": self._scrub(fn["arguments"])}}
 
     def _scrub(self, text: str) -> str:
         """An answer's text without our API keys (their labels instead) or the endpoint URL's secrets: it goes to the
@@ -280,37 +281,6 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[by
             response.close()
             return b"".join(chunks)[:limit], False
     return b"".join(chunks), True
-
-
-def url_secrets(url: yarl.URL) -> list[str]:
-    """What of an endpoint URL must not be repeated: its user, password, the pair and its Basic (base64) form,
-    and each query value (``?token=...``), raw and decoded; longest first, so no part is replaced before its whole."""
-    found: set[str] = set()
-    if url.user is not None or url.password is not None:
-        pair = f"{url.user or ''}:{url.password or ''}"
-        found |= {url.user or "", url.password or "", url.raw_user or "", url.raw_password or "", pair,
-                  base64.b64encode(pair.encode()).decode()}
-    for name, value in url.query.items():
-        found |= {value, yarl.URL.build(query={name: value}).raw_query_string.split("=", 1)[1]}
-    return sorted((s for s in found if len(s) >= 3), key=len, reverse=True)  # shorter: no secret, and would mangle the text
-
-
-def _mask_key_runs(text: str, secrets: list[str]) -> str:
-    """``text`` with each run of ``_KEY_RUN`` or more characters of a secret replaced by ``[redacted]``."""
-    spans = []
-    for run in {secret[i:i + _KEY_RUN] for secret in secrets for i in range(len(secret) - _KEY_RUN + 1)}:
-        at = text.find(run)
-        while at >= 0:
-            spans.append((at, at + _KEY_RUN))
-            at = text.find(run, at + 1)
-    out, done = [], 0
-    for start, end in sorted(spans):
-        if start > done:
-            out += [text[done:start], "[redacted]"]
-        elif not out:
-            out.append("[redacted]")
-        done = max(done, end)
-    return "".join(out) + text[done:]
 
 
 def _retry_after_s(headers: Any, cap_s: float) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from agents.llm import redact as redaction
 from agents.llm.offline import OfflineModel
 from agents.llm.providers import ChatModel
 from agents.llm.settings import LLMSettings
@@ -22,12 +23,23 @@ _settings: LLMSettings | None = None
 _http: aiohttp.ClientSession | None = None
 _model: ChatModel | None = None
 _loop: asyncio.AbstractEventLoop | None = None
+_redactor: redaction.Redactor | None = None
 
 
 def configure(settings: LLMSettings | None = None, *, http: aiohttp.ClientSession | None = None) -> None:
     """Set the LLM settings (and optionally the HTTP client) every LLM agent in this process uses."""
-    global _settings, _http, _model, _loop
-    _settings, _http, _model, _loop = settings, http, None, None
+    global _settings, _http, _model, _loop, _redactor
+    _settings, _http, _model, _loop, _redactor = settings, http, None, None, None
+
+
+def redact(text: str) -> str:
+    """``text`` without the configured API keys (each becomes its label, any 8 characters of one in a row
+    ``[redacted]``) or the endpoint URL's credentials and long query values: an agent's error may quote a model's
+    answer (CrewAI quotes a tool call it could not use), and it reaches the job's result, dead letter and log."""
+    global _redactor
+    if _redactor is None:
+        _redactor = redaction.configured(settings())
+    return _redactor(text) if _redactor else text
 
 
 def settings() -> LLMSettings:

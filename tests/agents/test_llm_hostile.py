@@ -478,3 +478,19 @@ async def test_a_base_url_with_a_password_only_sends_the_key_alone(peer: Start) 
         assert (await client.chat(HELLO)).content == "hi"
     finally:
         await client.aclose()
+
+
+async def test_a_tool_call_whose_id_and_name_quote_our_key_reaches_the_caller_without_it(peer: Start) -> None:
+    # Given an endpoint that echoes the request's key as a tool call's id and function name (its arguments were cleaned,
+    # these were not: CrewAI then quoted the call, key and all, in the job's error, dead letter and the worker's log)
+    call = {"id": f"id-{SECRET}", "type": "function", "function": {"name": SECRET, "arguments": "{}"}}
+    url = await answering(peer, {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    client = client_for(url)
+    try:
+        result = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the call reaches the caller with the key's label in its place
+    (got,) = result.tool_calls
+    assert (got["id"], got["function"]["name"]) == ("id-key#1", "key#1"), got

@@ -104,3 +104,27 @@ async def test_a_401_echoing_the_key_is_redacted_and_not_retried() -> None:
     assert caught.value.status == 401 and peer.requests == 1
     assert SECRET not in str(caught.value) and "key#1" in str(caught.value)
     assert f"authorization: Bearer {SECRET}".encode() in peer.heads[0]
+
+
+async def test_a_long_agent_error_quoting_the_key_is_cut_once_with_its_true_count() -> None:
+    # Given an LLM key, and an agent whose long error quotes it where the worker keeps the text
+    from agents.llm import configure
+    from agents.registry import AgentContext, AgentRegistry
+    from agents.runner import run_agent
+    from streams.errors import AgentFailed
+    from streams.sizes import MAX_ERROR_CHARS, bounded_error
+
+    configure(LLMSettings(api_keys=SECRET))  # type: ignore[arg-type]
+    registry = AgentRegistry()
+
+    def boom(data: dict[str, object]) -> None:
+        raise ValueError("x" * 3000 + SECRET + "y" * 7000)
+
+    registry.add(boom, name="boom")
+    # When it fails
+    with pytest.raises(AgentFailed) as caught:
+        await run_agent(registry.get("boom"), {}, AgentContext(job_id="j", agent="boom", attempt=1, max_attempts=1))
+    # Then the text the worker keeps names the error and the key's label, not the key, and says how much was cut
+    kept = bounded_error(str(caught.value))
+    assert kept.startswith("ValueError: xxx") and "key#1" in kept and SECRET[:8] not in kept, kept[3000:3100]
+    assert kept == str(caught.value) and kept.endswith(f"... ({len('ValueError: ') + 3000 + len('key#1') + 7000 - MAX_ERROR_CHARS} characters cut)")
