@@ -225,11 +225,15 @@ class LLMClient:
             return _Outcome("502", detail=f"HTTP {code} with a body that is not JSON")
         if not isinstance(data, dict):
             return _Outcome("502", detail=f"HTTP {code} with a body that is not a JSON object")
-        parse = providers.parse_anthropic if self.settings.provider == "anthropic" else providers.parse_openai
+        anthropic = self.settings.provider == "anthropic"
+        parse = providers.parse_anthropic if anthropic else providers.parse_openai
         try:
             return _Outcome(str(code), reply=parse(data))
         except ValueError as exc:  # the message names the field, never the body
             return _Outcome("502", detail=f"HTTP {code} with {exc}")
+        except Exception as exc:  # e.g. RecursionError: tool arguments 1,000 deep are JSON to orjson, not to json.dumps
+            what = "message" if anthropic else "chat completion"
+            return _Outcome("502", detail=f"HTTP {code} with a malformed {what} (reading it raised {type(exc).__name__})")
 
     def _refusal(self, code: int, headers: Any, content: bytes) -> _Outcome:
         retry_after = _retry_after_s(headers, self.settings.max_backoff_s)

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from agents.llm import LLMClient, LLMRequestError, LLMSettings, LLMUnavailable
 from agents.usage import UsageLedger
@@ -494,3 +495,35 @@ async def test_a_tool_call_whose_id_and_name_quote_our_key_reaches_the_caller_wi
     # Then the call reaches the caller with the key's label in its place
     (got,) = result.tool_calls
     assert (got["id"], got["function"]["name"]) == ("id-key#1", "key#1"), got
+
+
+NESTED = b'{"a":' * 1000 + b"{}" + b"}" * 1000  # 1,001 levels: legal for orjson (1,024), past json.dumps' recursion limit
+DEEP = {
+    "openai": b'{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",'
+              b'"function":{"name":"f","arguments":' + NESTED + b'}}]},"finish_reason":"tool_calls"}],'
+              b'"usage":{"prompt_tokens":1,"completion_tokens":1}}',
+    "anthropic": b'{"content":[{"type":"tool_use","id":"t1","name":"f","input":' + NESTED + b'}],'
+                 b'"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}',
+}
+
+
+@pytest.mark.parametrize("provider", list(DEEP))
+async def test_tool_arguments_nested_a_thousand_deep_are_a_malformed_answer_retried_and_counted(
+    peer: Start, ledger: UsageLedger, provider: str,
+) -> None:
+    # Given an endpoint whose 200 holds a tool call with an arguments object (Anthropic: input) 1,001 levels deep
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(response(200, DEEP[provider], headers="content-type: application/json\r\n"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    model = f"deep-{provider}"
+    counted = REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": model, "status": "502"}) or 0.0
+    # When a call is made, with one retry
+    caught = await failed_call(client_for(p.url, provider=provider, model=model, max_retries=1), LLMUnavailable)
+    # Then both tries failed like a 502 (RecursionError escaped the client: no retry, no metric, no word of the answer)
+    assert p.requests == 2
+    assert "HTTP 200 with a malformed" in str(caught.value), str(caught.value)
+    assert REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": model, "status": "502"}) == counted + 2
+    assert ledger.calls == 0
