@@ -174,6 +174,8 @@ def _tool_arguments(name: str, text: str | None) -> dict[str, Any] | str:
         args = json.loads(text or "{}")
     except ValueError as exc:  # the parser's message gives the position, not the text
         return f"Error: the arguments of the {name!r} tool call are not valid JSON ({exc}); call it again with a JSON object."
+    except RecursionError:  # nested deeper than Python's json reads (the client hands such text on as a note)
+        return f"Error: the arguments of the {name!r} tool call are nested too deep to read; call it again with a flat JSON object."
     if not isinstance(args, dict):
         return f"Error: the arguments of the {name!r} tool call are not a JSON object; call it again with one."
     return args

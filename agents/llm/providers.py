@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Provider = Literal["openai", "anthropic"]
@@ -247,8 +248,25 @@ def parse_openai(data: dict[str, Any]) -> Reply:
                  counted=usage.prompt_tokens is not None and usage.completion_tokens is not None)
 
 
+# Of a tool call's arguments handed on: their nesting. CrewAI reads them with Python's json, which raises RecursionError
+# (failing the step) near 1,000 levels less the stack it runs on; orjson reads 1,024 levels and writes 254.
+MAX_ARGUMENT_DEPTH = 254
+
+
 def _arguments(value: str | dict[str, Any] | None) -> str:
-    return json.dumps(value) if isinstance(value, dict) else value or "{}"
+    """The call's arguments as JSON text. Text that is not JSON is handed on as it is (the caller tells the model, and
+    the step goes on) unless it might nest too deep to read: then, as text nested too deep, as a note saying why, not
+    JSON either. Read as it came, a string nested 100,000 deep raised RecursionError in CrewAI, failing the step."""
+    text = json.dumps(value) if isinstance(value, dict) else value or "{}"
+    if text.count("[") + text.count("{") <= MAX_ARGUMENT_DEPTH:  # cannot nest deeper: the common case, not parsed here
+        return text
+    try:
+        orjson.dumps(orjson.loads(text))  # loads: past 1,024 levels; dumps: past MAX_ARGUMENT_DEPTH
+    except orjson.JSONDecodeError as exc:  # not JSON (handed on as it came, unless it may nest too deep) or too deep
+        return f"(tool-call arguments not read: {exc})"
+    except orjson.JSONEncodeError:
+        return f"(tool-call arguments not read: nested over {MAX_ARGUMENT_DEPTH} levels deep)"
+    return text
 
 
 def parse_anthropic(data: dict[str, Any]) -> Reply:
@@ -261,7 +279,7 @@ def parse_anthropic(data: dict[str, Any]) -> Reply:
         raise _malformed("message", exc) from None
     texts = [b.text for b in r.content if b.type == "text"]
     calls = [
-        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": json.dumps(b.input or {})}}
+        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": _arguments(b.input or {})}}
         for b in r.content if b.type == "tool_use"
     ]
     usage = r.usage or AnthropicUsage()

@@ -42,9 +42,14 @@ async def breaking_tool_calls(peer: Start, arguments: str, *, first_only: bool) 
     return started[0]
 
 
-async def test_a_crew_step_whose_tool_arguments_are_broken_hands_the_model_the_error(peer: Start) -> None:
-    # Given an endpoint whose first tool call has arguments cut short
-    p = await breaking_tool_calls(peer, '{"order_id": "ORD-12345"', first_only=True)
+DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000  # a JSON string of arguments nested 100,000 deep: RecursionError in json.loads
+
+
+@pytest.mark.parametrize("arguments", ['{"order_id": "ORD-12345"', DEEP], ids=["cut-short", "nested-100000-deep"])
+async def test_a_crew_step_whose_tool_arguments_are_broken_hands_the_model_the_error(peer: Start, arguments: str) -> None:
+    # Given an endpoint whose first tool call has arguments cut short, or nested deeper than Python's json reads (the step
+    # failed with RecursionError: CrewAI's executor catches JSONDecodeError only)
+    p = await breaking_tool_calls(peer, arguments, first_only=True)
     configure(LLMSettings(base_url=p.url + "/v1", api_keys="sk-crew-test-0001", model="deepseek-v3.2"))  # type: ignore[arg-type]
     # When the order crew runs
     output, usage = await run_agent(builtin_registry().get("order"), {"order_id": "ORD-12345"},
@@ -60,7 +65,8 @@ async def test_a_crew_step_whose_tool_arguments_are_broken_hands_the_model_the_e
     ('{"plan": "walk the dog', "are not valid JSON (Unterminated string"),
     ('["walk", "the", "dog"]', "are not a JSON object"),
     ("null", "are not a JSON object"),
-], ids=["cut-short", "a-list", "null"])
+    (DEEP, "are not valid JSON"),
+], ids=["cut-short", "a-list", "null", "nested-100000-deep"])
 async def test_a_tool_the_llm_runs_itself_is_not_run_on_broken_arguments_and_the_error_is_its_result(
     peer: Start, arguments: str, says: str,
 ) -> None:
@@ -85,3 +91,12 @@ async def test_a_tool_the_llm_runs_itself_is_not_run_on_broken_arguments_and_the
     assert ran == []
     assert isinstance(result, str) and result.startswith("Error: the arguments of the 'create_plan' tool call ") and says in result, result
     assert p.requests == 1
+
+
+def test_arguments_nested_deeper_than_python_reads_are_an_error_for_the_model() -> None:
+    # Given arguments that reach the LLM's own tool runner nested deeper than Python's json reads (RecursionError)
+    from agents.crews.llm import _tool_arguments
+
+    # Then they are an error the model can act on, not an exception failing the step
+    result = _tool_arguments("create_plan", DEEP)
+    assert isinstance(result, str) and result.startswith("Error: the arguments of the 'create_plan' tool call are nested too deep"), result

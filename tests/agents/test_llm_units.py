@@ -128,3 +128,21 @@ async def test_a_long_agent_error_quoting_the_key_is_cut_once_with_its_true_coun
     kept = bounded_error(str(caught.value))
     assert kept.startswith("ValueError: xxx") and "key#1" in kept and SECRET[:8] not in kept, kept[3000:3100]
     assert kept == str(caught.value) and kept.endswith(f"... ({len('ValueError: ') + 3000 + len('key#1') + 7000 - MAX_ERROR_CHARS} characters cut)")
+
+
+WIDE = json.dumps({"items": [{"n": i} for i in range(300)]})  # 301 brackets, 3 levels: handed on as it came
+
+
+@pytest.mark.parametrize(("arguments", "handed_on"), [
+    (WIDE, WIDE),
+    ('{"a":' * 300 + "1" + "}" * 300, "(tool-call arguments not read: nested over 254 levels deep)"),
+    ('{"a":' * 2000 + "1" + "}" * 2000, "(tool-call arguments not read: depth limit exceeded: line 1 column 5122 (char 5121))"),
+    ({"a": json.loads('{"a":' * 300 + "1" + "}" * 300)}, "(tool-call arguments not read: nested over 254 levels deep)"),
+    ('{"plan": "walk', '{"plan": "walk'),
+], ids=["wide", "300-deep", "2000-deep", "object-300-deep", "cut-short"])
+def test_tool_arguments_are_handed_on_as_they_came_unless_too_deep_to_read(arguments: object, handed_on: str) -> None:
+    from agents.llm.providers import parse_openai
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    reply = parse_openai({"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]})
+    assert reply.tool_calls[0]["function"]["arguments"] == handed_on
