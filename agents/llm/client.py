@@ -144,7 +144,7 @@ class LLMClient:
                 break
             attempts += 1
             try:
-                outcome = await self._attempt(key, payload)
+                outcome = await self._attempt(key, payload, offered_tools=bool(tools))
             finally:
                 self.keys.release(key)
             if outcome.reply is not None:
@@ -176,7 +176,7 @@ class LLMClient:
             await asyncio.sleep(delay)
         raise LLMUnavailable(f"{self.model}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {last}")
 
-    async def _attempt(self, key: ApiKey, payload: bytes) -> _Outcome:
+    async def _attempt(self, key: ApiKey, payload: bytes, *, offered_tools: bool) -> _Outcome:
         s = self.settings
         started = time.monotonic()
         headers = providers.headers(s.provider, key.secret, s.anthropic_version)
@@ -187,7 +187,7 @@ class LLMClient:
                     response.close()  # and the connection is not reused
                     outcome = _Outcome("transport_error", detail=f"protocol error (status {response.status:03d}) at {self.endpoint}")
                 else:
-                    outcome = await self._receive(response)
+                    outcome = await self._receive(response, offered_tools)
         except aiohttp.ConnectionTimeoutError:  # a TimeoutError too: the connect timeout fired, not timeout_s
             outcome = _Outcome("timeout", detail=f"connect timeout after {s.connect_timeout_s:g}s at {self.endpoint}")
         except TimeoutError:
@@ -201,7 +201,7 @@ class LLMClient:
         metrics.LLM_LATENCY.labels(self.model).observe(time.monotonic() - started)
         return outcome
 
-    async def _receive(self, response: aiohttp.ClientResponse) -> _Outcome:
+    async def _receive(self, response: aiohttp.ClientResponse, offered_tools: bool) -> _Outcome:
         code = response.status
         if not 200 <= code <= 299:  # any 2xx may carry the answer (a gateway's 201, a proxy's 203)
             body, _ = await _read_capped(response, _ERROR_BODY_BYTES)
@@ -216,9 +216,9 @@ class LLMClient:
             response.close()
             return too_large
         body, whole = await _read_capped(response, limit)
-        return self._parse(code, body) if whole else too_large
+        return self._parse(code, body, offered_tools) if whole else too_large
 
-    def _parse(self, code: int, body: bytes) -> _Outcome:
+    def _parse(self, code: int, body: bytes, offered_tools: bool) -> _Outcome:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -228,12 +228,17 @@ class LLMClient:
         anthropic = self.settings.provider == "anthropic"
         parse = providers.parse_anthropic if anthropic else providers.parse_openai
         try:
-            return _Outcome(str(code), reply=parse(data))
+            reply = parse(data)
         except ValueError as exc:  # the message names the field, never the body
             return _Outcome("502", detail=f"HTTP {code} with {exc}")
         except Exception as exc:  # e.g. RecursionError: tool arguments 1,000 deep are JSON to orjson, not to json.dumps
             what = "message" if anthropic else "chat completion"
             return _Outcome("502", detail=f"HTTP {code} with a malformed {what} (reading it raised {type(exc).__name__})")
+        if reply.tool_calls and not offered_tools:  # CrewAI's last round offers none: a list there failed the task
+            if not reply.content:
+                return _Outcome("502", detail=f"HTTP {code}: the model answered with a tool call when none was offered")
+            reply = reply._replace(tool_calls=[])
+        return _Outcome(str(code), reply=reply)
 
     def _refusal(self, code: int, headers: Any, content: bytes) -> _Outcome:
         retry_after = _retry_after_s(headers, self.settings.max_backoff_s)

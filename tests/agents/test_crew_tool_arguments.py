@@ -14,7 +14,7 @@ import pytest
 
 from agents.builtin import builtin_registry
 from agents.crews import StreamcrewLLM
-from agents.llm import LLMSettings, configure, mock_logic
+from agents.llm import LLMSettings, LLMUnavailable, configure, mock_logic
 from agents.registry import AgentContext
 from agents.runner import run_agent
 from tests.agents.test_llm_hostile import client_for, openai_200
@@ -100,3 +100,28 @@ def test_arguments_nested_deeper_than_python_reads_are_an_error_for_the_model() 
     # Then they are an error the model can act on, not an exception failing the step
     result = _tool_arguments("create_plan", DEEP)
     assert isinstance(result, str) and result.startswith("Error: the arguments of the 'create_plan' tool call are nested too deep"), result
+
+
+async def test_a_crew_whose_model_always_calls_a_tool_fails_saying_so_on_the_round_that_offers_none(peer: Start) -> None:
+    # Given an endpoint whose model always answers with a tool call: the first tool offered, or one of its own when
+    # CrewAI's last round (max_iter) offers none
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        tools = orjson.loads(started[0].bodies[-1]).get("tools") or []
+        name = tools[0]["function"]["name"] if tools else "no_tools_offered"
+        call = {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": '{"order_id": "ORD-12345"}'}}
+        writer.write(openai_200({"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                                              "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}))
+        await writer.drain()
+        return True
+
+    started = [await peer(answer)]
+    configure(LLMSettings(base_url=started[0].url + "/v1", api_keys="sk-crew-test-0001", model="deepseek-v3.2",  # type: ignore[arg-type]
+                          max_retries=1, backoff_s=0.01))
+    # When the order crew runs
+    with pytest.raises(LLMUnavailable) as caught:
+        await run_agent(builtin_registry().get("order"), {"order_id": "ORD-12345"},
+                        AgentContext(job_id="t-unoffered", agent="order", attempt=1, max_attempts=1))
+    # Then its attempt fails saying what the model did (before: CrewAI's "TaskOutput raw Input should be a valid string"),
+    # after the round without tools was tried twice
+    assert "the model answered with a tool call when none was offered" in str(caught.value), caught.value
+    assert orjson.loads(started[0].bodies[-1]).get("tools") is None and orjson.loads(started[0].bodies[-2]).get("tools") is None

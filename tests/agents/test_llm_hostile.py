@@ -21,6 +21,7 @@ E = TypeVar("E", bound=BaseException)
 
 SECRET = "sk-hostile-0123456789abcdef"
 HELLO = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]  # a request's tools, offered
 def completion(text: str) -> bytes:
     return orjson.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                          "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
@@ -399,7 +400,7 @@ async def test_a_well_formed_answer_with_null_usage_books_zero_tokens(peer: Star
     p = await peer(answer)
     client = client_for(p.url)
     try:
-        result = await client.chat(HELLO)
+        result = await client.chat(HELLO, tools=TOOLS)
     finally:
         await client.aclose()
     # Then the call is read as before: the tool call in OpenAI's shape, zero tokens
@@ -461,7 +462,7 @@ async def test_an_answer_quoting_our_key_or_url_secrets_reaches_the_result_witho
     host = url.removeprefix("http://")
     client = client_for(url, base_url=f"http://llmuser:ZZPASSWORD77@{host}/v1?token=QQTOKEN5551-abcdefgh&api-version=2024-06-01")
     try:
-        result = await client.chat(HELLO)
+        result = await client.chat(HELLO, tools=TOOLS)
     finally:
         await client.aclose()
     # Then the answer (the job's result, record and webhook) holds none of them; an api-version date stays as it was
@@ -489,7 +490,7 @@ async def test_a_tool_call_whose_id_and_name_quote_our_key_reaches_the_caller_wi
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
     client = client_for(url)
     try:
-        result = await client.chat(HELLO)
+        result = await client.chat(HELLO, tools=TOOLS)
     finally:
         await client.aclose()
     # Then the call reaches the caller with the key's label in its place
@@ -527,3 +528,35 @@ async def test_tool_arguments_nested_a_thousand_deep_are_a_malformed_answer_retr
     assert "HTTP 200 with a malformed" in str(caught.value), str(caught.value)
     assert REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": model, "status": "502"}) == counted + 2
     assert ledger.calls == 0
+
+
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+
+
+async def test_a_tool_call_in_answer_to_a_request_that_offered_no_tools_is_a_failed_try(peer: Start, ledger: UsageLedger) -> None:
+    # Given an endpoint that answers with a tool call and no text, whatever it was offered
+    url = await answering(peer, {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    counted = REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": "unoffered", "status": "502"}) or 0.0
+    # When a call that offers no tools is made (CrewAI's last round; before, it got the list where it takes text)
+    caught = await failed_call(client_for(url, model="unoffered", max_retries=1), LLMUnavailable)
+    # Then each try failed like a malformed answer, retried and counted, and the error says why
+    assert "the model answered with a tool call when none was offered" in str(caught.value), str(caught.value)
+    assert "gave up after 2 attempt(s)" in str(caught.value), str(caught.value)
+    assert REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": "unoffered", "status": "502"}) == counted + 2
+    assert ledger.calls == 0
+
+
+async def test_an_answer_with_text_and_a_tool_call_no_tools_were_offered_for_is_its_text(peer: Start) -> None:
+    # Given an endpoint that answers with text and a tool call
+    url = await answering(peer, {"choices": [{"message": {"role": "assistant", "content": "the answer", "tool_calls": [TOOL_CALL]}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    client = client_for(url)
+    try:
+        # When a call offers no tools, and then one does
+        unoffered, offered = await client.chat(HELLO), await client.chat(HELLO, tools=TOOLS)
+    finally:
+        await client.aclose()
+    # Then the first is its text alone, the second its text and its tool call
+    assert (unoffered.content, unoffered.tool_calls) == ("the answer", [])
+    assert (offered.content, [c["function"]["name"] for c in offered.tool_calls]) == ("the answer", ["lookup"])
