@@ -19,11 +19,14 @@ and a provider's error text is cleaned of our keys before it is cut short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import math
 import random
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,6 +222,10 @@ class LLMClient:
         return self._parse(code, body, offered_tools) if whole else too_large
 
     def _parse(self, code: int, body: bytes, offered_tools: bool) -> _Outcome:
+        with _collector_paused():  # what is read is dropped before it is back
+            return self._read(code, body, offered_tools)
+
+    def _read(self, code: int, body: bytes, offered_tools: bool) -> _Outcome:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -277,6 +284,20 @@ class LLMClient:
             if secret in text:
                 text = text.replace(secret, "[redacted]")
         return text
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while an answer is read. A 2 MiB answer of 1.6 M tiny JSON lists
+    (``[[]],[[]],...`` in a field we never read) made it run some 2,300 times over the growing tree: 330 - 480 ms of
+    the event loop per answer, 40 ms without. A parsed answer holds no cycles: reference counting frees it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
