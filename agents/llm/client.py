@@ -42,7 +42,7 @@ from agents.llm.providers import ChatResult, Reply
 from agents.llm.redact import Redactor, surely_secret, url_secrets
 from agents.llm.settings import LLMSettings
 from agents.usage import record_usage
-from streams.http_pool import FreshConnector
+from streams.http_pool import FreshConnector, WireLimitExceeded
 from streams.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ class LLMClient:
         """Created on first use, inside the running loop (a session belongs to one loop)."""
         if self._http_session is None:
             s = self.settings
-            connector = FreshConnector(  # a stray answer is never the next call's, 1xx answers bounded
+            connector = FreshConnector(  # a stray answer is never the next call's, 1xx answers and wire bytes bounded
+                max_body_bytes=s.max_response_bytes,
                 limit=s.max_connections or len(self.keys.keys) * s.max_concurrency, limit_per_host=0,
                 keepalive_timeout=30.0, ttl_dns_cache=60,
             )
@@ -198,6 +199,8 @@ class LLMClient:
         except aiohttp.ClientConnectorError as exc:
             reason = exc.os_error.strerror or type(exc.os_error).__name__
             outcome = _Outcome("transport_error", detail=f"cannot connect to {self.endpoint}: {reason}")
+        except WireLimitExceeded as exc:  # tiny chunks, chunk extensions, a header flood: refused like a body too large
+            outcome = _Outcome("502", detail=f"an answer over its wire limit ({exc.args[0]}; STREAMCREW_LLM_MAX_RESPONSE_BYTES) at {self.endpoint}")
         except aiohttp.ClientError as exc:
             outcome = _Outcome("transport_error", detail=f"transport error ({type(exc).__name__}) at {self.endpoint}")
         metrics.LLM_REQUESTS.labels(self.model, outcome.status).inc()

@@ -8,6 +8,7 @@ import gzip
 import logging
 import time
 import tracemalloc
+from collections.abc import Iterator
 from typing import TypeVar
 
 import orjson
@@ -592,3 +593,91 @@ async def test_an_answer_of_many_small_containers_is_read_without_the_garbage_co
     # Then the answer is read, and the collector ran no more than the call's own few allocations make it
     assert result.content == "fine"
     assert len(collections) < 50, f"{len(collections)} collections during one call"
+
+
+# An answer's bytes on the wire: its body is bounded by max_response_bytes, its head and chunk framing by a slack.
+
+def chunked_head() -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def in_chunks(body: bytes, size: int, extension: bytes = b"") -> Iterator[bytes]:
+    """``body`` as chunks of ``size`` bytes (each with ``extension`` after its size), then the last chunk, in pieces of
+    about 64 KiB: made as they are sent, so a peer that stops reading never has them all made."""
+    piece: list[bytes] = []
+    held = 0
+    for i in range(0, len(body), size):
+        piece.append(b"%x%s\r\n%s\r\n" % (len(body[i:i + size]), extension, body[i:i + size]))
+        held += len(piece[-1])
+        if held >= 64 * 1024:
+            yield b"".join(piece)
+            piece, held = [], 0
+    yield b"".join(piece) + b"0\r\n\r\n"
+
+
+async def send_chunked(writer: asyncio.StreamWriter, body: bytes, size: int, extension: bytes = b"") -> bool:
+    """A 200 of ``body`` in chunks, each piece drained; False once the client has closed the connection."""
+    try:
+        writer.write(chunked_head())
+        for piece in in_chunks(body, size, extension):
+            writer.write(piece)
+            await writer.drain()
+    except ConnectionError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("size", "extension"), [(1, b""), (1, b";" + b"e" * 60_000)], ids=["1-byte-chunks", "chunk-extensions"])
+async def test_an_answer_far_larger_on_the_wire_than_its_body_fails_the_try_on_its_wire_bytes(
+    peer: Start, size: int, extension: bytes,
+) -> None:
+    # Given an endpoint whose answer is a valid completion under the size limit, sent in 1-byte chunks (6 wire bytes a
+    # body byte: 2.1 s of CPU for a 2 MiB answer) or with 60 kB chunk extensions (never reaching the limit: it ran to the
+    # timeout), and a normal answer to the retry
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            return await send_chunked(writer, completion("x" * (LIMIT - 1024)), size, extension)
+        writer.write(ok("fine"))
+        await writer.drain()
+        return True
+
+    p = await peer(answer)
+    model = f"wire-{size}-{len(extension)}"
+    client = client_for(p.url, max_response_bytes=LIMIT, max_retries=1, model=model)
+    try:
+        # When a call is made
+        result = await client.chat(HELLO)
+    finally:
+        await client.aclose()
+    # Then the first answer failed the try as refused (502), not by the timeout, once its wire bytes passed its body's
+    # by the slack; its connection was closed, and the retry got the normal answer on a new one
+    assert result.content == "fine"
+    assert (p.requests, p.connections) == (2, 2)
+    tries = {status: REGISTRY.get_sample_value("streamcrew_llm_requests_total", {"model": model, "status": status})
+             for status in ("502", "timeout", "200")}
+    assert tries == {"502": 1.0, "timeout": None, "200": 1.0}, tries
+
+
+async def test_an_answer_past_its_wire_limit_is_named_in_the_error(peer: Start) -> None:
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        return await send_chunked(writer, completion("x" * (LIMIT - 1024)), 1)
+
+    caught = await failed_call(client_for((await peer(answer)).url, max_response_bytes=LIMIT, max_retries=0), LLMUnavailable)
+    assert "an answer over its wire limit (" in str(caught.value) and "STREAMCREW_LLM_MAX_RESPONSE_BYTES" in str(caught.value), caught.value
+
+
+async def test_answers_in_small_chunks_near_the_limit_are_read_call_after_call_on_one_connection(peer: Start) -> None:
+    # Given an endpoint whose answers are just under the size limit, in chunks of 256 bytes (7 bytes of framing each)
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        return await send_chunked(writer, completion(f"answer-{n} " + "x" * (LIMIT - 1024)), 256)
+
+    p = await peer(answer)
+    client = client_for(p.url, max_response_bytes=LIMIT)
+    try:
+        # When three calls are made one after the other
+        results = [await client.chat(HELLO) for _ in range(3)]
+    finally:
+        await client.aclose()
+    # Then each is read, on the one kept-alive connection: each answer's wire bytes are its own
+    assert [(r.content or "")[:9] for r in results] == ["answer-1 ", "answer-2 ", "answer-3 "]
+    assert (p.requests, p.connections) == (3, 1)
