@@ -101,6 +101,19 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return [b if isinstance(b, dict) else {"type": "text", "text": str(b)} for b in content]
 
 
+def _input(args: Any) -> Any:
+    """An earlier tool call's arguments as Anthropic's ``input`` object. Arguments that were not read (``_arguments``'
+    note) or are not a JSON object go as an empty one: the tool's result, sent with it, says what was wrong, and
+    raising here failed the crew's step on its next call."""
+    if not isinstance(args, str):
+        return args
+    try:
+        value = json.loads(args)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def anthropic_body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    max_tokens: int, temperature: float | None, stop: list[str] | None) -> dict[str, Any]:
     system: list[str] = []
@@ -117,7 +130,7 @@ def anthropic_body(model: str, messages: list[dict[str, Any]], tools: list[dict[
             for call in m.get("tool_calls") or []:
                 fn = call.get("function") or {}
                 args = fn.get("arguments") or "{}"
-                blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": json.loads(args) if isinstance(args, str) else args})
+                blocks.append({"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": _input(args)})
         role = "assistant" if role == "assistant" else "user"
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)  # Anthropic wants alternating turns

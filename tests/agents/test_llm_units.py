@@ -146,3 +146,18 @@ def test_tool_arguments_are_handed_on_as_they_came_unless_too_deep_to_read(argum
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
     reply = parse_openai({"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]})
     assert reply.tool_calls[0]["function"]["arguments"] == handed_on
+
+
+def test_an_anthropic_tool_call_whose_input_was_not_read_is_sent_back_as_an_empty_input() -> None:
+    # Given a tool_use input nested 300 deep, handed on as the note that it was not read (CrewAI reports that to the model)
+    from agents.llm.providers import anthropic_body, parse_anthropic
+
+    deep = json.loads('{"a":' * 300 + "1" + "}" * 300)
+    (call,) = parse_anthropic({"content": [{"type": "tool_use", "id": "t1", "name": "f", "input": deep}]}).tool_calls
+    assert call["function"]["arguments"].startswith("(tool-call arguments not read")
+    # When the next request carries that call back (before: json.loads of the note raised, failing the step)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "t1", "content": "Error: Failed to parse tool arguments as JSON"}]
+    body = anthropic_body("m", messages, None, 64, None, None)
+    # Then it goes as a tool_use with an empty input, the tool's result beside it
+    assert body["messages"][1]["content"] == [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]
