@@ -87,8 +87,11 @@ def surely_secret(url: yarl.URL) -> list[str]:
 
 
 def configured(settings: LLMSettings) -> Redactor:
-    """The redactor of free text for ``settings``: its keys (as the client labels them) and its URL's sure secrets."""
-    keys = [(key.get_secret_value(), f"key#{i}") for i, key in enumerate(settings.api_keys, start=1)]
+    """The redactor of free text for ``settings``: its keys (as the client labels them) and its URL's sure secrets.
+    A key shorter than ``KEY_RUN`` is left alone: a placeholder (Ollama's ``ollama``, an ``x``), not a secret, and
+    replacing it garbled every agent's error (``upstream key#1:11434 refused``)."""
+    keys = [(key.get_secret_value(), f"key#{i}") for i, key in enumerate(settings.api_keys, start=1)
+            if len(key.get_secret_value()) >= KEY_RUN]
     secrets: list[str] = []
     if settings.base_url is not None:
         import yarl

@@ -161,3 +161,16 @@ def test_an_anthropic_tool_call_whose_input_was_not_read_is_sent_back_as_an_empt
     body = anthropic_body("m", messages, None, 64, None, None)
     # Then it goes as a tool_use with an empty input, the tool's result beside it
     assert body["messages"][1]["content"] == [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]
+
+
+def test_free_text_keeps_a_short_placeholder_key_and_cleans_a_real_one() -> None:
+    from agents.llm.redact import configured
+    from agents.llm.settings import LLMSettings
+
+    # Given an agent's error naming a host that is also the (placeholder) key, and one quoting a real key
+    placeholder = configured(LLMSettings(base_url="http://ollama:11434/v1", api_keys=["ollama"]))
+    real = configured(LLMSettings(base_url="http://127.0.0.1:9/v1", api_keys=["sk-live-0123456789abcdef"]))
+    # Then the placeholder is no secret: the text stays as it was (before: "upstream key#1:11434 refused")
+    assert placeholder("upstream ollama:11434 refused; max tokens exceeded") == "upstream ollama:11434 refused; max tokens exceeded"
+    # And a real key is replaced by its label, a run of 8 of its characters masked
+    assert real("sent sk-live-0123456789abcdef and sk-live-0123") == "sent key#1 and [redacted]"
