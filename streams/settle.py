@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # A settle batch waits at most this long for its replicas; fewer acknowledgements are logged (once a spell), not fatal.
 WAIT_TIMEOUT_MS = 1000
+# The ops JSON one settle.lua call carries at most (but one op): about what one call may do for workflows
+# (workflow.lua: WF_CALL_WORK), and a batch of large results no longer goes as one call of tens of MB.
+CALL_OPS_BYTES = 4 * 1_048_576
 
 
 @dataclass(slots=True)
@@ -125,7 +128,7 @@ class Settler:
 
     async def _write(self, batch: list[SettleOp]) -> list[bool]:
         if len(self._heads) == 1:
-            return await self._write_partition(0, batch)
+            return await self._write_slow_aware(0, batch)
         by_partition: dict[int, list[int]] = {}
         for i, op in enumerate(batch):
             by_partition.setdefault(self._partition_of[op.stream], []).append(i)
@@ -159,30 +162,43 @@ class Settler:
         return [bool(one) for one in wrote]
 
     async def _write_slow_aware(self, p: int, batch: list[SettleOp]) -> list[bool]:
-        """Not sent while the partition's slot is slow; a call that goes unanswered past its time ends in the background."""
+        """One call of settle.lua, or more: a call answers the ops up to the one after which it did its share of
+        workflow work (workflow.lua: WF_CALL_WORK), and the rest go in the next (a copy of the call after an outage
+        answers the ops it wrote as written). So that a call sends little it does not look at (resending the whole
+        rest each time cost quadratically: 30 ops of ~1 MB results, 240 MB sent), a call carries at most
+        ``CALL_OPS_BYTES`` of ops (but one op), and after a call that stopped early, twice the ops it did."""
+        encoded = [orjson.dumps(op.op) for op in batch]
+        wrote: list[bool] = []
+        most = len(batch)
+        while len(wrote) < len(batch):
+            start = end = len(wrote)
+            size = 0
+            while end < len(batch) and end - start < most and (end == start or size + len(encoded[end]) <= CALL_OPS_BYTES):
+                size += len(encoded[end]) + 1
+                end += 1
+            ops = (b"[" + b",".join(encoded[start:end]) + b"]").decode()
+            reply = await self._call_slow_aware(p, [*self._heads[p], ops])
+            if not reply:  # each call settles one op at least: not settle.lua's answer
+                raise ResponseError(f"settle: no answer for {end - start} ops")
+            wrote += [_wrote(x) for x in reply]
+            most = 2 * len(reply) if len(reply) < end - start else 2 * most
+        return wrote
+
+    async def _call_slow_aware(self, p: int, args: list[Any]) -> Any:
+        """One call, not sent while the partition's slot is slow; one that goes unanswered past its time ends in the
+        background (each call is timed alone: a batch in several calls is no slow master)."""
         if self._slow is None:
-            return await self._write_partition(p, batch)
+            return await self._call(p, args)
         # under STREAMCREW_REPLICA_ACKS a healthy master may wait WAIT_TIMEOUT_MS for its replicas, twice when it had to
         # load the script first (the settle and its WAIT are sent again): not slow for that
         after_s = self._slow.after_s + (2 * WAIT_TIMEOUT_MS / 1000 if self._replica_acks else 0.0)
-        return await self._slow.unless_slow(self._slots[p], lambda: self._write_partition(p, batch), after_s=after_s)
+        return await self._slow.unless_slow(self._slots[p], lambda: self._call(p, args), after_s=after_s)
 
-    async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
-        """One call of settle.lua, or more: a call that did its share of workflow work (workflow.lua: WF_CALL_WORK)
-        answers the ops up to there, and the rest go in the next (a copy of the call after an outage answers the
-        ops it wrote as written)."""
-        wrote: list[bool] = []
-        while len(wrote) < len(batch):
-            ops = orjson.dumps([op.op for op in batch[len(wrote):]]).decode()
-            keys, args = self._script_keys[p], [*self._heads[p], ops]
-            if not self._replica_acks:
-                reply = await self._scripts.settle(keys=keys, args=args)
-            else:
-                reply = await self._write_replicated(p, keys, args)
-            if not reply:  # each call settles one op at least: not settle.lua's answer
-                raise ResponseError(f"settle: no answer for {len(batch) - len(wrote)} ops")
-            wrote += [_wrote(x) for x in reply]
-        return wrote
+    async def _call(self, p: int, args: list[Any]) -> Any:
+        keys = self._script_keys[p]
+        if not self._replica_acks:
+            return await self._scripts.settle(keys=keys, args=args)
+        return await self._write_replicated(p, keys, args)
 
     async def _write_replicated(self, p: int, keys: list[str], args: list[Any]) -> Any:
         """The settle and a WAIT for ``replica_acks`` replicas of its master, on one connection (a failover then keeps it)."""

@@ -119,3 +119,44 @@ async def test_an_expiry_of_many_large_workflows_goes_in_several_calls_each_once
         assert await redis.zcard(keys.workflow_timeouts) == 0
     finally:
         await redis.aclose()
+
+
+async def test_a_batch_split_over_calls_is_sent_about_once(own_redis: RedisServer, prefix: str) -> None:
+    # Given 16 running workflows, each a root with 9 dependents, their roots claimed, and each root's result 0.5 MB:
+    # a root's fan-out (4.5 MB of inputs) passes a call's share, so each call settles one root
+    redis = connect(own_redis.url)
+    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
+    try:
+        workflows = []
+        for n in range(16):
+            wf = Workflow(f"heavy-{n}")
+            wf.step("root", "echo", {})
+            for d in range(9):
+                wf.step(f"d{d}", "echo", {}, after="root")
+            workflows.append(wf)
+        await _start_all(redis, keys, settings, workflows)
+        lane = keys.lane("normal")
+        ((_, roots),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=20)
+        assert len(roots) == 16
+        result = orjson.dumps(["y" * 500_000]).decode()
+        done: list[tuple[str, bool]] = []
+        settler = Settler(redis, keys, group="workers", max_result_bytes=settings.max_result_bytes, job_ttl_s=3600,
+                          release=lambda stream, entry_id, settled=True: done.append((entry_id, settled)))
+        for eid, raw in roots:
+            fields: dict[str, Any] = {"id": raw["id"], "agent": "echo", "status": "completed", "result": result,
+                                      "attempts": "1", "parent": raw["parent"], "step": "root"}
+            settler.submit(done_op(lane, eid, f"normal/{eid}", raw["id"], fields, None, parent=raw["parent"], step="root"))
+        before = int((await redis.info("stats"))["total_net_input_bytes"])
+        # When they are settled in one batch
+        task = asyncio.create_task(settler.run())
+        async with asyncio.timeout(60):
+            await settler.close(task)
+        sent = int((await redis.info("stats"))["total_net_input_bytes"]) - before
+        # Then each is settled once, and the batch went to Redis about once, not its rest again with every call
+        # (before: 16 + 15 + ... + 1 halves of a MB, ~70 MB)
+        assert sorted(done) == sorted((eid, True) for eid, _ in roots)
+        batch_bytes = 16 * len(orjson.dumps(result))
+        assert sent < 3 * batch_bytes, f"{sent:,} bytes sent for a batch of {batch_bytes:,}"
+        assert len([1 for _, raw in await redis.xrange(lane) if raw.get("step", "").startswith("d")]) == 16 * 9
+    finally:
+        await redis.aclose()
