@@ -128,7 +128,7 @@ class Settler:
 
     async def _write(self, batch: list[SettleOp]) -> list[bool]:
         if len(self._heads) == 1:
-            return await self._write_slow_aware(0, batch)
+            return await self._write_partition(0, batch)
         by_partition: dict[int, list[int]] = {}
         for i, op in enumerate(batch):
             by_partition.setdefault(self._partition_of[op.stream], []).append(i)
@@ -137,7 +137,7 @@ class Settler:
         slow: SlotSlow | None = None
         for p, indexes in by_partition.items():
             try:
-                written = await self._write_slow_aware(p, [batch[i] for i in indexes])
+                written = await self._write_partition(p, [batch[i] for i in indexes])
             except SlotSlow as exc:  # its master hangs: these ops wait for it (written again: settle.lua answers a copy)
                 slow = slow or exc
                 for i in indexes:
@@ -161,7 +161,7 @@ class Settler:
             raise PartlyWritten(wrote, slow)
         return [bool(one) for one in wrote]
 
-    async def _write_slow_aware(self, p: int, batch: list[SettleOp]) -> list[bool]:
+    async def _write_partition(self, p: int, batch: list[SettleOp]) -> list[bool]:
         """One call of settle.lua, or more: a call answers the ops up to the one after which it did its share of
         workflow work (workflow.lua: WF_CALL_WORK), and the rest go in the next (a copy of the call after an outage
         answers the ops it wrote as written). So that a call sends little it does not look at (resending the whole
