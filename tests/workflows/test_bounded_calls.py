@@ -48,44 +48,62 @@ async def _start_all(redis: Redis, keys: Keys, settings: StreamSettings, workflo
     await starter.start(keys, lane, "normal", claimed)
 
 
+async def _started_fan_outs(redis: Redis, keys: Keys, settings: StreamSettings, name: str, count: int,
+                            dependents: int) -> list[tuple[str, dict[str, str]]]:
+    """``count`` running workflows, each a root step with ``dependents`` after it; their roots' lane entries, claimed."""
+    workflows = []
+    for n in range(count):
+        wf = Workflow(f"{name}-{n}")
+        wf.step("root", "echo", {})
+        for d in range(dependents):
+            wf.step(f"d{d}", "echo", {}, after="root")
+        workflows.append(wf)
+    await _start_all(redis, keys, settings, workflows)
+    ((_, roots),) = await redis.xreadgroup("workers", "w1", {keys.lane("normal"): ">"}, count=count + 10)
+    assert sorted(raw["id"] for _, raw in roots) == sorted(step_job_id(f"{name}-{n}", "root") for n in range(count))
+    return roots
+
+
+async def _settle_roots(redis: Redis, keys: Keys, settings: StreamSettings, roots: list[tuple[str, dict[str, str]]],
+                        result: str) -> tuple[list[tuple[str, bool]], int, int]:
+    """Settle the roots completed with ``result`` in one batch: (what was released, script calls, bytes sent)."""
+    lane = keys.lane("normal")
+    done: list[tuple[str, bool]] = []
+    settler = Settler(redis, keys, group="workers", max_result_bytes=settings.max_result_bytes, job_ttl_s=3600,
+                      release=lambda stream, entry_id, settled=True: done.append((entry_id, settled)))
+    for eid, raw in roots:
+        fields: dict[str, Any] = {"id": raw["id"], "agent": "echo", "status": "completed", "result": result,
+                                  "attempts": "1", "parent": raw["parent"], "step": "root"}
+        settler.submit(done_op(lane, eid, f"normal/{eid}", raw["id"], fields, None, parent=raw["parent"], step="root"))
+    calls, sent = await _evalsha_calls(redis), int((await redis.info("stats"))["total_net_input_bytes"])
+    task = asyncio.create_task(settler.run())
+    async with asyncio.timeout(60):
+        await settler.close(task)
+    calls, sent = await _evalsha_calls(redis) - calls, int((await redis.info("stats"))["total_net_input_bytes"]) - sent
+    assert sorted(done) == sorted((eid, True) for eid, _ in roots), done  # each settled once
+    return done, calls, sent
+
+
+def _dependents_published(entries: list[tuple[str, dict[str, str]]]) -> list[dict[str, str]]:
+    return [raw for _, raw in entries if raw.get("step", "").startswith("d")]
+
+
 async def test_a_settle_batch_of_wide_fan_outs_goes_in_several_calls_each_op_once(own_redis: RedisServer, prefix: str) -> None:
     # Given four running workflows, each a root step with 300 dependents, their roots claimed by a worker
     redis = connect(own_redis.url)
     keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
     try:
-        workflows = []
-        for n in range(WIDE):
-            wf = Workflow(f"wide-{n}")
-            wf.step("root", "echo", {})
-            for d in range(DEPENDENTS):
-                wf.step(f"d{d}", "echo", {}, after=["root"])
-            workflows.append(wf)
-        await _start_all(redis, keys, settings, workflows)
-        lane = keys.lane("normal")
-        ((_, roots),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=10)
-        assert sorted(raw["id"] for _, raw in roots) == [step_job_id(f"wide-{n}", "root") for n in range(WIDE)]
+        roots = await _started_fan_outs(redis, keys, settings, "wide", WIDE, DEPENDENTS)
         # When their results, each 16 KB, are settled in one batch
-        done: list[tuple[str, bool]] = []
-        settler = Settler(redis, keys, group="workers", max_result_bytes=settings.max_result_bytes, job_ttl_s=3600,
-                          release=lambda stream, entry_id, settled=True: done.append((entry_id, settled)))
-        before = await _evalsha_calls(redis)
-        for eid, raw in roots:
-            result: dict[str, Any] = {"id": raw["id"], "agent": "echo", "status": "completed", "result": ROOT_RESULT,
-                                      "attempts": "1", "parent": raw["parent"], "step": "root"}
-            settler.submit(done_op(lane, eid, f"normal/{eid}", raw["id"], result, None, parent=raw["parent"], step="root"))
-        task = asyncio.create_task(settler.run())
-        async with asyncio.timeout(30):
-            await settler.close(task)
-        calls = await _evalsha_calls(redis) - before
+        _, calls, _ = await _settle_roots(redis, keys, settings, roots, ROOT_RESULT)
         # Then each root is settled once, in a call of its own (its fan-out alone passes a call's share)
-        assert sorted(done) == sorted((eid, True) for eid, _ in roots), done
         assert calls >= WIDE, f"{calls} settle calls for {WIDE} roots whose fan-outs each pass a call's share"
         # And every dependent is published once, with its root's result as its inputs
-        published = [raw for _, raw in await redis.xrange(lane) if raw.get("step", "").startswith("d")]
+        published = _dependents_published(await redis.xrange(keys.lane("normal")))
         assert len(published) == WIDE * DEPENDENTS
         assert len({raw["id"] for raw in published}) == WIDE * DEPENDENTS
         assert orjson.loads(published[0]["inputs"]) == {"root": orjson.loads(ROOT_RESULT)}
-        assert {await redis.hget(keys.job(wf.id), "status") for wf in workflows} == {"running"}
+        assert {await redis.hget(keys.job(f"wide-{n}"), "status") for n in range(WIDE)} == {"running"}
     finally:
         await redis.aclose()
 
@@ -127,36 +145,14 @@ async def test_a_batch_split_over_calls_is_sent_about_once(own_redis: RedisServe
     redis = connect(own_redis.url)
     keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
     try:
-        workflows = []
-        for n in range(16):
-            wf = Workflow(f"heavy-{n}")
-            wf.step("root", "echo", {})
-            for d in range(9):
-                wf.step(f"d{d}", "echo", {}, after="root")
-            workflows.append(wf)
-        await _start_all(redis, keys, settings, workflows)
-        lane = keys.lane("normal")
-        ((_, roots),) = await redis.xreadgroup("workers", "w1", {lane: ">"}, count=20)
-        assert len(roots) == 16
+        roots = await _started_fan_outs(redis, keys, settings, "heavy", 16, 9)
         result = orjson.dumps(["y" * 500_000]).decode()
-        done: list[tuple[str, bool]] = []
-        settler = Settler(redis, keys, group="workers", max_result_bytes=settings.max_result_bytes, job_ttl_s=3600,
-                          release=lambda stream, entry_id, settled=True: done.append((entry_id, settled)))
-        for eid, raw in roots:
-            fields: dict[str, Any] = {"id": raw["id"], "agent": "echo", "status": "completed", "result": result,
-                                      "attempts": "1", "parent": raw["parent"], "step": "root"}
-            settler.submit(done_op(lane, eid, f"normal/{eid}", raw["id"], fields, None, parent=raw["parent"], step="root"))
-        before = int((await redis.info("stats"))["total_net_input_bytes"])
         # When they are settled in one batch
-        task = asyncio.create_task(settler.run())
-        async with asyncio.timeout(60):
-            await settler.close(task)
-        sent = int((await redis.info("stats"))["total_net_input_bytes"]) - before
+        _, _, sent = await _settle_roots(redis, keys, settings, roots, result)
         # Then each is settled once, and the batch went to Redis about once, not its rest again with every call
         # (before: 16 + 15 + ... + 1 halves of a MB, ~70 MB)
-        assert sorted(done) == sorted((eid, True) for eid, _ in roots)
         batch_bytes = 16 * len(orjson.dumps(result))
         assert sent < 3 * batch_bytes, f"{sent:,} bytes sent for a batch of {batch_bytes:,}"
-        assert len([1 for _, raw in await redis.xrange(lane) if raw.get("step", "").startswith("d")]) == 16 * 9
+        assert len(_dependents_published(await redis.xrange(keys.lane("normal")))) == 16 * 9
     finally:
         await redis.aclose()
