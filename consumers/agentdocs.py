@@ -170,9 +170,13 @@ def render_agents() -> str:
         lines += ["Runs: " + "; ".join(limits) + ".", ""]
         lines += _input_lines(spec.input_model) if spec.input_model is not None else ["Input: any JSON object (no input model).", ""]
         data = json.dumps(example, ensure_ascii=False)
+        # a result event carries usage only when an LLM was called (contract §3): none is shown where it has none
+        shown = {"status": "completed", "result": output} | ({"usage": usage} if usage is not None else {})
+        what = ("(`result` and `usage` of the result event)" if usage is not None
+                else "(`result` of the result event; it has no `usage`: the agent calls no LLM)")
         lines += ["Example request:", "", "```bash", f"streamcrew submit {name} --data '{data}' --wait", "```", "",
-                  "Its result on the offline model (`result` and `usage` of the result event):", "",
-                  "```json", json.dumps({"status": "completed", "result": output, "usage": usage}, indent=2, ensure_ascii=False), "```", ""]
+                  f"Its result on the offline model {what}:", "",
+                  "```json", json.dumps(shown, indent=2, ensure_ascii=False), "```", ""]
     return "\n".join(lines)
 
 

@@ -175,18 +175,24 @@ class JobRequest(BaseModel):
 
     @model_validator(mode="after")
     def _step_ids_are_the_systems(self) -> JobRequest:
-        """Only a workflow's step entry (written by the workflow script) carries an id with '::'. A workflow's attempts
-        and time limits are its steps' and its data's: a request-level one was taken, then never applied."""
+        """Only a workflow's step entry (written by the workflow script) carries an id with '::'."""
         if self.id and not may_carry_id(self.id, self.parent, self.step):
             raise ValueError(f"job id {self.id[:80]!r}: {STEP_ID_RESERVED}")
-        if self.agent == WORKFLOW_AGENT and (given := [n for n in ("max_attempts", "timeout_s") if getattr(self, n) is not None]):
-            raise ValueError(f"{' and '.join(given)}: a workflow takes none of its own; set data.timeout_s (the whole "
-                             "workflow's time limit) or each step's timeout_s and max_attempts")
         if (self.parent, self.step, self.inputs) != (None, None, None) and not is_step_entry(self.id, self.parent, self.step):
             # a step's fields on an entry no workflow wrote (a raw XADD): the agent ran as that workflow's step, and
             # its result event named the workflow and step, a step of it that never was
             return self.model_copy(update={"parent": None, "step": None, "inputs": None})
         return self
+
+    @field_validator("max_attempts", "timeout_s")
+    @classmethod
+    def _none_on_a_workflow(cls, value: float | None, info: ValidationInfo) -> float | None:
+        """A workflow's attempts and time limits are its steps' and its data's: a request-level one was taken, then
+        never applied. A field validator, so a 422 names the field (``agent`` is validated first)."""
+        if value is not None and info.data.get("agent") == WORKFLOW_AGENT:
+            raise ValueError("a workflow takes none of its own; set data.timeout_s (the whole "
+                             "workflow's time limit) or each step's timeout_s and max_attempts")
+        return value
 
     @field_validator("data")
     @classmethod

@@ -117,6 +117,19 @@ async def test_workflow_steps_are_held_to_the_known_agents_too(gateways: Gateway
     assert accepted.status_code == 202, accepted.text
 
 
+async def test_a_workflows_own_attempts_and_time_limit_are_refused_naming_each_field(gateways: GatewayFactory) -> None:
+    # Given a workflow sent with request-level limits (a workflow's are its steps' and its data's)
+    gateway = await gateways.start({"STREAMCREW_KNOWN_AGENTS": "workflow,echo"})
+    steps = [{"id": "a", "agent": "echo", "data": {}}]
+    async with gateway.client() as client:
+        refused = await client.post("/jobs", json={"agent": "workflow", "data": {"steps": steps}, "max_attempts": 2, "timeout_s": 5})
+    # Then the 422 names each field (before: one entry for "body"), and says where the limits go
+    assert refused.status_code == 422, refused.text
+    details = refused.json()["error"]["details"]
+    assert [d["field"] for d in details] == ["max_attempts", "timeout_s"], details
+    assert all("data.timeout_s" in d["message"] for d in details), details
+
+
 async def test_a_body_of_very_many_unknown_fields_is_refused_without_listing_them(client) -> None:  # type: ignore[no-untyped-def]
     body = {"agent": "echo", "data": {}, **{f"f{i}": 1 for i in range(100_000)}}
     response = await client.post("/jobs", json=body)
