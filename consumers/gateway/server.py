@@ -16,9 +16,21 @@ from consumers.serving import Server
 GRACEFUL_SHUTDOWN_S = 5
 
 
+class QueryHidden(logging.Filter):
+    """uvicorn's access line shows a request's path with its query: a client that puts a key or a token there
+    (``?api_key=``, an EventSource's workaround for headers) would leave it in the log. The line keeps the path."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args  # uvicorn: (client, method, path with query, HTTP version, status)
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].partition("?")[0] + "?[query]", *args[3:])
+        return True
+
+
 def run_gateway(settings: GatewaySettings) -> None:
     """Serve the HTTP API until SIGINT or SIGTERM; blocks."""
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("uvicorn.access").addFilter(QueryHidden())
     config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port, loop="auto", http=bounded_protocol(settings.head_timeout_s), lifespan="on",
         access_log=settings.access_log, log_level=settings.log_level, server_header=False,

@@ -30,6 +30,7 @@ from consumers.notifier.limiter import Busy, EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
 from streams.raw import repaired
+from streams.redact import Redactor, url_secrets
 from streams.retry_after import parse_retry_after
 from streams.urls import loggable_url
 
@@ -158,8 +159,8 @@ class Deliverer:
             skimmed = f"its body timed out after {time.perf_counter() - started:.1f}s"
         except aiohttp.ClientError as exc:
             if status is None:
-                return self._failed(started, describe(exc))
-            skimmed = f"its body failed: {describe(exc)}"
+                return self._failed(started, peer_text(describe(exc), url))  # a parser's error may quote the answer
+            skimmed = f"its body failed: {peer_text(describe(exc), url)}"
         except Exception as exc:  # a delivery problem must become data, never kill the notifier
             log.error("unexpected %s delivering job %s (no traceback: it may quote the URL)", type(exc).__name__, msg_id)
             return self._failed(started, type(exc).__name__)
@@ -167,7 +168,8 @@ class Deliverer:
         metrics.LATENCY.observe(seconds)
         if 200 <= status < 300:
             return Attempt(Kind.DELIVERED, status=status, seconds=seconds)
-        text = snippet[:ERROR_SNIPPET].decode(errors="replace").strip()
+        # cleaned, then cut: a secret that starts in the kept characters lies whole in the cleaned ones
+        text = peer_text(snippet[:ERROR_SNIPPET + 1024].decode(errors="replace"), url)[:ERROR_SNIPPET].strip()
         error = f"HTTP {status}" + (f": {text}" if text else f" ({skimmed})" if skimmed else "")
         if 300 <= status < 400 and location:
             error = f"HTTP {status}: redirect to {redirect_target(url, location)} not followed (give the job that webhook URL)"
@@ -191,6 +193,14 @@ def redirect_target(url: str, location: str) -> str:
     except ValueError:  # e.g. an unclosed IPv6 bracket
         target = "(unparseable URL)"
     return target if len(target) <= MAX_REDIRECT_CHARS else target[:MAX_REDIRECT_CHARS] + "..."
+
+
+def peer_text(text: str, url: str) -> str:
+    """A receiver's words (its error page, a parser's quote of its answer) without what it was sent that is secret:
+    the URL's credentials, their Basic form and its query values. Error pages and proxies quote the request back,
+    and this text reaches the notifier's log, the webhook dead letter and ``streamcrew webhooks dead list``."""
+    secrets = url_secrets(parse_url(url))
+    return Redactor([], secrets)(text) if secrets else text
 
 
 def describe(exc: aiohttp.ClientError) -> str:

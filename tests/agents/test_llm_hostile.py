@@ -457,19 +457,20 @@ async def test_an_answer_without_token_counts_costs_unknown_not_zero(peer: Start
 
 async def test_an_answer_quoting_our_key_or_url_secrets_reaches_the_result_without_them(peer: Start) -> None:
     # Given an endpoint that echoes the request's key and URL in its answer (a proxy reporting an error as a completion)
-    quoted = f"auth=Bearer {SECRET} user=llmuser:ZZPASSWORD77 url=/v1/chat/completions?token=QQTOKEN5551-abcdefgh&api-version=2024-06-01"
+    quoted = f"auth=Bearer {SECRET} user=llmuser:ZZPASSWORD77 url=/v1/chat/completions?token=QQTOKEN5551-abcdefgh&key=QK-9x1z2&api-version=2024-06-01"
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": orjson.dumps({"k": SECRET}).decode()}}
     url = await answering(peer, {"choices": [{"message": {"role": "assistant", "content": quoted, "tool_calls": [call]}}],
                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
     host = url.removeprefix("http://")
-    client = client_for(url, base_url=f"http://llmuser:ZZPASSWORD77@{host}/v1?token=QQTOKEN5551-abcdefgh&api-version=2024-06-01")
+    client = client_for(url, base_url=f"http://llmuser:ZZPASSWORD77@{host}/v1?token=QQTOKEN5551-abcdefgh&key=QK-9x1z2&api-version=2024-06-01")
     try:
         result = await client.chat(HELLO, tools=TOOLS)
     finally:
         await client.aclose()
     # Then the answer (the job's result, record and webhook) holds none of them; an api-version date stays as it was
     text = (result.content or "") + result.tool_calls[0]["function"]["arguments"]
-    for secret in (SECRET, "ZZPASSWORD77", "QQTOKEN5551-abcdefgh"):
+    # (a short value of a parameter named like a credential too: ``key=QK-9x1z2`` reached the result before)
+    for secret in (SECRET, "ZZPASSWORD77", "QQTOKEN5551-abcdefgh", "QK-9x1z2"):
         assert secret not in text, (secret, text)
     assert "key#1" in text and "api-version=2024-06-01" in text, text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from urllib.parse import quote
 
 import orjson
@@ -91,6 +92,30 @@ async def test_no_url_credentials_or_query_reach_the_log_and_a_non_ascii_id_is_d
     assert "url=http://127.0.0.1:%d/secretive" % receiver.port in text
     for secret in ("pa55word", "bob:", "tok-123456", "token=", "pw-999999", "qk-777777", "api_key"):
         assert secret not in text, f"{secret!r} in the notifier log"
+
+
+async def test_a_receivers_error_page_quoting_the_request_leaves_no_secret_in_the_log_or_the_dead_letter(
+    redis: Redis, keys: Keys, notifiers: NotifierFactory, receiver: Receiver
+) -> None:
+    # Given a receiver whose error page quotes the request it got (its Authorization header, its path and query), as
+    # framework error pages and proxies do, behind a webhook URL with credentials and a token in its query
+    user, password, token = "whuser", "WhPass777", "WhTokenABCDEFGHIJKLMN"
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    path = f"/quoting?token={token}"
+    receiver.script(path, [Reply(500, body=f"receiver error: auth=Basic {basic} user={user} pw={password} path={path}".encode())])
+    child = notifiers.start("--max-attempts", "1", *FAST, env={"STREAMCREW_LOG_LEVEL": "debug"})
+    # When a job's result is delivered there, fails and is dead-lettered
+    await add_result(redis, keys, "job-quoted", f"http://{user}:{password}@127.0.0.1:{receiver.port}{path}")
+    await wait_until(lambda: redis.xlen(keys.webhooks_dead), timeout=15, what="the webhook dead letter")
+    await wait_until(lambda: "job-quoted" in child.log_text(), timeout=10, what="the failed attempt logged")
+    ((_, letter),) = await redis.xrange(keys.webhooks_dead)
+    # Then the receiver's words are kept (what failed), without what it was sent that is secret: before, the log line's
+    # error and the dead letter quoted the Basic pair and the token while its url field was cleaned
+    error = letter["error"]
+    assert error.startswith("HTTP 500: receiver error: auth=Basic [redacted]"), error
+    for where, text in (("the dead letter", error), ("the log", child.log_text())):
+        for secret in (basic, password, token, f"{user}:"):
+            assert secret not in text, f"{secret!r} in {where}: {text[-600:]}"
 
 
 def test_a_header_id_is_printable_ascii_whatever_the_job_id() -> None:
