@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/streamcrew demo
 
-# The suite on pytest-xdist workers, one more than the cores (2 - 8; tests/xdist_workers.py);
+# The suite on pytest-xdist workers, twice the cores (2 - 8; tests/xdist_workers.py), the long tests first;
 # the cluster tests all run on one (one local cluster). TEST_WORKERS=0 runs it in a single process. The 15 slowest
 # tests are listed at the end: what to look at when CI takes long.
 TEST_WORKERS ?= $(shell $(PYTHON) tests/xdist_workers.py 2>/dev/null || echo 2)

@@ -26,6 +26,13 @@ from tests.squatter import squatting
 from tests.support import ACL_PASSWORD, Replicated, WorkerFactory
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long tests (``slow``: the floors venv, ~4 min on one worker) first, the rest in file order: pytest-xdist
+    hands tests out in this order, so a long one started last ended the run minutes after the other workers
+    (make test on 4 workers: 733 s against 635 s)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order within each part
+
+
 def _docker_redis() -> tuple[str, object] | None:
     try:
         import docker  # type: ignore[import-untyped]

@@ -23,7 +23,7 @@ def test_a_cgroup_quota_lowers_the_cores(tmp_path: Path, monkeypatch: pytest.Mon
     assert xdist_workers.usable_cores() == (affinity if expected is None else min(affinity, expected))
 
 
-def test_one_worker_more_than_the_cores_between_2_and_8(monkeypatch: pytest.MonkeyPatch) -> None:
-    for cores, expected in ((1, 2), (2, 3), (3, 4), (7, 8), (64, 8)):
+def test_twice_the_cores_between_2_and_8(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cores, expected in ((1, 2), (2, 4), (3, 6), (4, 8), (64, 8)):
         monkeypatch.setattr(xdist_workers, "usable_cores", lambda cores=cores: cores)
         assert xdist_workers.workers() == expected
