@@ -15,6 +15,7 @@ connection fails after the request may have gone out, the attempt failed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import ssl
@@ -30,7 +31,7 @@ from consumers.notifier.limiter import Busy, EndpointLimiter
 from consumers.notifier.signing import Signer
 from consumers.notifier.ssrf import Refused, SsrfGuard, Unresolvable, parse_url
 from streams.raw import repaired
-from streams.redact import Redactor, url_secrets
+from streams.redact import KEY_RUN, Redactor, url_secrets
 from streams.retry_after import parse_retry_after
 from streams.urls import loggable_url
 
@@ -168,11 +169,11 @@ class Deliverer:
         metrics.LATENCY.observe(seconds)
         if 200 <= status < 300:
             return Attempt(Kind.DELIVERED, status=status, seconds=seconds)
-        # cleaned, then cut: a secret that starts in the kept characters lies whole in the cleaned ones
-        text = peer_text(snippet[:ERROR_SNIPPET + 1024].decode(errors="replace"), url)[:ERROR_SNIPPET].strip()
-        error = f"HTTP {status}" + (f": {text}" if text else f" ({skimmed})" if skimmed else "")
         if 300 <= status < 400 and location:
             error = f"HTTP {status}: redirect to {redirect_target(url, location)} not followed (give the job that webhook URL)"
+        else:
+            text = answer_text(snippet, url)
+            error = f"HTTP {status}" + (f": {text}" if text else f" ({skimmed})" if skimmed else "")
         if status == 410:
             return Attempt(Kind.GONE, status=status, error=f"{error} (endpoint gone; not retried)", seconds=seconds)
         wait = parse_retry_after(retry_after, cap_s=self.retry_after_cap_s)
@@ -195,12 +196,29 @@ def redirect_target(url: str, location: str) -> str:
     return target if len(target) <= MAX_REDIRECT_CHARS else target[:MAX_REDIRECT_CHARS] + "..."
 
 
+def answer_text(snippet: bytes, url: str) -> str:
+    """An error answer's first ``ERROR_SNIPPET`` characters, cleaned (:func:`peer_text`) before they are cut: a secret
+    that starts in the kept characters lies whole in the cleaned ones. Where cleaning shrank the text so much that
+    the raw cut comes within reach, the cleaned text's last ``KEY_RUN`` characters go too: a secret cut there shows
+    at most its head, and a head of ``KEY_RUN`` characters is masked already."""
+    window = snippet[:ERROR_SNIPPET + 1024]
+    text = peer_text(window.decode(errors="replace"), url)
+    if len(snippet) > len(window) and len(text) < ERROR_SNIPPET + KEY_RUN:
+        text = text[:max(0, len(text) - KEY_RUN)]
+    return text[:ERROR_SNIPPET].strip()
+
+
 def peer_text(text: str, url: str) -> str:
     """A receiver's words (its error page, a parser's quote of its answer) without what it was sent that is secret:
     the URL's credentials, their Basic form and its query values. Error pages and proxies quote the request back,
     and this text reaches the notifier's log, the webhook dead letter and ``streamcrew webhooks dead list``."""
-    secrets = url_secrets(parse_url(url))
-    return Redactor([], secrets)(text) if secrets else text
+    redactor = _url_redactor(url)
+    return redactor(text) if redactor else text
+
+
+@functools.lru_cache(maxsize=64)  # failures come in runs per endpoint; a long URL's runs are built once
+def _url_redactor(url: str) -> Redactor:
+    return Redactor([], url_secrets(parse_url(url)))
 
 
 def describe(exc: aiohttp.ClientError) -> str:

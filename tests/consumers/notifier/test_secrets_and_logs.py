@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 from urllib.parse import quote
 
+import aiohttp
 import orjson
 import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from consumers.notifier.delivery import answer_text
 from consumers.notifier.signing import Signer, header_id
 from streams.keys import Keys
 from tests.consumers.notifier.conftest import NotifierFactory, add_result, make_secret
@@ -125,3 +127,28 @@ def test_a_header_id_is_printable_ascii_whatever_the_job_id() -> None:
         assert wid and all(0x21 <= ord(c) < 0x7F for c in wid), wid
     headers = Signer([make_secret()]).headers("a\r\nb", b"{}")
     assert "\r" not in headers["webhook-id"] and "\n" not in headers["webhook-id"]
+
+
+def test_a_receivers_quote_of_a_non_ascii_passwords_basic_header_is_cleaned() -> None:
+    # Given a URL whose password is not ASCII, and the Authorization header aiohttp sends for it (latin-1)
+    url = "https://user:p%C3%A4ssw0rd-LONG-1@hooks.example.com/in"
+    header = aiohttp.BasicAuth("user", "pässw0rd-LONG-1", encoding="latin1").encode()
+    # Then a receiver quoting that header is cleaned of all of it (before: the UTF-8 form only, the rest readable)
+    assert answer_text(f"denied: Authorization: {header}".encode(), url) == "denied: Authorization: Basic [redacted]"
+
+
+def test_short_query_values_are_cleaned_where_they_stand_alone_not_inside_words() -> None:
+    # Given a URL with short query values that are also parts of words, and a long token
+    url = "https://hooks.example.com/in?events=all&source=app&format=json&token=tok_LIVE_0123456789abcdef&v=red"
+    said = "415: expected application/json; not json events are allowed; bad token tok_LIVE_0123456789abcdef"
+    # Then each value alone is redacted, words that hold one are kept, and no replacement is cleaned again
+    assert answer_text(said.encode(), url) == "415: expected application/[redacted]; not [redacted] events are allowed; bad token [redacted]"
+
+
+def test_an_answer_cut_inside_a_secret_shows_none_of_it_after_long_secrets_shrank() -> None:
+    # Given a URL with a long query value and a short one, and an answer quoting both, the short one across the cut
+    long_value = "".join(chr(ord("a") + i % 26) for i in range(1208))
+    url = f"https://hooks.example.com/in?a={long_value}&pin=K7Q2ZP9"
+    text = answer_text(f"echo a={long_value} pin=K7Q2ZP9 ...".encode(), url)
+    # Then the short secret's head that the cut left does not show (before: 'pin=K7Q2')
+    assert "K7Q2" not in text and text.startswith("echo a=[redacted]"), text
