@@ -34,6 +34,9 @@ def run_gateway(settings: GatewaySettings) -> None:
     config = uvicorn.Config(
         create_app(settings), host=settings.host, port=settings.port, loop="auto", http=bounded_protocol(settings.head_timeout_s), lifespan="on",
         access_log=settings.access_log, log_level=settings.log_level, server_header=False,
+        # No WebSocket route: no WebSocket stack either, when an environment has one (uvicorn[standard]'s websockets
+        # would take upgrades, and log each path with its query on uvicorn.error, past QueryHidden)
+        ws="none",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None, timeout_keep_alive=settings.keep_alive_s,
         # The client address keys the per-client rate limit: X-Forwarded-For counts only from a configured proxy
         # (uvicorn's default trusts it from 127.0.0.1, so anyone on the host could pick their own bucket).
