@@ -8,9 +8,11 @@ BUSY for every client; one expiry of 100 workflows of 1,000 steps held it 0.9 - 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+import pytest
 from redis.asyncio import Redis
 
 from streams.config import StreamSettings
@@ -27,6 +29,17 @@ from tests.streams.test_resent_calls import Echo
 WIDE = 4  # workflows
 DEPENDENTS = 300  # each copies its root's 16 KB result: ~4.8 MB of inputs a root's settle, past one call's share
 ROOT_RESULT = orjson.dumps({"blob": "x" * 16_000}).decode()
+
+
+OwnRedis = tuple[Redis, Keys, StreamSettings]
+
+
+@pytest.fixture
+async def own(own_redis: RedisServer, prefix: str) -> AsyncIterator[OwnRedis]:
+    """A client of the test's own Redis (its script stats are the test's alone), with the prefix's keys and settings."""
+    redis = connect(own_redis.url)
+    yield redis, Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
+    await redis.aclose()
 
 
 async def _evalsha_calls(redis: Redis) -> int:
@@ -88,71 +101,59 @@ def _dependents_published(entries: list[tuple[str, dict[str, str]]]) -> list[dic
     return [raw for _, raw in entries if raw.get("step", "").startswith("d")]
 
 
-async def test_a_settle_batch_of_wide_fan_outs_goes_in_several_calls_each_op_once(own_redis: RedisServer, prefix: str) -> None:
+async def test_a_settle_batch_of_wide_fan_outs_goes_in_several_calls_each_op_once(own: OwnRedis) -> None:
     # Given four running workflows, each a root step with 300 dependents, their roots claimed by a worker
-    redis = connect(own_redis.url)
-    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
-    try:
-        roots = await _started_fan_outs(redis, keys, settings, "wide", WIDE, DEPENDENTS)
-        # When their results, each 16 KB, are settled in one batch
-        _, calls, _ = await _settle_roots(redis, keys, settings, roots, ROOT_RESULT)
-        # Then each root is settled once, in a call of its own (its fan-out alone passes a call's share)
-        assert calls >= WIDE, f"{calls} settle calls for {WIDE} roots whose fan-outs each pass a call's share"
-        # And every dependent is published once, with its root's result as its inputs
-        published = _dependents_published(await redis.xrange(keys.lane("normal")))
-        assert len(published) == WIDE * DEPENDENTS
-        assert len({raw["id"] for raw in published}) == WIDE * DEPENDENTS
-        assert orjson.loads(published[0]["inputs"]) == {"root": orjson.loads(ROOT_RESULT)}
-        assert {await redis.hget(keys.job(f"wide-{n}"), "status") for n in range(WIDE)} == {"running"}
-    finally:
-        await redis.aclose()
+    redis, keys, settings = own
+    roots = await _started_fan_outs(redis, keys, settings, "wide", WIDE, DEPENDENTS)
+    # When their results, each 16 KB, are settled in one batch
+    _, calls, _ = await _settle_roots(redis, keys, settings, roots, ROOT_RESULT)
+    # Then each root is settled once, in a call of its own (its fan-out alone passes a call's share)
+    assert calls >= WIDE, f"{calls} settle calls for {WIDE} roots whose fan-outs each pass a call's share"
+    # And every dependent is published once, with its root's result as its inputs
+    published = _dependents_published(await redis.xrange(keys.lane("normal")))
+    assert len(published) == WIDE * DEPENDENTS
+    assert len({raw["id"] for raw in published}) == WIDE * DEPENDENTS
+    assert orjson.loads(published[0]["inputs"]) == {"root": orjson.loads(ROOT_RESULT)}
+    assert {await redis.hget(keys.job(f"wide-{n}"), "status") for n in range(WIDE)} == {"running"}
 
 
-async def test_an_expiry_of_many_large_workflows_goes_in_several_calls_each_once(own_redis: RedisServer, prefix: str) -> None:
+async def test_an_expiry_of_many_large_workflows_goes_in_several_calls_each_once(own: OwnRedis) -> None:
     # Given six running workflows of 1,000 queued steps, their timeouts passed
-    redis = connect(own_redis.url)
-    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
-    try:
-        workflows = []
-        for n in range(6):
-            wf = Workflow(f"big-{n}", timeout_s=3600)
-            for s in range(1000):
-                wf.step(f"s{s}", "echo", {})
-            workflows.append(wf)
-        await _start_all(redis, keys, settings, workflows)
-        for wf in workflows:
-            assert await redis.zadd(keys.workflow_timeouts, {wf.id: 0}, xx=True, ch=True) == 1
-        starter = WorkflowStarter(redis, settings, group="workers", worker="w1", checker=Echo(), reject=lambda *a: None,
-                                  release=lambda stream, entry_id: None)
-        before = await _evalsha_calls(redis)
-        # When a worker's upkeep ends those due
-        ended = await starter.expire_due(keys)
-        calls = await _evalsha_calls(redis) - before
-        # Then all six end expired, each with one result event, in more than one call
-        assert ended == 6
-        assert {await redis.hget(keys.job(wf.id), "status") for wf in workflows} == {"expired"}
-        events = [raw for _, raw in await redis.xrange(keys.results) if raw.get("agent") == "workflow"]
-        assert sorted(raw["id"] for raw in events) == sorted(wf.id for wf in workflows)
-        assert calls >= 2, f"{calls} expiry calls for 6,000 steps, ~1,000 a workflow's end"
-        assert await redis.zcard(keys.workflow_timeouts) == 0
-    finally:
-        await redis.aclose()
+    redis, keys, settings = own
+    workflows = []
+    for n in range(6):
+        wf = Workflow(f"big-{n}", timeout_s=3600)
+        for s in range(1000):
+            wf.step(f"s{s}", "echo", {})
+        workflows.append(wf)
+    await _start_all(redis, keys, settings, workflows)
+    for wf in workflows:
+        assert await redis.zadd(keys.workflow_timeouts, {wf.id: 0}, xx=True, ch=True) == 1
+    starter = WorkflowStarter(redis, settings, group="workers", worker="w1", checker=Echo(), reject=lambda *a: None,
+                              release=lambda stream, entry_id: None)
+    before = await _evalsha_calls(redis)
+    # When a worker's upkeep ends those due
+    ended = await starter.expire_due(keys)
+    calls = await _evalsha_calls(redis) - before
+    # Then all six end expired, each with one result event, in more than one call
+    assert ended == 6
+    assert {await redis.hget(keys.job(wf.id), "status") for wf in workflows} == {"expired"}
+    events = [raw for _, raw in await redis.xrange(keys.results) if raw.get("agent") == "workflow"]
+    assert sorted(raw["id"] for raw in events) == sorted(wf.id for wf in workflows)
+    assert calls >= 2, f"{calls} expiry calls for 6,000 steps, ~1,000 a workflow's end"
+    assert await redis.zcard(keys.workflow_timeouts) == 0
 
 
-async def test_a_batch_split_over_calls_is_sent_about_once(own_redis: RedisServer, prefix: str) -> None:
+async def test_a_batch_split_over_calls_is_sent_about_once(own: OwnRedis) -> None:
     # Given 16 running workflows, each a root with 9 dependents, their roots claimed, and each root's result 0.5 MB:
     # a root's fan-out (4.5 MB of inputs) passes a call's share, so each call settles one root
-    redis = connect(own_redis.url)
-    keys, settings = Keys(prefix), StreamSettings(redis_url=own_redis.url, prefix=prefix)
-    try:
-        roots = await _started_fan_outs(redis, keys, settings, "heavy", 16, 9)
-        result = orjson.dumps(["y" * 500_000]).decode()
-        # When they are settled in one batch
-        _, _, sent = await _settle_roots(redis, keys, settings, roots, result)
-        # Then each is settled once, and the batch went to Redis about once, not its rest again with every call
-        # (before: 16 + 15 + ... + 1 halves of a MB, ~70 MB)
-        batch_bytes = 16 * len(orjson.dumps(result))
-        assert sent < 3 * batch_bytes, f"{sent:,} bytes sent for a batch of {batch_bytes:,}"
-        assert len(_dependents_published(await redis.xrange(keys.lane("normal")))) == 16 * 9
-    finally:
-        await redis.aclose()
+    redis, keys, settings = own
+    roots = await _started_fan_outs(redis, keys, settings, "heavy", 16, 9)
+    result = orjson.dumps(["y" * 500_000]).decode()
+    # When they are settled in one batch
+    _, _, sent = await _settle_roots(redis, keys, settings, roots, result)
+    # Then each is settled once, and the batch went to Redis about once, not its rest again with every call
+    # (before: 16 + 15 + ... + 1 halves of a MB, ~70 MB)
+    batch_bytes = 16 * len(orjson.dumps(result))
+    assert sent < 3 * batch_bytes, f"{sent:,} bytes sent for a batch of {batch_bytes:,}"
+    assert len(_dependents_published(await redis.xrange(keys.lane("normal")))) == 16 * 9
